@@ -1,0 +1,7 @@
+"""et-trt: an ExecuTorch backend that lowers partitions to NVIDIA TensorRT."""
+
+__version__ = "0.1.0"
+
+# The backend id ExecuTorch records per delegate; the C++ runtime registers
+# itself under the same name.
+BACKEND_ID = "TensorRTBackend"

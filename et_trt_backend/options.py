@@ -1,0 +1,217 @@
+"""Compile options of one partition: the typed, validated schema.
+
+This is the one definition of every option a recipe may set. The partitioner
+validates recipes against it, preprocess reads it back from the partition's
+compile specs, and the serializer copies the fields the runtime needs into the
+blob (see serialization/schema.fbs, table BuildOptions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Mapping
+
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+# Key of the one compile spec that carries a partition's options (JSON).
+OPTIONS_SPEC_KEY = "et_trt.options"
+# Key of the compile spec naming the model part a partition belongs to.
+PART_SPEC_KEY = "et_trt.part"
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+ENGINE_BUILD_POLICIES = ("auto", "always", "never")
+PREFLIGHT_POLICIES = ("error", "warn")
+# Architectures the grouped-GEMM kernel can be compiled for. "a" suffixes are
+# the arch-specific targets (wgmma on sm_90a, tcgen05 on sm_100a).
+KERNEL_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90a", "sm_100a", "sm_110", "sm_120")
+DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110", "sm_120")
+OPTIMIZATION_LEVELS = range(0, 6)  # TensorRT's builder optimization levels
+
+_SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+class OptionsError(ValueError):
+    """A recipe or option value is invalid; the message names the key and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeRange:
+    """Range of one dynamic dimension for TensorRT's optimization profile."""
+
+    min: int
+    opt: int
+    max: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"min": self.min, "opt": self.opt, "max": self.max}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """Options of one partition (one TensorRT engine)."""
+
+    # Precision of the engine's layers; tf32 lets fp32 layers use TF32 math.
+    precision: str = "bf16"
+    tf32: bool = True
+    # Per dynamic dimension, by its torch.export Dim name (or "input:axis").
+    # Dimensions not named here take the exported program's range constraints.
+    shape_ranges: Mapping[str, ShapeRange] = dataclasses.field(default_factory=dict)
+    # TensorRT builder workspace limit in bytes; None leaves TensorRT's default.
+    workspace_bytes: int | None = None
+    optimization_level: int = 3
+    timing_cache: str | None = None
+    # Architectures to compile the grouped-GEMM kernel images for.
+    kernel_archs: tuple[str, ...] = DEFAULT_KERNEL_ARCHS
+    # Off: aten._grouped_mm lowers densely in TensorRT-native ops instead.
+    grouped_gemm_kernel: bool = True
+    # Build the engine at export: auto (if TensorRT and a GPU are present),
+    # always (fail otherwise) or never (the robot builds it from the ONNX).
+    engine_build: str = "auto"
+    # What the TensorRT pre-flight check does with a violation.
+    preflight: str = "error"
+
+    # ---- serialization -------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["shape_ranges"] = {k: v.to_json() for k, v in sorted(self.shape_ranges.items())}
+        out["kernel_archs"] = list(self.kernel_archs)
+        return out
+
+    def to_compile_specs(self, part: str) -> list[CompileSpec]:
+        payload = json.dumps(self.to_json(), sort_keys=True).encode()
+        return [CompileSpec(OPTIONS_SPEC_KEY, payload), CompileSpec(PART_SPEC_KEY, part.encode())]
+
+    @classmethod
+    def from_compile_specs(cls, specs: list[CompileSpec]) -> tuple["CompileOptions", str]:
+        """Options and part name of a partition, as preprocess receives them."""
+        by_key = {s.key: s.value for s in specs}
+        if OPTIONS_SPEC_KEY not in by_key:
+            raise OptionsError(
+                f"compile specs lack '{OPTIONS_SPEC_KEY}'; partitions must come from "
+                "TensorRTPartitioner, which sets it"
+            )
+        options = parse_options(json.loads(bytes(by_key[OPTIONS_SPEC_KEY]).decode()))
+        part = bytes(by_key.get(PART_SPEC_KEY, b"")).decode()
+        return options, part
+
+
+# ---- validation ---------------------------------------------------------
+FIELDS = {f.name: f for f in dataclasses.fields(CompileOptions)}
+
+
+def parse_size(key: str, value: Any) -> int:
+    """Bytes from an int or a string such as "2GiB" / "512 MiB"."""
+    if isinstance(value, bool):
+        raise OptionsError(f"option '{key}': expected bytes (int) or a size like '2GiB', got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*", value)
+        if not m:
+            raise OptionsError(
+                f"option '{key}': cannot read size {value!r}; write bytes or e.g. '512MiB', '2GiB'"
+            )
+        size = int(m.group(1)) * _SIZE_UNITS[m.group(2) or ""]
+    else:
+        raise OptionsError(f"option '{key}': expected bytes (int) or a size like '2GiB', got {type(value).__name__}")
+    if size <= 0:
+        raise OptionsError(f"option '{key}': size must be positive, got {value!r}")
+    return size
+
+
+def _expect(key: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    # bool is an int subclass; never accept True for a number or 1 for a flag.
+    if isinstance(value, bool) and kind is not bool:
+        raise OptionsError(f"option '{key}': expected {what}, got {value!r}")
+    if not isinstance(value, kind):
+        raise OptionsError(f"option '{key}': expected {what}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise OptionsError(f"option '{key}': {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _shape_ranges(key: str, value: Any) -> dict[str, ShapeRange]:
+    _expect(key, value, dict, "a table of dimension name -> {min, opt, max}")
+    ranges = {}
+    for dim, spec in value.items():
+        where = f"{key}.{dim}"
+        if isinstance(spec, ShapeRange):
+            spec = spec.to_json()
+        _expect(where, spec, dict, "a table with min, opt and max")
+        unknown = set(spec) - {"min", "opt", "max"}
+        missing = {"min", "max"} - set(spec)
+        if unknown or missing:
+            raise OptionsError(
+                f"option '{where}': needs keys min and max (opt optional); "
+                f"unknown {sorted(unknown)}, missing {sorted(missing)}"
+            )
+        lo = _expect(f"{where}.min", spec["min"], int, "an integer")
+        hi = _expect(f"{where}.max", spec["max"], int, "an integer")
+        opt = _expect(f"{where}.opt", spec.get("opt", hi), int, "an integer")
+        if not 0 <= lo <= opt <= hi:
+            raise OptionsError(f"option '{where}': need 0 <= min <= opt <= max, got {lo}, {opt}, {hi}")
+        ranges[str(dim)] = ShapeRange(lo, opt, hi)
+    return ranges
+
+
+def _kernel_archs(key: str, value: Any) -> tuple[str, ...]:
+    _expect(key, value, (list, tuple), "a list of architectures")
+    if not value:
+        raise OptionsError(f"option '{key}': give at least one architecture, from {', '.join(KERNEL_ARCHS)}")
+    for arch in value:
+        _choice(key, arch, KERNEL_ARCHS)
+    return tuple(dict.fromkeys(value))
+
+
+def _optional_str(key: str, value: Any) -> str | None:
+    return None if value is None else _expect(key, value, str, "a path (string)")
+
+
+def _level(key: str, value: Any) -> int:
+    _expect(key, value, int, "an integer 0-5")
+    if value not in OPTIMIZATION_LEVELS:
+        raise OptionsError(f"option '{key}': builder optimization level must be 0-5, got {value}")
+    return value
+
+
+_VALIDATORS = {
+    "precision": lambda k, v: _choice(k, v, PRECISIONS),
+    "tf32": lambda k, v: _expect(k, v, bool, "true or false"),
+    "shape_ranges": _shape_ranges,
+    "workspace_bytes": lambda k, v: None if v is None else parse_size(k, v),
+    "optimization_level": _level,
+    "timing_cache": _optional_str,
+    "kernel_archs": _kernel_archs,
+    "grouped_gemm_kernel": lambda k, v: _expect(k, v, bool, "true or false"),
+    "engine_build": lambda k, v: _choice(k, v, ENGINE_BUILD_POLICIES),
+    "preflight": lambda k, v: _choice(k, v, PREFLIGHT_POLICIES),
+}
+
+
+def parse_options(values: Mapping[str, Any], base: CompileOptions | None = None, where: str = "") -> CompileOptions:
+    """Validated options: `values` over `base` (defaults if None).
+
+    Unknown keys are refused with the valid keys listed; `where` (e.g. the
+    recipe part) prefixes messages so users find the offending entry.
+    """
+    prefix = f"{where}: " if where else ""
+    if not isinstance(values, Mapping):
+        raise OptionsError(f"{prefix}options must be a table of key = value, got {type(values).__name__}")
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise OptionsError(
+            f"{prefix}unknown option(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(FIELDS)}"
+        )
+    parsed = {}
+    for key, value in values.items():
+        try:
+            parsed[key] = _VALIDATORS[key](key, value)
+        except OptionsError as e:
+            raise OptionsError(f"{prefix}{e}") from None
+    return dataclasses.replace(base or CompileOptions(), **parsed)

@@ -1,0 +1,1 @@
+"""The delegate blob: schema.fbs, its generated code, and the writer/reader."""

@@ -1,0 +1,1 @@
+"""TensorRTPartitioner: claims MoE regions and the supported ops around them."""
