@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine and runs the main job: export the bundled example
+# policy to a .pte. Idempotent: a second run reuses the venv and the build.
+#   ./scripts/setup.sh            set up, build the runtime, export
+#   ET_TRT_SKIP_EXPORT=1 ./scripts/setup.sh   set up and build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+# System packages: flatc + flatbuffers headers for the blob schema, gtest for
+# the C++ tests, zlib for the blob checksum.
+need_apt=()
+command -v flatc >/dev/null || need_apt+=(flatbuffers-compiler)
+[ -f /usr/include/flatbuffers/flatbuffers.h ] || need_apt+=(libflatbuffers-dev)
+[ -d /usr/include/gtest ] || need_apt+=(libgtest-dev)
+[ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing system packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+log "installing et-trt and its pinned dependencies into .venv"
+.venv/bin/python -m pip install -q --upgrade pip
+# torch 2.13.0 (CPU) first so nothing pulls a CUDA build; then the package.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]" "cmake>=3.28,<4"
+
+log "building the C++ runtime (runtime/build)"
+./scripts/build_runtime.sh
+
+if [ "${ET_TRT_SKIP_EXPORT:-0}" != 1 ]; then
+  log "exporting the example policy"
+  .venv/bin/et-trt export --output out/moe_policy.pte
+fi

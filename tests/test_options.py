@@ -1,0 +1,100 @@
+"""The compile-option schema: validation errors name the key and the fix."""
+
+import json
+
+import pytest
+
+from et_trt_backend.options import (
+    FIELDS,
+    CompileOptions,
+    OptionsError,
+    ShapeRange,
+    parse_options,
+    parse_size,
+)
+
+
+def test_defaults_round_trip_through_compile_specs():
+    options = CompileOptions()
+    back, part = CompileOptions.from_compile_specs(options.to_compile_specs("decoder"))
+    assert back == options
+    assert part == "decoder"
+
+
+def test_every_field_round_trips():
+    options = parse_options(
+        {
+            "precision": "fp16",
+            "tf32": False,
+            "shape_ranges": {"tokens": {"min": 1, "opt": 32, "max": 256}},
+            "workspace_bytes": "512MiB",
+            "optimization_level": 5,
+            "timing_cache": "/tmp/cache.bin",
+            "kernel_archs": ["sm_90a", "sm_87"],
+            "grouped_gemm_kernel": False,
+            "engine_build": "never",
+            "preflight": "warn",
+        }
+    )
+    assert options.workspace_bytes == 512 << 20
+    assert options.shape_ranges["tokens"] == ShapeRange(1, 32, 256)
+    back, _ = CompileOptions.from_compile_specs(options.to_compile_specs("velocity"))
+    assert back == options
+    # Every field is set above to a non-default value, so a new field added
+    # without a test here shows up as equal to its default.
+    defaults = CompileOptions()
+    assert all(getattr(options, name) != getattr(defaults, name) for name in FIELDS)
+
+
+def test_compile_spec_payload_is_plain_json():
+    payload = dict((s.key, s.value) for s in CompileOptions().to_compile_specs("p"))["et_trt.options"]
+    assert json.loads(payload.decode())["precision"] == "bf16"
+
+
+def test_base_options_are_overridden_not_replaced():
+    base = parse_options({"precision": "fp16", "optimization_level": 4})
+    merged = parse_options({"optimization_level": 1}, base=base)
+    assert (merged.precision, merged.optimization_level) == ("fp16", 1)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"precison": "fp16"}, "unknown option(s) 'precison'; valid keys: precision"),
+        ({"precision": "int8"}, "option 'precision': 'int8' is not one of bf16, fp16, fp32"),
+        ({"tf32": 1}, "option 'tf32': expected true or false"),
+        ({"optimization_level": 7}, "option 'optimization_level': builder optimization level must be 0-5"),
+        ({"optimization_level": True}, "option 'optimization_level': expected an integer 0-5"),
+        ({"workspace_bytes": "2 GB"}, "option 'workspace_bytes': cannot read size '2 GB'"),
+        ({"workspace_bytes": 0}, "option 'workspace_bytes': size must be positive"),
+        ({"kernel_archs": ["sm_75"]}, "option 'kernel_archs': 'sm_75' is not one of"),
+        ({"kernel_archs": []}, "option 'kernel_archs': give at least one architecture"),
+        ({"engine_build": "sometimes"}, "option 'engine_build': 'sometimes' is not one of auto, always, never"),
+        ({"preflight": "ignore"}, "option 'preflight': 'ignore' is not one of error, warn"),
+        ({"timing_cache": 3}, "option 'timing_cache': expected a path (string)"),
+        ({"shape_ranges": {"tokens": {"min": 8, "max": 4}}}, "option 'shape_ranges.tokens': need 0 <= min <= opt <= max"),
+        ({"shape_ranges": {"tokens": {"lo": 1, "max": 4}}}, "option 'shape_ranges.tokens': needs keys min and max"),
+        ({"shape_ranges": {"tokens": {"min": 1.5, "max": 4}}}, "option 'shape_ranges.tokens.min': expected an integer"),
+        ({"shape_ranges": [1, 2]}, "option 'shape_ranges': expected a table"),
+    ],
+)
+def test_invalid_values_are_refused_with_key_and_fix(values, message):
+    with pytest.raises(OptionsError) as err:
+        parse_options(values, where="parts.velocity")
+    assert str(err.value).startswith("parts.velocity: ")
+    assert message in str(err.value)
+
+
+def test_options_must_be_a_table():
+    with pytest.raises(OptionsError, match="options must be a table"):
+        parse_options(["precision", "fp16"])
+
+
+def test_missing_options_spec_is_explained():
+    with pytest.raises(OptionsError, match="must come from TensorRTPartitioner"):
+        CompileOptions.from_compile_specs([])
+
+
+@pytest.mark.parametrize("text, size", [("1GiB", 1 << 30), ("64 KiB", 65536), ("100", 100), (4096, 4096)])
+def test_sizes(text, size):
+    assert parse_size("workspace_bytes", text) == size
