@@ -1,0 +1,104 @@
+// Launches the ahead-of-time compiled grouped-GEMM kernel (et_trt_backend/kernels)
+// through the CUDA driver API. No Triton, no PyTorch, no libcuda at link time:
+// libcuda is dlopen'd on first use.
+//
+// Semantics (ONNX op et_trt::GroupedMM, contracts 4 and 6): for any offs,
+//   start_0 = 0; end_g = clamp(offs[g], start_g, rows); start_{g+1} = end_g
+//   out[start_g:end_g] = a[start_g:end_g] @ B_g, every other row of out is zero,
+// with B_g = b[g] ([K, N], trans_b = false) or b[g]^T (b[g] is [N, K], trans_b = true).
+// a [rows, K], b and out are dense row-major (contiguous) in one dtype (bf16 or
+// fp16); offs is int32 [groups] in device memory and is read by the kernel only.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace et_trt::kernels {
+
+enum class ImageFormat : int { kCubin = 0, kPtx = 1 };
+
+// One compiled kernel image; mirrors table KernelImage in
+// et_trt_backend/serialization/schema.fbs. The image bytes are borrowed: they
+// only need to live until GroupedMMLauncher::create returns.
+//
+// Kernel names follow "grouped_mm_<variant>_<layout>":
+//   layout  "kn": b is [G, K, N] (trans_b = false); "nk": b is [G, N, K] (trans_b = true)
+//   variant "tma":  TMA + wgmma/tcgen05; needs K % 8 == 0, N % 8 == 0, 16-byte aligned pointers
+//           "tile": pointer loads; needs K % 16 == 0, N % 16 == 0, 16-byte aligned pointers
+//           "any":  pointer loads; any K and N, 16-byte aligned pointers
+//           other names (e.g. benchmark baselines) are treated like "tile"
+// The launcher picks, for each call, the first usable variant in the order
+// tma, tile, any (others), among the images loaded for this GPU.
+struct KernelImageView {
+  std::string kernel;
+  std::string arch;  // "sm_90a", "sm_80", ...; for PTX the lowest target it serves
+  ImageFormat format = ImageFormat::kCubin;
+  const uint8_t* image = nullptr;  // cubin bytes or PTX text (NUL terminator optional)
+  size_t image_size = 0;
+  std::string entry;  // symbol for cuModuleGetFunction
+  std::string dtype;  // "bf16" or "fp16"
+  int num_warps = 4;
+  int shared_bytes = 0;  // dynamic shared memory per CTA
+  int global_scratch_bytes = 0;  // per CTA; the launcher allocates grid * this
+  int global_scratch_align = 1;
+  int profile_scratch_bytes = 0;
+  int block_m = 0;
+  int block_n = 0;
+  int block_k = 0;
+  bool persistent = false;  // grid = resident CTAs (SMs x occupancy), else one CTA per tile
+  std::string ptx_version;  // e.g. "8.7"
+};
+
+class GroupedMMLauncher {
+ public:
+  // Loads, for the device of the calling thread's current CUDA context, every
+  // image that serves it: a cubin for exactly its architecture ("sm_90a" serves
+  // compute capability 9.0), else PTX for an equal or lower architecture (JIT
+  // by the driver; "a" targets never serve another architecture). All images
+  // must share one dtype and one layout. Opts in to the dynamic shared memory
+  // each kernel needs. Returns nullptr and sets *error (naming the GPU, the
+  // images offered and the fix) when: libcuda cannot be loaded, there is no
+  // current context, no image serves this GPU, the driver is too old for the
+  // PTX, or a kernel's shared memory, registers or threads exceed the device's.
+  static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageView>& images,
+                                                   std::string* error);
+  ~GroupedMMLauncher();
+  GroupedMMLauncher(const GroupedMMLauncher&) = delete;
+  GroupedMMLauncher& operator=(const GroupedMMLauncher&) = delete;
+
+  // Enqueues out = grouped_mm(a, b, offs) on `stream`. Never blocks. Returns
+  // false and sets *error on: negative sizes, trans_b or dtype other than the
+  // images', sizes the kernels cannot index (rows, K or N >= 2^31), unaligned
+  // pointers, or a failed launch. rows == 0 or n == 0 is a no-op; k == 0 or
+  // groups == 0 writes zeros. Scratch memory the kernels need is owned by the
+  // launcher (allocated at create), so one launcher must not run on two streams
+  // at once; use one launcher per stream, or the workspace overload below.
+  bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
+              int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error);
+
+  // As above, with caller-owned device scratch of at least workspace_bytes()
+  // bytes (256-byte aligned), e.g. a TensorRT plugin's workspace.
+  bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
+              int64_t n, int64_t groups, bool trans_b, CUstream stream, void* workspace,
+              std::string* error);
+  size_t workspace_bytes() const;
+
+  const std::string& dtype() const;
+  bool trans_b() const;
+  // Kernel name the last successful launch used (for logs and benchmarks).
+  const std::string& last_kernel() const;
+  // Names of the loaded kernels, in the order they are tried.
+  std::vector<std::string> loaded_kernels() const;
+
+ private:
+  struct State;
+  explicit GroupedMMLauncher(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace et_trt::kernels
