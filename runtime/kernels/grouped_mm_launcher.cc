@@ -1,0 +1,414 @@
+#include "grouped_mm_launcher.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+namespace et_trt::kernels {
+namespace {
+
+// ---- libcuda, loaded at run time (there is no libcuda to link against at build time) ----
+
+#define ET_TRT_STR(x) #x
+#define ET_TRT_SYMBOL(x) ET_TRT_STR(x)  // expands cuda.h's versioning macros (cuMemAlloc -> cuMemAlloc_v2)
+
+struct Driver {
+#define ET_TRT_DRIVER_FN(name) decltype(&::name) name = nullptr;
+  ET_TRT_DRIVER_FN(cuInit)
+  ET_TRT_DRIVER_FN(cuDriverGetVersion)
+  ET_TRT_DRIVER_FN(cuGetErrorName)
+  ET_TRT_DRIVER_FN(cuGetErrorString)
+  ET_TRT_DRIVER_FN(cuCtxGetCurrent)
+  ET_TRT_DRIVER_FN(cuCtxGetDevice)
+  ET_TRT_DRIVER_FN(cuCtxPushCurrent)
+  ET_TRT_DRIVER_FN(cuCtxPopCurrent)
+  ET_TRT_DRIVER_FN(cuDeviceGetAttribute)
+  ET_TRT_DRIVER_FN(cuDeviceGetName)
+  ET_TRT_DRIVER_FN(cuModuleLoadDataEx)
+  ET_TRT_DRIVER_FN(cuModuleUnload)
+  ET_TRT_DRIVER_FN(cuModuleGetFunction)
+  ET_TRT_DRIVER_FN(cuFuncGetAttribute)
+  ET_TRT_DRIVER_FN(cuFuncSetAttribute)
+  ET_TRT_DRIVER_FN(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  ET_TRT_DRIVER_FN(cuMemAlloc)
+  ET_TRT_DRIVER_FN(cuMemFree)
+  ET_TRT_DRIVER_FN(cuMemsetD8Async)
+  ET_TRT_DRIVER_FN(cuLaunchKernel)
+#undef ET_TRT_DRIVER_FN
+};
+
+// Returns the process-wide driver table, or nullptr with *error set.
+const Driver* driver(std::string* error) {
+  static Driver table;
+  static std::string load_error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      load_error = std::string("cannot load the CUDA driver library libcuda.so.1 (") + (why ? why : "not found") +
+                   "); install the NVIDIA driver or add its directory to LD_LIBRARY_PATH";
+      return;
+    }
+#define ET_TRT_LOAD(name)                                                                     \
+  table.name = reinterpret_cast<decltype(table.name)>(dlsym(lib, ET_TRT_SYMBOL(name)));     \
+  if (table.name == nullptr) {                                                              \
+    load_error = "the CUDA driver library lacks " ET_TRT_SYMBOL(name) "; update the driver"; \
+    return;                                                                                 \
+  }
+    ET_TRT_LOAD(cuInit)
+    ET_TRT_LOAD(cuDriverGetVersion)
+    ET_TRT_LOAD(cuGetErrorName)
+    ET_TRT_LOAD(cuGetErrorString)
+    ET_TRT_LOAD(cuCtxGetCurrent)
+    ET_TRT_LOAD(cuCtxGetDevice)
+    ET_TRT_LOAD(cuCtxPushCurrent)
+    ET_TRT_LOAD(cuCtxPopCurrent)
+    ET_TRT_LOAD(cuDeviceGetAttribute)
+    ET_TRT_LOAD(cuDeviceGetName)
+    ET_TRT_LOAD(cuModuleLoadDataEx)
+    ET_TRT_LOAD(cuModuleUnload)
+    ET_TRT_LOAD(cuModuleGetFunction)
+    ET_TRT_LOAD(cuFuncGetAttribute)
+    ET_TRT_LOAD(cuFuncSetAttribute)
+    ET_TRT_LOAD(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+    ET_TRT_LOAD(cuMemAlloc)
+    ET_TRT_LOAD(cuMemFree)
+    ET_TRT_LOAD(cuMemsetD8Async)
+    ET_TRT_LOAD(cuLaunchKernel)
+#undef ET_TRT_LOAD
+    CUresult status = table.cuInit(0);
+    if (status != CUDA_SUCCESS) load_error = "cuInit failed with CUDA error " + std::to_string(status);
+  });
+  if (!load_error.empty()) {
+    if (error) *error = load_error;
+    return nullptr;
+  }
+  return &table;
+}
+
+std::string describe(const Driver& cu, CUresult status) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  cu.cuGetErrorName(status, &name);
+  cu.cuGetErrorString(status, &text);
+  return std::string(name ? name : "CUDA error " + std::to_string(status)) + (text ? std::string(" (") + text + ")" : "");
+}
+
+bool fail(std::string* error, std::string message) {
+  if (error) *error = std::move(message);
+  return false;
+}
+
+// "sm_90a" -> {90, true}; {-1, false} when malformed.
+std::pair<int, bool> parse_arch(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return {-1, false};
+  std::string digits = arch.substr(3);
+  bool specific = !digits.empty() && digits.back() == 'a';
+  if (specific) digits.pop_back();
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return {-1, false};
+  return {std::atoi(digits.c_str()), specific};
+}
+
+// Whether an image made for `arch` runs on a device of compute capability `cc`
+// (major * 10 + minor): "a" targets only on their own; cubins on the same major
+// with an equal or higher minor; PTX (JIT) on any equal or newer device.
+bool serves(const KernelImageView& image, int cc) {
+  auto [cap, specific] = parse_arch(image.arch);
+  if (cap < 0) return false;
+  if (specific) return cap == cc;
+  if (image.format == ImageFormat::kCubin) return cap / 10 == cc / 10 && cap <= cc;
+  return cap <= cc;
+}
+
+// Preference rank of a variant; lower is tried first.
+int variant_rank(const std::string& variant) {
+  if (variant == "tma") return 0;
+  if (variant == "tile") return 1;
+  if (variant == "any") return 3;
+  return 2;
+}
+
+struct LoadedKernel {
+  std::string name;
+  std::string variant;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  int threads = 0;
+  int shared_bytes = 0;
+  int block_m = 0;
+  int block_n = 0;
+  int max_grid = 0;
+  size_t scratch_stride = 0;  // global scratch bytes per CTA, aligned
+  size_t profile_stride = 0;
+  int k_n_multiple = 1;  // K and N must be multiples of this
+};
+
+size_t round_up(size_t value, size_t align) { return align <= 1 ? value : (value + align - 1) / align * align; }
+
+}  // namespace
+
+struct GroupedMMLauncher::State {
+  const Driver* cu = nullptr;
+  CUcontext context = nullptr;
+  std::string dtype;
+  bool trans_b = false;
+  std::vector<LoadedKernel> kernels;  // in preference order
+  size_t workspace_bytes = 0;
+  CUdeviceptr own_workspace = 0;
+  std::string last_kernel;
+};
+
+GroupedMMLauncher::GroupedMMLauncher(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+GroupedMMLauncher::~GroupedMMLauncher() {
+  if (!state_ || state_->cu == nullptr) return;
+  const Driver& cu = *state_->cu;
+  // Release in the context the modules were loaded into, whatever is current now.
+  if (cu.cuCtxPushCurrent(state_->context) != CUDA_SUCCESS) return;
+  if (state_->own_workspace) cu.cuMemFree(state_->own_workspace);
+  for (auto& kernel : state_->kernels) cu.cuModuleUnload(kernel.module);
+  CUcontext popped = nullptr;
+  cu.cuCtxPopCurrent(&popped);
+}
+
+std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageView>& images,
+                                                             std::string* error) {
+  const Driver* cu_ptr = driver(error);
+  if (cu_ptr == nullptr) return nullptr;
+  const Driver& cu = *cu_ptr;
+  auto state = std::make_unique<State>();
+  state->cu = cu_ptr;
+  auto failed = [&](std::string message) -> std::unique_ptr<GroupedMMLauncher> {
+    fail(error, "grouped_mm launcher: " + std::move(message));
+    GroupedMMLauncher cleanup(std::move(state));  // unloads what was loaded so far
+    return nullptr;
+  };
+
+  if (images.empty()) return failed("no kernel images were given");
+  state->dtype = images.front().dtype;
+  const std::string& first = images.front().kernel;
+  state->trans_b = first.size() > 3 && first.compare(first.size() - 3, 3, "_nk") == 0;
+  for (const auto& image : images) {
+    bool image_trans_b = image.kernel.size() > 3 && image.kernel.compare(image.kernel.size() - 3, 3, "_nk") == 0;
+    bool image_plain_b = image.kernel.size() > 3 && image.kernel.compare(image.kernel.size() - 3, 3, "_kn") == 0;
+    if (image.kernel.rfind("grouped_mm_", 0) != 0 || !(image_trans_b || image_plain_b))
+      return failed("kernel name '" + image.kernel + "' is not of the form grouped_mm_<variant>_<kn|nk>");
+    if (image.dtype != state->dtype || image_trans_b != state->trans_b)
+      return failed("all images of one launcher must share dtype and layout; got " + first + " (" + state->dtype +
+                    ") and " + image.kernel + " (" + image.dtype + ")");
+    if (image.image == nullptr || image.image_size == 0) return failed("image " + image.kernel + " is empty");
+    if (image.block_m <= 0 || image.block_n <= 0 || image.num_warps <= 0)
+      return failed("image " + image.kernel + " has no tile sizes or warp count");
+  }
+  if (state->dtype != "bf16" && state->dtype != "fp16")
+    return failed("unsupported dtype '" + state->dtype + "' (bf16 or fp16)");
+
+  CUresult status = cu.cuCtxGetCurrent(&state->context);
+  if (status != CUDA_SUCCESS || state->context == nullptr)
+    return failed("no current CUDA context on this thread; initialize CUDA (e.g. cudaSetDevice/cudaFree(0)) first");
+  CUdevice device = 0;
+  cu.cuCtxGetDevice(&device);
+  int major = 0, minor = 0, sms = 0, smem_optin = 0, driver_version = 0;
+  cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+  cu.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device);
+  cu.cuDriverGetVersion(&driver_version);
+  char name_buffer[256] = {0};
+  cu.cuDeviceGetName(name_buffer, sizeof(name_buffer) - 1, device);
+  const int cc = major * 10 + minor;
+  const std::string gpu = std::string(name_buffer) + " (sm_" + std::to_string(cc) + ")";
+
+  // For each variant, the image that serves this GPU best: a cubin for the
+  // closest architecture, else PTX.
+  std::vector<const KernelImageView*> chosen;
+  std::string offered;
+  for (const auto& image : images) {
+    offered += (offered.empty() ? "" : ", ") + image.kernel + "@" + image.arch +
+               (image.format == ImageFormat::kPtx ? "(ptx)" : "");
+    if (!serves(image, cc)) continue;
+    auto same = std::find_if(chosen.begin(), chosen.end(), [&](const KernelImageView* c) { return c->kernel == image.kernel; });
+    if (same == chosen.end()) {
+      chosen.push_back(&image);
+      continue;
+    }
+    const KernelImageView* current = *same;
+    bool better = (image.format == ImageFormat::kCubin && current->format == ImageFormat::kPtx) ||
+                  (image.format == current->format && parse_arch(image.arch).first > parse_arch(current->arch).first);
+    if (better) *same = &image;
+  }
+  if (chosen.empty())
+    return failed("no kernel image serves this GPU, " + gpu + "; images offered: " + offered +
+                  ". Re-export with this architecture in the recipe's kernel_archs (e.g. \"sm_" + std::to_string(cc) +
+                  (cc >= 90 ? "a" : "") + "\")");
+
+  for (const KernelImageView* image : chosen) {
+    LoadedKernel kernel;
+    kernel.name = image->kernel;
+    std::string rest = image->kernel.substr(std::string("grouped_mm_").size());
+    kernel.variant = rest.substr(0, rest.size() - 3);
+    kernel.threads = image->num_warps * 32;
+    kernel.shared_bytes = image->shared_bytes;
+    kernel.block_m = image->block_m;
+    kernel.block_n = image->block_n;
+    kernel.k_n_multiple = kernel.variant == "tma" ? 8 : kernel.variant == "any" ? 1 : 16;
+
+    if (image->shared_bytes > smem_optin)
+      return failed("kernel " + image->kernel + " needs " + std::to_string(image->shared_bytes) +
+                    " bytes of shared memory per block; " + gpu + " allows " + std::to_string(smem_optin) +
+                    ". Compile it for this architecture (smaller tiles or fewer stages)");
+
+    // PTX must be NUL-terminated for the driver's JIT.
+    std::string ptx;
+    const void* data = image->image;
+    if (image->format == ImageFormat::kPtx) {
+      ptx.assign(reinterpret_cast<const char*>(image->image), image->image_size);
+      data = ptx.c_str();
+    }
+    char jit_log[4096] = {0};
+    CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void* values[] = {jit_log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(jit_log) - 1))};
+    status = cu.cuModuleLoadDataEx(&kernel.module, data, 2, options, values);
+    if (status == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+      return failed("the CUDA driver (version " + std::to_string(driver_version) + ") is too old for the PTX of " +
+                    image->kernel + " (PTX ISA " + image->ptx_version + "); update the driver or ship a cubin for " + gpu);
+    if (status != CUDA_SUCCESS)
+      return failed("cannot load " + image->kernel + " (" + image->arch + ") on " + gpu + ": " + describe(cu, status) +
+                    (jit_log[0] ? std::string("; JIT log: ") + jit_log : std::string()));
+    state->kernels.push_back(kernel);
+    LoadedKernel& loaded = state->kernels.back();
+    status = cu.cuModuleGetFunction(&loaded.function, loaded.module, image->entry.c_str());
+    if (status != CUDA_SUCCESS)
+      return failed("image " + image->kernel + " has no entry '" + image->entry + "': " + describe(cu, status));
+
+    int max_threads = 0, registers = 0;
+    cu.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, loaded.function);
+    cu.cuFuncGetAttribute(&registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded.function);
+    if (max_threads < loaded.threads)
+      return failed("kernel " + image->kernel + " uses " + std::to_string(registers) + " registers per thread, so " + gpu +
+                    " runs at most " + std::to_string(max_threads) + " threads per block, fewer than its " +
+                    std::to_string(loaded.threads) + "; compile it with fewer warps or smaller tiles");
+    if (image->shared_bytes > 48 * 1024) {
+      status = cu.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, image->shared_bytes);
+      if (status != CUDA_SUCCESS)
+        return failed("cannot opt in to " + std::to_string(image->shared_bytes) + " bytes of shared memory for " +
+                      image->kernel + ": " + describe(cu, status));
+    }
+    int per_sm = 0;
+    status = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loaded.function, loaded.threads, image->shared_bytes);
+    if (status != CUDA_SUCCESS || per_sm < 1)
+      return failed("kernel " + image->kernel + " cannot be resident on " + gpu + " (" + std::to_string(registers) +
+                    " registers, " + std::to_string(image->shared_bytes) + " bytes of shared memory per block)");
+    // Persistent kernels loop over tiles: one CTA per resident slot is enough.
+    loaded.max_grid = image->persistent ? sms * per_sm : 0;
+    if (!image->persistent && (image->global_scratch_bytes > 0 || image->profile_scratch_bytes > 0))
+      return failed("kernel " + image->kernel + " needs scratch memory but is not persistent; its grid is unbounded");
+    loaded.scratch_stride = round_up(static_cast<size_t>(image->global_scratch_bytes),
+                                     static_cast<size_t>(std::max(image->global_scratch_align, 1)));
+    loaded.profile_stride = round_up(static_cast<size_t>(image->profile_scratch_bytes), 256);
+    size_t need = round_up(loaded.scratch_stride * loaded.max_grid, 256) + loaded.profile_stride * loaded.max_grid;
+    state->workspace_bytes = std::max(state->workspace_bytes, need);
+  }
+  std::stable_sort(state->kernels.begin(), state->kernels.end(), [](const LoadedKernel& x, const LoadedKernel& y) {
+    return variant_rank(x.variant) < variant_rank(y.variant);
+  });
+  if (state->workspace_bytes > 0) {
+    status = cu.cuMemAlloc(&state->own_workspace, state->workspace_bytes);
+    if (status != CUDA_SUCCESS)
+      return failed("cannot allocate " + std::to_string(state->workspace_bytes) + " bytes of kernel scratch: " +
+                    describe(cu, status));
+  }
+  return std::unique_ptr<GroupedMMLauncher>(new GroupedMMLauncher(std::move(state)));
+}
+
+bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
+                               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error) {
+  return launch(a, b, offs, out, rows, k, n, groups, trans_b, stream,
+                reinterpret_cast<void*>(static_cast<uintptr_t>(state_->own_workspace)), error);
+}
+
+bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
+                               int64_t n, int64_t groups, bool trans_b, CUstream stream, void* workspace,
+                               std::string* error) {
+  const Driver& cu = *state_->cu;
+  const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
+                            ", groups " + std::to_string(groups) + ")";
+  if (rows < 0 || k < 0 || n < 0 || groups < 0) return fail(error, "grouped_mm: negative size " + shape);
+  constexpr int64_t kIndexLimit = int64_t{1} << 31;
+  if (rows >= kIndexLimit || k >= kIndexLimit || n >= kIndexLimit || groups >= kIndexLimit || k * n >= kIndexLimit)
+    return fail(error, "grouped_mm: sizes " + shape + " exceed the kernel's 32-bit indexing (rows, K, N, K*N < 2^31)");
+  if (trans_b != state_->trans_b)
+    return fail(error, std::string("grouped_mm: called with trans_b=") + (trans_b ? "true" : "false") +
+                           " but the kernel images are for trans_b=" + (state_->trans_b ? "true" : "false") +
+                           "; compile images for this layout");
+  if (rows == 0 || n == 0) return true;
+  if (a == nullptr || b == nullptr || offs == nullptr || out == nullptr)
+    return fail(error, "grouped_mm: null pointer among a, b, offs, out " + shape);
+  auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (misaligned(a) || misaligned(b) || misaligned(offs) || misaligned(out))
+    return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
+  if (k == 0 || groups == 0) {  // no products: every row is zero
+    CUresult status = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(out), 0, static_cast<size_t>(rows * n * 2), stream);
+    if (status != CUDA_SUCCESS) return fail(error, "grouped_mm: zero fill failed: " + describe(cu, status));
+    state_->last_kernel = "memset";
+    return true;
+  }
+
+  const LoadedKernel* kernel = nullptr;
+  for (const auto& candidate : state_->kernels) {
+    if (k % candidate.k_n_multiple == 0 && n % candidate.k_n_multiple == 0) {
+      kernel = &candidate;
+      break;
+    }
+  }
+  if (kernel == nullptr) {
+    std::string loaded;
+    for (const auto& candidate : state_->kernels) loaded += " " + candidate.name;
+    return fail(error, "grouped_mm: no loaded kernel takes K " + std::to_string(k) + " and N " + std::to_string(n) +
+                           " (loaded:" + loaded + "); include the 'any' variant in the images");
+  }
+  if (kernel->scratch_stride + kernel->profile_stride > 0 && workspace == nullptr)
+    return fail(error, "grouped_mm: kernel " + kernel->name + " needs a workspace of " +
+                           std::to_string(state_->workspace_bytes) + " bytes");
+
+  // Upper bound on tiles: every group adds at most one partial row block, plus the tail group.
+  int64_t row_blocks = (rows + kernel->block_m - 1) / kernel->block_m + groups + 1;
+  int64_t tiles = row_blocks * ((n + kernel->block_n - 1) / kernel->block_n);
+  unsigned grid = static_cast<unsigned>(kernel->max_grid > 0 ? std::min<int64_t>(tiles, kernel->max_grid)
+                                                             : std::min<int64_t>(tiles, 0x7fffffff));
+
+  CUdeviceptr a_arg = reinterpret_cast<CUdeviceptr>(a), b_arg = reinterpret_cast<CUdeviceptr>(b);
+  CUdeviceptr offs_arg = reinterpret_cast<CUdeviceptr>(offs), out_arg = reinterpret_cast<CUdeviceptr>(out);
+  int32_t rows_arg = static_cast<int32_t>(rows), k_arg = static_cast<int32_t>(k), n_arg = static_cast<int32_t>(n);
+  int32_t groups_arg = static_cast<int32_t>(groups);
+  CUdeviceptr base = reinterpret_cast<CUdeviceptr>(workspace);
+  CUdeviceptr scratch_arg = kernel->scratch_stride ? base : 0;
+  CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
+  // Triton's signature: the user arguments, then the global and profile scratch pointers.
+  void* args[] = {&a_arg, &b_arg, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg, &scratch_arg, &profile_arg};
+  CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
+                                      static_cast<unsigned>(kernel->shared_bytes), stream, args, nullptr);
+  if (status != CUDA_SUCCESS)
+    return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + describe(cu, status));
+  state_->last_kernel = kernel->name;
+  return true;
+}
+
+size_t GroupedMMLauncher::workspace_bytes() const { return state_->workspace_bytes; }
+const std::string& GroupedMMLauncher::dtype() const { return state_->dtype; }
+bool GroupedMMLauncher::trans_b() const { return state_->trans_b; }
+const std::string& GroupedMMLauncher::last_kernel() const { return state_->last_kernel; }
+
+std::vector<std::string> GroupedMMLauncher::loaded_kernels() const {
+  std::vector<std::string> names;
+  for (const auto& kernel : state_->kernels) names.push_back(kernel.name);
+  return names;
+}
+
+}  // namespace et_trt::kernels
