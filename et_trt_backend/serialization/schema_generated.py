@@ -93,27 +93,13 @@ class Dim(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def DimStart(builder):
-    builder.StartObject(5)
-
-def DimAddSize(builder, size):
-    builder.PrependInt64Slot(0, size, -1)
-
-def DimAddName(builder, name):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
-
-def DimAddMin(builder, min):
-    builder.PrependInt64Slot(2, min, 0)
-
-def DimAddOpt(builder, opt):
-    builder.PrependInt64Slot(3, opt, 0)
-
-def DimAddMax(builder, max):
-    builder.PrependInt64Slot(4, max, 0)
-
-def DimEnd(builder):
-    return builder.EndObject()
-
+def DimStart(builder): builder.StartObject(5)
+def DimAddSize(builder, size): builder.PrependInt64Slot(0, size, -1)
+def DimAddName(builder, name): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def DimAddMin(builder, min): builder.PrependInt64Slot(2, min, 0)
+def DimAddOpt(builder, opt): builder.PrependInt64Slot(3, opt, 0)
+def DimAddMax(builder, max): builder.PrependInt64Slot(4, max, 0)
+def DimEnd(builder): return builder.EndObject()
 
 
 class TensorSpec(object):
@@ -176,24 +162,12 @@ class TensorSpec(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
-def TensorSpecStart(builder):
-    builder.StartObject(3)
-
-def TensorSpecAddName(builder, name):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
-
-def TensorSpecAddDtype(builder, dtype):
-    builder.PrependInt8Slot(1, dtype, 0)
-
-def TensorSpecAddDims(builder, dims):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(dims), 0)
-
-def TensorSpecStartDimsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def TensorSpecEnd(builder):
-    return builder.EndObject()
-
+def TensorSpecStart(builder): builder.StartObject(3)
+def TensorSpecAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def TensorSpecAddDtype(builder, dtype): builder.PrependInt8Slot(1, dtype, 0)
+def TensorSpecAddDims(builder, dims): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(dims), 0)
+def TensorSpecStartDimsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def TensorSpecEnd(builder): return builder.EndObject()
 
 
 class Producer(object):
@@ -267,33 +241,15 @@ class Producer(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def ProducerStart(builder):
-    builder.StartObject(7)
-
-def ProducerAddEtTrt(builder, etTrt):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(etTrt), 0)
-
-def ProducerAddTorch(builder, torch):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(torch), 0)
-
-def ProducerAddExecutorch(builder, executorch):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(executorch), 0)
-
-def ProducerAddOnnxOpset(builder, onnxOpset):
-    builder.PrependInt32Slot(3, onnxOpset, 0)
-
-def ProducerAddTriton(builder, triton):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(triton), 0)
-
-def ProducerAddCuda(builder, cuda):
-    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(cuda), 0)
-
-def ProducerAddTensorrt(builder, tensorrt):
-    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrt), 0)
-
-def ProducerEnd(builder):
-    return builder.EndObject()
-
+def ProducerStart(builder): builder.StartObject(7)
+def ProducerAddEtTrt(builder, etTrt): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(etTrt), 0)
+def ProducerAddTorch(builder, torch): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(torch), 0)
+def ProducerAddExecutorch(builder, executorch): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(executorch), 0)
+def ProducerAddOnnxOpset(builder, onnxOpset): builder.PrependInt32Slot(3, onnxOpset, 0)
+def ProducerAddTriton(builder, triton): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(triton), 0)
+def ProducerAddCuda(builder, cuda): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(cuda), 0)
+def ProducerAddTensorrt(builder, tensorrt): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrt), 0)
+def ProducerEnd(builder): return builder.EndObject()
 
 
 class BuildOptions(object):
@@ -367,33 +323,15 @@ class BuildOptions(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return True
 
-def BuildOptionsStart(builder):
-    builder.StartObject(7)
-
-def BuildOptionsAddPrecision(builder, precision):
-    builder.PrependInt8Slot(0, precision, 0)
-
-def BuildOptionsAddTf32(builder, tf32):
-    builder.PrependBoolSlot(1, tf32, 1)
-
-def BuildOptionsAddWorkspaceBytes(builder, workspaceBytes):
-    builder.PrependUint64Slot(2, workspaceBytes, 0)
-
-def BuildOptionsAddOptimizationLevel(builder, optimizationLevel):
-    builder.PrependInt32Slot(3, optimizationLevel, 3)
-
-def BuildOptionsAddTimingCache(builder, timingCache):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(timingCache), 0)
-
-def BuildOptionsAddEngineBuild(builder, engineBuild):
-    builder.PrependInt8Slot(5, engineBuild, 0)
-
-def BuildOptionsAddGroupedGemmKernel(builder, groupedGemmKernel):
-    builder.PrependBoolSlot(6, groupedGemmKernel, 1)
-
-def BuildOptionsEnd(builder):
-    return builder.EndObject()
-
+def BuildOptionsStart(builder): builder.StartObject(7)
+def BuildOptionsAddPrecision(builder, precision): builder.PrependInt8Slot(0, precision, 0)
+def BuildOptionsAddTf32(builder, tf32): builder.PrependBoolSlot(1, tf32, 1)
+def BuildOptionsAddWorkspaceBytes(builder, workspaceBytes): builder.PrependUint64Slot(2, workspaceBytes, 0)
+def BuildOptionsAddOptimizationLevel(builder, optimizationLevel): builder.PrependInt32Slot(3, optimizationLevel, 3)
+def BuildOptionsAddTimingCache(builder, timingCache): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(timingCache), 0)
+def BuildOptionsAddEngineBuild(builder, engineBuild): builder.PrependInt8Slot(5, engineBuild, 0)
+def BuildOptionsAddGroupedGemmKernel(builder, groupedGemmKernel): builder.PrependBoolSlot(6, groupedGemmKernel, 1)
+def BuildOptionsEnd(builder): return builder.EndObject()
 
 
 class KernelImage(object):
@@ -550,63 +488,25 @@ class KernelImage(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def KernelImageStart(builder):
-    builder.StartObject(16)
-
-def KernelImageAddKernel(builder, kernel):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
-
-def KernelImageAddArch(builder, arch):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(arch), 0)
-
-def KernelImageAddFormat(builder, format):
-    builder.PrependInt8Slot(2, format, 0)
-
-def KernelImageAddImage(builder, image):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(image), 0)
-
-def KernelImageStartImageVector(builder, numElems):
-    return builder.StartVector(1, numElems, 1)
-
-def KernelImageAddEntry(builder, entry):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(entry), 0)
-
-def KernelImageAddDtype(builder, dtype):
-    builder.PrependInt8Slot(5, dtype, 0)
-
-def KernelImageAddNumWarps(builder, numWarps):
-    builder.PrependInt32Slot(6, numWarps, 0)
-
-def KernelImageAddSharedBytes(builder, sharedBytes):
-    builder.PrependInt32Slot(7, sharedBytes, 0)
-
-def KernelImageAddGlobalScratchBytes(builder, globalScratchBytes):
-    builder.PrependInt32Slot(8, globalScratchBytes, 0)
-
-def KernelImageAddGlobalScratchAlign(builder, globalScratchAlign):
-    builder.PrependInt32Slot(9, globalScratchAlign, 0)
-
-def KernelImageAddProfileScratchBytes(builder, profileScratchBytes):
-    builder.PrependInt32Slot(10, profileScratchBytes, 0)
-
-def KernelImageAddBlockM(builder, blockM):
-    builder.PrependInt32Slot(11, blockM, 0)
-
-def KernelImageAddBlockN(builder, blockN):
-    builder.PrependInt32Slot(12, blockN, 0)
-
-def KernelImageAddBlockK(builder, blockK):
-    builder.PrependInt32Slot(13, blockK, 0)
-
-def KernelImageAddPersistent(builder, persistent):
-    builder.PrependBoolSlot(14, persistent, 0)
-
-def KernelImageAddPtxVersion(builder, ptxVersion):
-    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
-
-def KernelImageEnd(builder):
-    return builder.EndObject()
-
+def KernelImageStart(builder): builder.StartObject(16)
+def KernelImageAddKernel(builder, kernel): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
+def KernelImageAddArch(builder, arch): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(arch), 0)
+def KernelImageAddFormat(builder, format): builder.PrependInt8Slot(2, format, 0)
+def KernelImageAddImage(builder, image): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(image), 0)
+def KernelImageStartImageVector(builder, numElems): return builder.StartVector(1, numElems, 1)
+def KernelImageAddEntry(builder, entry): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(entry), 0)
+def KernelImageAddDtype(builder, dtype): builder.PrependInt8Slot(5, dtype, 0)
+def KernelImageAddNumWarps(builder, numWarps): builder.PrependInt32Slot(6, numWarps, 0)
+def KernelImageAddSharedBytes(builder, sharedBytes): builder.PrependInt32Slot(7, sharedBytes, 0)
+def KernelImageAddGlobalScratchBytes(builder, globalScratchBytes): builder.PrependInt32Slot(8, globalScratchBytes, 0)
+def KernelImageAddGlobalScratchAlign(builder, globalScratchAlign): builder.PrependInt32Slot(9, globalScratchAlign, 0)
+def KernelImageAddProfileScratchBytes(builder, profileScratchBytes): builder.PrependInt32Slot(10, profileScratchBytes, 0)
+def KernelImageAddBlockM(builder, blockM): builder.PrependInt32Slot(11, blockM, 0)
+def KernelImageAddBlockN(builder, blockN): builder.PrependInt32Slot(12, blockN, 0)
+def KernelImageAddBlockK(builder, blockK): builder.PrependInt32Slot(13, blockK, 0)
+def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(14, persistent, 0)
+def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
+def KernelImageEnd(builder): return builder.EndObject()
 
 
 class Engine(object):
@@ -679,27 +579,13 @@ class Engine(object):
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
-def EngineStart(builder):
-    builder.StartObject(4)
-
-def EngineAddPlan(builder, plan):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(plan), 0)
-
-def EngineStartPlanVector(builder, numElems):
-    return builder.StartVector(1, numElems, 1)
-
-def EngineAddTensorrtVersion(builder, tensorrtVersion):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrtVersion), 0)
-
-def EngineAddGpuName(builder, gpuName):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(gpuName), 0)
-
-def EngineAddComputeCapability(builder, computeCapability):
-    builder.PrependInt32Slot(3, computeCapability, 0)
-
-def EngineEnd(builder):
-    return builder.EndObject()
-
+def EngineStart(builder): builder.StartObject(4)
+def EngineAddPlan(builder, plan): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(plan), 0)
+def EngineStartPlanVector(builder, numElems): return builder.StartVector(1, numElems, 1)
+def EngineAddTensorrtVersion(builder, tensorrtVersion): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrtVersion), 0)
+def EngineAddGpuName(builder, gpuName): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(gpuName), 0)
+def EngineAddComputeCapability(builder, computeCapability): builder.PrependInt32Slot(3, computeCapability, 0)
+def EngineEnd(builder): return builder.EndObject()
 
 
 class Blob(object):
@@ -867,50 +753,20 @@ class Blob(object):
             return obj
         return None
 
-def BlobStart(builder):
-    builder.StartObject(9)
-
-def BlobAddPart(builder, part):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(part), 0)
-
-def BlobAddProducer(builder, producer):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(producer), 0)
-
-def BlobAddInputs(builder, inputs):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
-
-def BlobStartInputsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def BlobAddOutputs(builder, outputs):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
-
-def BlobStartOutputsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def BlobAddBuildOptions(builder, buildOptions):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(buildOptions), 0)
-
-def BlobAddOptionsJson(builder, optionsJson):
-    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(optionsJson), 0)
-
-def BlobAddOnnx(builder, onnx):
-    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(onnx), 0)
-
-def BlobStartOnnxVector(builder, numElems):
-    return builder.StartVector(1, numElems, 1)
-
-def BlobAddKernels(builder, kernels):
-    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
-
-def BlobStartKernelsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def BlobAddEngine(builder, engine):
-    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(engine), 0)
-
-def BlobEnd(builder):
-    return builder.EndObject()
-
+def BlobStart(builder): builder.StartObject(9)
+def BlobAddPart(builder, part): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(part), 0)
+def BlobAddProducer(builder, producer): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(producer), 0)
+def BlobAddInputs(builder, inputs): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
+def BlobStartInputsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def BlobAddOutputs(builder, outputs): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
+def BlobStartOutputsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def BlobAddBuildOptions(builder, buildOptions): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(buildOptions), 0)
+def BlobAddOptionsJson(builder, optionsJson): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(optionsJson), 0)
+def BlobAddOnnx(builder, onnx): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(onnx), 0)
+def BlobStartOnnxVector(builder, numElems): return builder.StartVector(1, numElems, 1)
+def BlobAddKernels(builder, kernels): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
+def BlobStartKernelsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def BlobAddEngine(builder, engine): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(engine), 0)
+def BlobEnd(builder): return builder.EndObject()
 
 

@@ -1,0 +1,518 @@
+"""The delegate blob: writer and reader.
+
+One blob per partition: a fixed header (magic, schema version, crc32, payload
+size, sha256 content id; layout at the top of schema.fbs) followed by a
+flatbuffer whose root is `Blob`. The flatbuffer is built and read only through
+the flatc-generated `schema_generated.py`, the same schema the C++ runtime is
+generated from.
+
+`deserialize` refuses anything it cannot vouch for (wrong magic or version,
+size mismatch, checksum or content-id mismatch, a malformed flatbuffer,
+values outside the schema) with a `BlobError` that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+import zlib
+from typing import Any, Callable, TypeVar
+
+import flatbuffers
+import torch
+
+from et_trt_backend.kernels import KernelImage
+from et_trt_backend.options import CompileOptions, OptionsError, parse_options
+from et_trt_backend.serialization import schema_generated as fb
+
+MAGIC = b"ETTRTBLB"
+# Bump on any change an older reader cannot read (and in runtime/ too).
+SCHEMA_VERSION = 1
+FILE_IDENTIFIER = b"ETRT"
+
+# magic, schema version, crc32 of bytes [16:], payload size, sha256 of payload
+_HEADER = struct.Struct("<8sIIQ32s")
+HEADER_SIZE = _HEADER.size  # 56
+_CRC_START = 16
+# A flatbuffer addresses at most 2 GiB (32-bit signed offsets).
+MAX_PAYLOAD_BYTES = (1 << 31) - 1
+
+# ExecuTorch ScalarType codes (the DType enum's values) <-> torch dtypes.
+_DTYPE_TO_FB = {
+    torch.uint8: fb.DType.UInt8,
+    torch.int8: fb.DType.Int8,
+    torch.int16: fb.DType.Int16,
+    torch.int32: fb.DType.Int32,
+    torch.int64: fb.DType.Int64,
+    torch.float16: fb.DType.Float16,
+    torch.float32: fb.DType.Float32,
+    torch.float64: fb.DType.Float64,
+    torch.bool: fb.DType.Bool,
+    torch.bfloat16: fb.DType.BFloat16,
+}
+_FB_TO_DTYPE = {v: k for k, v in _DTYPE_TO_FB.items()}
+# Kernel element types, as named by et_trt_backend.kernels.
+_KERNEL_DTYPE_TO_FB = {"bf16": fb.DType.BFloat16, "fp16": fb.DType.Float16}
+_FB_TO_KERNEL_DTYPE = {v: k for k, v in _KERNEL_DTYPE_TO_FB.items()}
+_IMAGE_FORMAT_TO_FB = {"cubin": fb.ImageFormat.Cubin, "ptx": fb.ImageFormat.Ptx}
+_FB_TO_IMAGE_FORMAT = {v: k for k, v in _IMAGE_FORMAT_TO_FB.items()}
+_PRECISION_TO_FB = {"bf16": fb.Precision.BF16, "fp16": fb.Precision.FP16, "fp32": fb.Precision.FP32}
+_ENGINE_BUILD_TO_FB = {"auto": fb.EngineBuild.Auto, "always": fb.EngineBuild.Always, "never": fb.EngineBuild.Never}
+
+# Every CompileOptions field is either copied into the table BuildOptions
+# (the runtime needs it to build the engine as export would) or export-only.
+# tests/test_blob.py fails when a new option is in neither set.
+BUILD_OPTION_FIELDS = frozenset(
+    {"precision", "tf32", "workspace_bytes", "optimization_level", "timing_cache", "engine_build",
+     "grouped_gemm_kernel"}
+)
+EXPORT_ONLY_OPTIONS = {
+    # The ranges reach the runtime as each dynamic Dim's min/opt/max.
+    "shape_ranges": "carried by the IO specs (Dim.min/opt/max)",
+    # The kernels compiled for these archs are embedded; the list adds nothing.
+    "kernel_archs": "the embedded kernel images are the result",
+    # The pre-flight check runs at export (and `et-trt check`), not on the robot.
+    "preflight": "applies at export only",
+}
+
+# Producer keys and their types (table Producer).
+PRODUCER_FIELDS: dict[str, type] = {
+    "et_trt": str,
+    "torch": str,
+    "executorch": str,
+    "onnx_opset": int,
+    "triton": str,
+    "cuda": str,
+    "tensorrt": str,
+}
+
+
+class BlobError(ValueError):
+    """A blob cannot be written or read; the message names what is wrong."""
+
+
+@dataclasses.dataclass
+class DimSpec:
+    """One dimension; size None = dynamic, with the profile range min/opt/max."""
+
+    size: int | None
+    name: str
+    min: int
+    opt: int
+    max: int
+
+
+@dataclasses.dataclass
+class TensorSpec:
+    name: str  # the ONNX graph input/output name (TensorRT binding name)
+    dtype: torch.dtype
+    dims: list[DimSpec]
+
+
+@dataclasses.dataclass
+class EngineRecord:
+    plan: bytes
+    tensorrt_version: str
+    gpu_name: str
+    compute_capability: int  # major * 10 + minor
+
+
+@dataclasses.dataclass
+class BlobContents:
+    part: str
+    inputs: list[TensorSpec]  # in the delegate call's argument order
+    outputs: list[TensorSpec]
+    options: CompileOptions
+    onnx: bytes
+    kernels: list[KernelImage]
+    engine: EngineRecord | None
+    producer: dict[str, str | int]
+
+
+@dataclasses.dataclass(frozen=True)
+class BlobHeader:
+    schema_version: int
+    crc32: int
+    payload_size: int
+    content_id: str  # sha256 of the payload, hex
+
+
+def producer_versions(onnx_opset: int, **extra: str) -> dict[str, str | int]:
+    """Producer record for a blob made now: this package, torch, executorch,
+    the ONNX opset, plus `extra` (triton, cuda, tensorrt) where used."""
+    import executorch.version
+
+    import et_trt_backend
+
+    producer: dict[str, str | int] = {key: kind() for key, kind in PRODUCER_FIELDS.items()}
+    producer.update(
+        et_trt=et_trt_backend.__version__,
+        torch=torch.__version__,
+        executorch=executorch.version.__version__,
+        onnx_opset=onnx_opset,
+        **extra,
+    )
+    _check_producer(producer)
+    return producer
+
+
+# ---- writing ---------------------------------------------------------------
+def serialize(contents: BlobContents) -> bytes:
+    """The blob of one partition: header + flatbuffer payload."""
+    _check_producer(contents.producer)
+    payload_hint = len(contents.onnx) + sum(len(k.image) for k in contents.kernels)
+    if contents.engine is not None:
+        payload_hint += len(contents.engine.plan)
+    if payload_hint > MAX_PAYLOAD_BYTES:
+        raise BlobError(
+            f"part '{contents.part}': {payload_hint} bytes of ONNX, kernels and engine exceed the "
+            "2 GiB a flatbuffer can address; split the model into smaller parts in the recipe"
+        )
+    builder = flatbuffers.Builder(payload_hint + 4096)
+
+    # Children first: a flatbuffer is built back to front.
+    part = builder.CreateString(contents.part)
+    producer = _build_producer(builder, contents.producer)
+    inputs = _build_tensor_vector(builder, contents.inputs, fb.BlobStartInputsVector, "input")
+    outputs = _build_tensor_vector(builder, contents.outputs, fb.BlobStartOutputsVector, "output")
+    build_options = _build_options(builder, contents.options)
+    options_json = builder.CreateString(json.dumps(contents.options.to_json(), sort_keys=True))
+    onnx = builder.CreateByteVector(bytes(contents.onnx))
+    kernels = _build_vector(builder, [_build_kernel(builder, k) for k in contents.kernels],
+                            fb.BlobStartKernelsVector)
+    engine = _build_engine(builder, contents.engine) if contents.engine is not None else None
+
+    fb.BlobStart(builder)
+    fb.BlobAddPart(builder, part)
+    fb.BlobAddProducer(builder, producer)
+    fb.BlobAddInputs(builder, inputs)
+    fb.BlobAddOutputs(builder, outputs)
+    fb.BlobAddBuildOptions(builder, build_options)
+    fb.BlobAddOptionsJson(builder, options_json)
+    fb.BlobAddOnnx(builder, onnx)
+    fb.BlobAddKernels(builder, kernels)
+    if engine is not None:
+        fb.BlobAddEngine(builder, engine)
+    builder.Finish(fb.BlobEnd(builder), file_identifier=FILE_IDENTIFIER)
+    payload = bytes(builder.Output())
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise BlobError(f"part '{contents.part}': payload of {len(payload)} bytes exceeds 2 GiB")
+
+    tail = struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
+    crc = zlib.crc32(tail)
+    return MAGIC + struct.pack("<II", SCHEMA_VERSION, crc) + tail
+
+
+def _check_producer(producer: dict[str, str | int]) -> None:
+    for key, value in producer.items():
+        kind = PRODUCER_FIELDS.get(key)
+        if kind is None:
+            raise BlobError(f"producer key '{key}' is not in the schema; known keys: {', '.join(PRODUCER_FIELDS)}")
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise BlobError(f"producer '{key}' must be {kind.__name__}, got {value!r}")
+
+
+def _build_producer(builder: flatbuffers.Builder, producer: dict[str, str | int]) -> int:
+    strings = {k: builder.CreateString(v) for k, v in producer.items() if PRODUCER_FIELDS[k] is str}
+    fb.ProducerStart(builder)
+    adders: dict[str, Callable[[Any, Any], None]] = {
+        "et_trt": fb.ProducerAddEtTrt, "torch": fb.ProducerAddTorch, "executorch": fb.ProducerAddExecutorch,
+        "triton": fb.ProducerAddTriton, "cuda": fb.ProducerAddCuda, "tensorrt": fb.ProducerAddTensorrt,
+    }
+    for key, offset in strings.items():
+        adders[key](builder, offset)
+    if "onnx_opset" in producer:
+        fb.ProducerAddOnnxOpset(builder, producer["onnx_opset"])
+    return fb.ProducerEnd(builder)
+
+
+def _build_vector(builder: flatbuffers.Builder, offsets: list[int], start: Callable[[Any, int], Any]) -> int:
+    start(builder, len(offsets))
+    for offset in reversed(offsets):
+        builder.PrependUOffsetTRelative(offset)
+    return builder.EndVector()
+
+
+def _build_tensor_vector(builder, specs: list[TensorSpec], start, kind: str) -> int:
+    return _build_vector(builder, [_build_tensor(builder, s, f"{kind} {i}") for i, s in enumerate(specs)], start)
+
+
+def _build_tensor(builder: flatbuffers.Builder, spec: TensorSpec, where: str) -> int:
+    if not spec.name:
+        raise BlobError(f"{where}: tensor spec has no name; use the ONNX graph's {where.split()[0]} name")
+    where = f"{where} '{spec.name}'"
+    if spec.dtype not in _DTYPE_TO_FB:
+        raise BlobError(f"{where}: dtype {spec.dtype} has no blob code; supported: {sorted(map(str, _DTYPE_TO_FB))}")
+    dims = [_build_dim(builder, d, f"{where} axis {axis}") for axis, d in enumerate(spec.dims)]
+    name = builder.CreateString(spec.name)
+    dims_vector = _build_vector(builder, dims, fb.TensorSpecStartDimsVector)
+    fb.TensorSpecStart(builder)
+    fb.TensorSpecAddName(builder, name)
+    fb.TensorSpecAddDtype(builder, _DTYPE_TO_FB[spec.dtype])
+    fb.TensorSpecAddDims(builder, dims_vector)
+    return fb.TensorSpecEnd(builder)
+
+
+def _check_dim(dim: DimSpec, where: str) -> None:
+    if dim.size is None:
+        if not 0 <= dim.min <= dim.opt <= dim.max:
+            raise BlobError(f"{where}: dynamic range needs 0 <= min <= opt <= max, got {dim.min}, {dim.opt}, {dim.max}")
+    elif not (dim.size >= 0 and dim.min == dim.opt == dim.max == dim.size):
+        raise BlobError(
+            f"{where}: static size {dim.size} needs min = opt = max = size, got {dim.min}, {dim.opt}, {dim.max}"
+        )
+
+
+def _build_dim(builder: flatbuffers.Builder, dim: DimSpec, where: str) -> int:
+    _check_dim(dim, where)
+    name = builder.CreateString(dim.name)
+    fb.DimStart(builder)
+    fb.DimAddSize(builder, -1 if dim.size is None else dim.size)
+    fb.DimAddName(builder, name)
+    fb.DimAddMin(builder, dim.min)
+    fb.DimAddOpt(builder, dim.opt)
+    fb.DimAddMax(builder, dim.max)
+    return fb.DimEnd(builder)
+
+
+def _build_options(builder: flatbuffers.Builder, options: CompileOptions) -> int:
+    timing_cache = builder.CreateString(options.timing_cache) if options.timing_cache is not None else None
+    fb.BuildOptionsStart(builder)
+    fb.BuildOptionsAddPrecision(builder, _PRECISION_TO_FB[options.precision])
+    fb.BuildOptionsAddTf32(builder, options.tf32)
+    fb.BuildOptionsAddWorkspaceBytes(builder, options.workspace_bytes or 0)
+    fb.BuildOptionsAddOptimizationLevel(builder, options.optimization_level)
+    if timing_cache is not None:
+        fb.BuildOptionsAddTimingCache(builder, timing_cache)
+    fb.BuildOptionsAddEngineBuild(builder, _ENGINE_BUILD_TO_FB[options.engine_build])
+    fb.BuildOptionsAddGroupedGemmKernel(builder, options.grouped_gemm_kernel)
+    return fb.BuildOptionsEnd(builder)
+
+
+def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
+    where = f"kernel image '{k.kernel}' ({k.arch}, {k.format})"
+    if k.format not in _IMAGE_FORMAT_TO_FB:
+        raise BlobError(f"{where}: format must be one of {', '.join(_IMAGE_FORMAT_TO_FB)}")
+    if k.dtype not in _KERNEL_DTYPE_TO_FB:
+        raise BlobError(f"{where}: dtype must be one of {', '.join(_KERNEL_DTYPE_TO_FB)}, got {k.dtype!r}")
+    kernel = builder.CreateString(k.kernel)
+    arch = builder.CreateString(k.arch)
+    image = builder.CreateByteVector(bytes(k.image))
+    entry = builder.CreateString(k.entry)
+    ptx_version = builder.CreateString(k.ptx_version)
+    fb.KernelImageStart(builder)
+    fb.KernelImageAddKernel(builder, kernel)
+    fb.KernelImageAddArch(builder, arch)
+    fb.KernelImageAddFormat(builder, _IMAGE_FORMAT_TO_FB[k.format])
+    fb.KernelImageAddImage(builder, image)
+    fb.KernelImageAddEntry(builder, entry)
+    fb.KernelImageAddDtype(builder, _KERNEL_DTYPE_TO_FB[k.dtype])
+    fb.KernelImageAddNumWarps(builder, k.num_warps)
+    fb.KernelImageAddSharedBytes(builder, k.shared_bytes)
+    fb.KernelImageAddGlobalScratchBytes(builder, k.global_scratch_bytes)
+    fb.KernelImageAddGlobalScratchAlign(builder, k.global_scratch_align)
+    fb.KernelImageAddProfileScratchBytes(builder, k.profile_scratch_bytes)
+    fb.KernelImageAddBlockM(builder, k.block_m)
+    fb.KernelImageAddBlockN(builder, k.block_n)
+    fb.KernelImageAddBlockK(builder, k.block_k)
+    fb.KernelImageAddPersistent(builder, k.persistent)
+    fb.KernelImageAddPtxVersion(builder, ptx_version)
+    return fb.KernelImageEnd(builder)
+
+
+def _build_engine(builder: flatbuffers.Builder, engine: EngineRecord) -> int:
+    plan = builder.CreateByteVector(bytes(engine.plan))
+    version = builder.CreateString(engine.tensorrt_version)
+    gpu = builder.CreateString(engine.gpu_name)
+    fb.EngineStart(builder)
+    fb.EngineAddPlan(builder, plan)
+    fb.EngineAddTensorrtVersion(builder, version)
+    fb.EngineAddGpuName(builder, gpu)
+    fb.EngineAddComputeCapability(builder, engine.compute_capability)
+    return fb.EngineEnd(builder)
+
+
+# ---- reading ---------------------------------------------------------------
+def read_header(data: bytes) -> BlobHeader:
+    """The verified header: magic, version, size, crc32 and content id all checked."""
+    data = memoryview(data)
+    if len(data) < HEADER_SIZE:
+        raise BlobError(f"blob is {len(data)} bytes, shorter than its {HEADER_SIZE}-byte header: truncated")
+    magic, version, crc, size, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise BlobError(f"not an et-trt blob: magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != SCHEMA_VERSION:
+        raise BlobError(
+            f"blob schema version {version}, this reader reads version {SCHEMA_VERSION}; "
+            "re-export the model with this et-trt version"
+        )
+    actual = len(data) - HEADER_SIZE
+    if size != actual:
+        raise BlobError(f"blob payload is {actual} bytes but its header says {size}: truncated or extended")
+    if zlib.crc32(data[_CRC_START:]) != crc:
+        raise BlobError("blob crc32 mismatch: the blob is corrupted")
+    if hashlib.sha256(data[HEADER_SIZE:]).digest() != digest:
+        raise BlobError("blob content id (sha256) does not match its payload: the blob is corrupted")
+    return BlobHeader(version, crc, size, digest.hex())
+
+
+def deserialize(data: bytes) -> BlobContents:
+    """The contents of a blob written by `serialize`; BlobError if it is not one."""
+    read_header(data)
+    payload = bytes(data[HEADER_SIZE:])
+    if len(payload) < 8 or not fb.Blob.BlobBufferHasIdentifier(payload, 0):
+        raise BlobError(f"blob payload lacks the flatbuffer file identifier {FILE_IDENTIFIER!r}")
+    try:
+        return _read_blob(payload)
+    except BlobError:
+        raise
+    except Exception as e:  # the Python flatbuffers runtime has no verifier
+        raise BlobError(f"malformed blob flatbuffer ({type(e).__name__}: {e})") from e
+
+
+T = TypeVar("T")
+
+
+def _vector(length: int, item: Callable[[int], T], what: str, payload: bytes, elem_bytes: int = 4) -> list[T]:
+    # A corrupt length must not make us loop over billions of entries.
+    if length * elem_bytes > len(payload):
+        raise BlobError(f"blob field {what}: length {length} exceeds the payload")
+    return [item(i) for i in range(length)]
+
+
+def _bytes(table: Any, field: str, payload: bytes) -> bytes:
+    if getattr(table, f"{field}IsNone")():
+        return b""
+    length = getattr(table, f"{field}Length")()
+    if length > len(payload):
+        raise BlobError(f"blob field {field}: length {length} exceeds the payload")
+    return getattr(table, f"{field}AsNumpy")().tobytes()
+
+
+def _str(value: bytes | None, what: str) -> str:
+    if value is None:
+        return ""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BlobError(f"blob field {what} is not UTF-8: {e}") from None
+
+
+def _enum(value: int, mapping: dict[int, T], what: str) -> T:
+    if value not in mapping:
+        raise BlobError(f"blob field {what} has unknown value {value}")
+    return mapping[value]
+
+
+def _read_blob(payload: bytes) -> BlobContents:
+    root = fb.Blob.GetRootAs(payload, 0)
+    part = _str(root.Part(), "part")
+    inputs = _vector(root.InputsLength(), lambda i: _read_tensor(root.Inputs(i), f"inputs[{i}]", payload),
+                     "inputs", payload)
+    outputs = _vector(root.OutputsLength(), lambda i: _read_tensor(root.Outputs(i), f"outputs[{i}]", payload),
+                      "outputs", payload)
+    options = _read_options(root)
+    kernels = _vector(root.KernelsLength(), lambda i: _read_kernel(root.Kernels(i), payload), "kernels", payload)
+    engine_table = root.Engine()
+    engine = None
+    if engine_table is not None:
+        engine = EngineRecord(
+            plan=_bytes(engine_table, "Plan", payload),
+            tensorrt_version=_str(engine_table.TensorrtVersion(), "engine.tensorrt_version"),
+            gpu_name=_str(engine_table.GpuName(), "engine.gpu_name"),
+            compute_capability=engine_table.ComputeCapability(),
+        )
+    return BlobContents(
+        part=part,
+        inputs=inputs,
+        outputs=outputs,
+        options=options,
+        onnx=_bytes(root, "Onnx", payload),
+        kernels=kernels,
+        engine=engine,
+        producer=_read_producer(root.Producer()),
+    )
+
+
+def _read_tensor(table: fb.TensorSpec, where: str, payload: bytes) -> TensorSpec:
+    name = _str(table.Name(), f"{where}.name")
+    dims = _vector(table.DimsLength(), lambda axis: _read_dim(table.Dims(axis), f"{where} '{name}' axis {axis}"),
+                   f"{where}.dims", payload)
+    return TensorSpec(name, _enum(table.Dtype(), _FB_TO_DTYPE, f"{where}.dtype"), dims)
+
+
+def _read_dim(table: fb.Dim, where: str) -> DimSpec:
+    size = table.Size()
+    dim = DimSpec(None if size == -1 else size, _str(table.Name(), f"{where} name"),
+                  table.Min(), table.Opt(), table.Max())
+    try:
+        _check_dim(dim, where)
+    except BlobError as e:
+        raise BlobError(f"blob {e}") from None
+    return dim
+
+
+def _read_options(root: fb.Blob) -> CompileOptions:
+    text = _str(root.OptionsJson(), "options_json")
+    try:
+        options = parse_options(json.loads(text))
+    except (ValueError, OptionsError) as e:
+        raise BlobError(f"blob options_json is not valid compile options: {e}") from None
+    table = root.BuildOptions()
+    if table is None:
+        raise BlobError("blob lacks build_options")
+    # The runtime reads build_options, inspection reads options_json: they must agree.
+    stored = {
+        "precision": _enum(table.Precision(), {v: k for k, v in _PRECISION_TO_FB.items()}, "build_options.precision"),
+        "tf32": table.Tf32(),
+        "workspace_bytes": table.WorkspaceBytes() or None,
+        "optimization_level": table.OptimizationLevel(),
+        "timing_cache": _str(table.TimingCache(), "build_options.timing_cache") if table.TimingCache() is not None
+        else None,
+        "engine_build": _enum(table.EngineBuild(), {v: k for k, v in _ENGINE_BUILD_TO_FB.items()},
+                              "build_options.engine_build"),
+        "grouped_gemm_kernel": table.GroupedGemmKernel(),
+    }
+    for key, value in stored.items():
+        if getattr(options, key) != value:
+            raise BlobError(
+                f"blob build_options.{key} = {value!r} disagrees with options_json ({getattr(options, key)!r})"
+            )
+    return options
+
+
+def _read_kernel(table: fb.KernelImage, payload: bytes) -> KernelImage:
+    return KernelImage(
+        kernel=_str(table.Kernel(), "kernel.kernel"),
+        arch=_str(table.Arch(), "kernel.arch"),
+        format=_enum(table.Format(), _FB_TO_IMAGE_FORMAT, "kernel.format"),
+        image=_bytes(table, "Image", payload),
+        entry=_str(table.Entry(), "kernel.entry"),
+        dtype=_enum(table.Dtype(), _FB_TO_KERNEL_DTYPE, "kernel.dtype"),
+        num_warps=table.NumWarps(),
+        shared_bytes=table.SharedBytes(),
+        global_scratch_bytes=table.GlobalScratchBytes(),
+        global_scratch_align=table.GlobalScratchAlign(),
+        profile_scratch_bytes=table.ProfileScratchBytes(),
+        block_m=table.BlockM(),
+        block_n=table.BlockN(),
+        block_k=table.BlockK(),
+        persistent=table.Persistent(),
+        ptx_version=_str(table.PtxVersion(), "kernel.ptx_version"),
+    )
+
+
+def _read_producer(table: fb.Producer | None) -> dict[str, str | int]:
+    if table is None:
+        raise BlobError("blob lacks its producer record")
+    return {
+        "et_trt": _str(table.EtTrt(), "producer.et_trt"),
+        "torch": _str(table.Torch(), "producer.torch"),
+        "executorch": _str(table.Executorch(), "producer.executorch"),
+        "onnx_opset": table.OnnxOpset(),
+        "triton": _str(table.Triton(), "producer.triton"),
+        "cuda": _str(table.Cuda(), "producer.cuda"),
+        "tensorrt": _str(table.Tensorrt(), "producer.tensorrt"),
+    }

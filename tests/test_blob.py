@@ -1,0 +1,289 @@
+"""The delegate blob: round trip, header layout, corruption refused, option mapping."""
+
+import dataclasses
+import hashlib
+import os
+import random
+import re
+import struct
+import zlib
+
+import pytest
+import torch
+
+from et_trt_backend.kernels import KernelImage
+from et_trt_backend.options import (
+    ENGINE_BUILD_POLICIES,
+    FIELDS,
+    KERNEL_ARCHS,
+    PRECISIONS,
+    PREFLIGHT_POLICIES,
+    CompileOptions,
+    ShapeRange,
+)
+from et_trt_backend.serialization import blob
+from et_trt_backend.serialization import schema_generated as fb
+from et_trt_backend.serialization.blob import (
+    HEADER_SIZE,
+    MAGIC,
+    SCHEMA_VERSION,
+    BlobContents,
+    BlobError,
+    DimSpec,
+    EngineRecord,
+    TensorSpec,
+    deserialize,
+    serialize,
+)
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+          torch.float64, torch.bool, torch.bfloat16]
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def random_text(rng: random.Random, n: int = 12) -> str:
+    # Non-ASCII on purpose: strings are UTF-8 in the schema.
+    return "".join(rng.choice("abcxyz_019.:µé") for _ in range(rng.randint(1, n)))
+
+
+def random_options(rng: random.Random) -> CompileOptions:
+    return CompileOptions(
+        precision=rng.choice(PRECISIONS),
+        tf32=rng.random() < 0.5,
+        shape_ranges={
+            random_text(rng): ShapeRange(lo, lo + 1, lo + rng.randint(1, 9000))
+            for lo in rng.sample(range(64), rng.randint(0, 3))
+        },
+        workspace_bytes=rng.choice([None, rng.randint(1, 1 << 40)]),
+        optimization_level=rng.randint(0, 5),
+        timing_cache=rng.choice([None, "/tmp/" + random_text(rng)]),
+        kernel_archs=tuple(rng.sample(KERNEL_ARCHS, rng.randint(1, len(KERNEL_ARCHS)))),
+        grouped_gemm_kernel=rng.random() < 0.5,
+        engine_build=rng.choice(ENGINE_BUILD_POLICIES),
+        preflight=rng.choice(PREFLIGHT_POLICIES),
+    )
+
+
+def random_tensor(rng: random.Random) -> TensorSpec:
+    dims = []
+    for _ in range(rng.randint(0, 4)):
+        if rng.random() < 0.5:
+            size = rng.randint(0, 1 << 20)
+            dims.append(DimSpec(size, "", size, size, size))
+        else:
+            lo = rng.randint(0, 100)
+            dims.append(DimSpec(None, random_text(rng), lo, lo + rng.randint(0, 50), lo + rng.randint(50, 70000)))
+    return TensorSpec(random_text(rng), rng.choice(DTYPES), dims)
+
+
+def random_kernel(rng: random.Random) -> KernelImage:
+    return KernelImage(
+        kernel=random_text(rng), arch=rng.choice(KERNEL_ARCHS), format=rng.choice(["cubin", "ptx"]),
+        image=rng.randbytes(rng.randint(0, 3000)), entry=random_text(rng), dtype=rng.choice(["bf16", "fp16"]),
+        num_warps=rng.choice([4, 8]), shared_bytes=rng.randint(0, 232448), global_scratch_bytes=rng.randint(0, 512),
+        global_scratch_align=rng.choice([1, 128]), profile_scratch_bytes=rng.randint(0, 64),
+        block_m=rng.choice([64, 128]), block_n=rng.choice([64, 128, 256]), block_k=rng.choice([32, 64]),
+        persistent=rng.random() < 0.5, ptx_version=rng.choice(["8.4", "8.8", "9.0"]),
+    )
+
+
+def random_contents(rng: random.Random) -> BlobContents:
+    engine = None
+    if rng.random() < 0.5:
+        engine = EngineRecord(rng.randbytes(rng.randint(0, 5000)), "10." + str(rng.randint(0, 20)),
+                              random_text(rng), rng.choice([80, 87, 90, 100, 110, 120]))
+    return BlobContents(
+        part=random_text(rng),
+        inputs=[random_tensor(rng) for _ in range(rng.randint(0, 4))],
+        outputs=[random_tensor(rng) for _ in range(rng.randint(1, 3))],
+        options=random_options(rng),
+        onnx=rng.randbytes(rng.randint(0, 20000)),
+        kernels=[random_kernel(rng) for _ in range(rng.randint(0, 3))],
+        engine=engine,
+        producer={"et_trt": "0.1.0", "torch": torch.__version__, "executorch": random_text(rng),
+                  "onnx_opset": rng.randint(1, 30), "triton": random_text(rng), "cuda": "13.0",
+                  "tensorrt": rng.choice(["", "10.13.0"])},
+    )
+
+
+def small_contents(seed: int) -> BlobContents:
+    """Contents small enough to corrupt at every byte."""
+    rng = random.Random(seed)
+    contents = random_contents(rng)
+    contents.onnx = rng.randbytes(200)
+    contents.kernels = [dataclasses.replace(random_kernel(rng), image=rng.randbytes(100))]
+    contents.engine = EngineRecord(rng.randbytes(100), "10.13.0", "NVIDIA H200", 90)
+    return contents
+
+
+def reseal(data: bytes) -> bytes:
+    """The blob with its header recomputed, so corruption reaches the flatbuffer reader."""
+    payload = data[HEADER_SIZE:]
+    tail = struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
+    return data[:12] + struct.pack("<I", zlib.crc32(tail)) + tail
+
+
+# ---- round trip ---------------------------------------------------------------
+@pytest.mark.parametrize("trial", range(20))
+def test_round_trip_of_random_contents(trial):
+    seed = fresh_seed()
+    contents = random_contents(random.Random(seed))
+    data = serialize(contents)
+    assert deserialize(data) == contents, f"seed {seed}"
+    # Deterministic: the same contents give the same bytes (the content id is a cache key).
+    assert serialize(deserialize(data)) == data, f"seed {seed}"
+
+
+def test_round_trip_of_defaults_and_empty_fields():
+    contents = BlobContents("", [], [], CompileOptions(), b"", [], None,
+                            {key: kind() for key, kind in blob.PRODUCER_FIELDS.items()})
+    assert deserialize(serialize(contents)) == contents
+
+
+def test_producer_versions_name_this_build():
+    producer = blob.producer_versions(18, triton="3.9.0")
+    assert producer["torch"] == torch.__version__ and producer["onnx_opset"] == 18
+    assert producer["triton"] == "3.9.0" and producer["tensorrt"] == ""
+    contents = small_contents(fresh_seed())
+    contents.producer = producer
+    assert deserialize(serialize(contents)).producer == producer
+
+
+def test_header_layout_is_the_documented_one():
+    contents = small_contents(fresh_seed())
+    data = serialize(contents)
+    payload = data[HEADER_SIZE:]
+    assert HEADER_SIZE == 56
+    assert data[0:8] == MAGIC == b"ETTRTBLB"
+    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 1
+    assert struct.unpack_from("<I", data, 12)[0] == zlib.crc32(data[16:])
+    assert struct.unpack_from("<Q", data, 16)[0] == len(payload)
+    assert data[24:56] == hashlib.sha256(payload).digest()
+    assert payload[4:8] == b"ETRT"  # flatbuffer file identifier
+    header = blob.read_header(data)
+    assert header.content_id == hashlib.sha256(payload).hexdigest()
+    # The payload is a flatbuffer the generated accessors read directly.
+    root = fb.Blob.GetRootAs(payload, 0)
+    assert root.Part().decode() == contents.part
+    assert root.OnnxAsNumpy().tobytes() == contents.onnx
+
+
+def test_build_options_table_carries_the_options():
+    for _ in range(10):
+        seed = fresh_seed()
+        options = random_options(random.Random(seed))
+        contents = small_contents(seed)
+        contents.options = options
+        table = fb.Blob.GetRootAs(serialize(contents)[HEADER_SIZE:], 0).BuildOptions()
+        assert table.Precision() == {"bf16": 0, "fp16": 1, "fp32": 2}[options.precision]
+        assert table.Tf32() == options.tf32
+        assert table.WorkspaceBytes() == (options.workspace_bytes or 0)
+        assert table.OptimizationLevel() == options.optimization_level
+        assert (table.TimingCache() or b"").decode() == (options.timing_cache or "")
+        assert table.EngineBuild() == {"auto": 0, "always": 1, "never": 2}[options.engine_build]
+        assert table.GroupedGemmKernel() == options.grouped_gemm_kernel
+
+
+def test_every_option_is_mapped_or_declared_export_only():
+    build, export_only = blob.BUILD_OPTION_FIELDS, set(blob.EXPORT_ONLY_OPTIONS)
+    assert not build & export_only
+    undecided = set(FIELDS) - build - export_only
+    assert not undecided, (
+        f"CompileOptions field(s) {sorted(undecided)} are neither in the blob's BuildOptions nor declared "
+        "export-only: add them to schema.fbs (table BuildOptions) and BUILD_OPTION_FIELDS, or to "
+        "EXPORT_ONLY_OPTIONS with the reason"
+    )
+    assert not (build | export_only) - set(FIELDS), "blob.py names options that no longer exist"
+    # BUILD_OPTION_FIELDS is exactly the schema's table BuildOptions.
+    schema_fields = {
+        re.sub(r"(?<!^)(?=[A-Z])", "_", name[len("BuildOptionsAdd"):]).lower()
+        for name in dir(fb) if name.startswith("BuildOptionsAdd")
+    }
+    assert schema_fields == build
+
+
+# ---- corruption -----------------------------------------------------------------
+def test_every_single_bit_flip_is_refused():
+    seed = fresh_seed()
+    data = serialize(small_contents(seed))
+    rng = random.Random(seed)
+    for offset in range(len(data)):
+        corrupt = bytearray(data)
+        corrupt[offset] ^= 1 << rng.randrange(8)
+        with pytest.raises(BlobError):
+            deserialize(bytes(corrupt))
+
+
+def test_truncation_and_extension_are_refused():
+    data = serialize(small_contents(fresh_seed()))
+    for size in range(len(data)):
+        with pytest.raises(BlobError):
+            deserialize(data[:size])
+    for extra in (b"\0", b"\0" * 8, os.urandom(1000)):
+        with pytest.raises(BlobError, match="truncated or extended"):
+            deserialize(data + extra)
+
+
+def test_errors_name_the_problem():
+    data = serialize(small_contents(fresh_seed()))
+    with pytest.raises(BlobError, match="magic"):
+        deserialize(b"XXXXXXXX" + data[8:])
+    newer = data[:8] + struct.pack("<I", SCHEMA_VERSION + 1) + data[12:]
+    with pytest.raises(BlobError, match="schema version 2.*re-export"):
+        deserialize(newer)
+    with pytest.raises(BlobError, match="crc32"):
+        deserialize(data[:-1] + bytes([data[-1] ^ 0x80]))
+    with pytest.raises(BlobError, match="sha256"):
+        payload = bytearray(data[HEADER_SIZE:])
+        payload[-1] ^= 1
+        forged = data[:HEADER_SIZE] + bytes(payload)
+        deserialize(forged[:12] + struct.pack("<I", zlib.crc32(forged[16:])) + forged[16:])
+    with pytest.raises(BlobError, match="identifier"):
+        payload = bytearray(data[HEADER_SIZE:])
+        payload[4:8] = b"XXXX"
+        deserialize(reseal(data[:HEADER_SIZE] + bytes(payload)))
+
+
+def test_malformed_flatbuffer_with_valid_checksums_gives_only_blob_errors():
+    # Checksums are not a verifier: a payload from a buggy writer must still
+    # be refused with BlobError (or read as some valid contents), never crash.
+    seed = fresh_seed()
+    rng = random.Random(seed)
+    data = serialize(small_contents(seed))
+    refused = 0
+    for _ in range(600):
+        payload = bytearray(data[HEADER_SIZE:])
+        for _ in range(rng.randint(1, 4)):
+            offset = rng.randrange(8, len(payload))  # keep root offset and identifier
+            payload[offset] = rng.randrange(256)
+        try:
+            contents = deserialize(reseal(data[:HEADER_SIZE] + bytes(payload)))
+        except BlobError:
+            refused += 1
+        else:
+            assert isinstance(contents, BlobContents)
+    assert refused > 0, f"seed {seed}"
+
+
+# ---- bad contents are refused at write time --------------------------------------
+def test_serialize_refuses_bad_contents():
+    contents = small_contents(fresh_seed())
+    with pytest.raises(BlobError, match="static size 4 needs min = opt = max"):
+        serialize(dataclasses.replace(contents, inputs=[TensorSpec("x", torch.float32, [DimSpec(4, "", 0, 4, 4)])]))
+    with pytest.raises(BlobError, match="dynamic range"):
+        serialize(dataclasses.replace(contents, inputs=[TensorSpec("x", torch.float32, [DimSpec(None, "t", 5, 2, 9)])]))
+    with pytest.raises(BlobError, match="dtype"):
+        serialize(dataclasses.replace(contents, outputs=[TensorSpec("y", torch.complex64, [])]))
+    with pytest.raises(BlobError, match="no name"):
+        serialize(dataclasses.replace(contents, outputs=[TensorSpec("", torch.float32, [])]))
+    with pytest.raises(BlobError, match="producer key 'gpu'"):
+        serialize(dataclasses.replace(contents, producer={"gpu": "x"}))
+    with pytest.raises(BlobError, match="onnx_opset"):
+        serialize(dataclasses.replace(contents, producer={"onnx_opset": "18"}))
+    bad_kernel = dataclasses.replace(contents.kernels[0], format="fatbin")
+    with pytest.raises(BlobError, match="format"):
+        serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
+
