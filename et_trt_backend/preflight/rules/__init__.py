@@ -1,0 +1,26 @@
+"""The pre-flight rules, one module per TensorRT limit. Each module exposes
+`check(view: ModelView) -> Iterator[Violation]`."""
+
+from et_trt_backend.preflight.rules import (
+    attributes,
+    data_dependent,
+    dtypes,
+    grouped_mm,
+    opset,
+    scatter,
+    static_inputs,
+    supported_ops,
+    topk,
+)
+
+RULES = {
+    "opset": opset.check,
+    "supported_ops": supported_ops.check,
+    "dtypes": dtypes.check,
+    "static_inputs": static_inputs.check,
+    "attributes": attributes.check,
+    "topk": topk.check,
+    "scatter": scatter.check,
+    "data_dependent": data_dependent.check,
+    "grouped_mm": grouped_mm.check,
+}

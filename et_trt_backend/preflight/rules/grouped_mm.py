@@ -1,0 +1,62 @@
+"""et_trt::GroupedMM nodes must match the plugin (contract 4): attributes through
+which the parser finds it, three inputs a [rows, K], b [G, K, N] (or [G, N, K]
+with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from onnx import TensorProto, helper
+
+from et_trt_backend.preflight import tensorrt_onnx as trt
+from et_trt_backend.preflight.model_view import ModelView, NodeRef
+from et_trt_backend.preflight.violation import Violation
+
+RULE = "grouped_mm"
+_KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
+
+
+def check(view: ModelView) -> Iterator[Violation]:
+    for ref in view:
+        node = ref.node
+        if (node.domain, node.op_type) == (trt.GROUPED_MM_DOMAIN, trt.GROUPED_MM_OP):
+            for problem in _problems(view, ref):
+                yield Violation.at(RULE, ref, problem)
+
+
+def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
+    node = ref.node
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    for name, expected in trt.GROUPED_MM_ATTRIBUTES.items():
+        if attrs.get(name) != expected.encode():
+            yield f"attribute {name} must be the string {expected!r} (the plugin's registration), got {attrs.get(name)!r}"
+    trans_b = attrs.get("trans_b")
+    if trans_b not in (0, 1):
+        yield f"attribute trans_b must be the int 0 or 1, got {trans_b!r}"
+    if len(node.input) != 3 or not all(node.input) or len(node.output) != 1:
+        yield f"needs inputs (a, b, offs) and one output, got {len(node.input)} inputs, {len(node.output)} outputs"
+        return
+    a, b, offs = node.input
+    types = {name: view.elem_type(name) for name in (a, b, offs, node.output[0])}
+    if types[a] is not None and types[a] not in _KERNEL_DTYPES:
+        yield f"a is {trt.dtype_name(types[a])}; the kernel takes BF16 or FP16 (fp32 grouped mm is lowered densely)"
+    if None not in (types[a], types[b]) and types[a] != types[b]:
+        yield f"a is {trt.dtype_name(types[a])} but b is {trt.dtype_name(types[b])}: they must match"
+    if types[offs] is not None and types[offs] != TensorProto.INT32:
+        yield f"offs is {trt.dtype_name(types[offs])}; the plugin takes INT32 offsets"
+    out = node.output[0]
+    if None not in (types[a], types[out]) and types[out] != types[a]:
+        yield f"output is {trt.dtype_name(types[out])} but a is {trt.dtype_name(types[a])}: they must match"
+    shapes = {name: view.shape(name) for name in (a, b, offs)}
+    for name, what, rank in ((a, "a", 2), (b, "b", 3), (offs, "offs", 1)):
+        if shapes[name] is not None and len(shapes[name]) != rank:
+            yield f"{what} has rank {len(shapes[name])}, the plugin needs rank {rank}"
+            return
+    if shapes[a] and shapes[b] and trans_b in (0, 1):
+        k_a, k_b = shapes[a][1], shapes[b][2 if trans_b else 1]
+        if isinstance(k_a, int) and isinstance(k_b, int) and k_a != k_b:
+            yield f"a's K ({k_a}) differs from b's K ({k_b}, trans_b={trans_b})"
+    if shapes[b] and shapes[offs]:
+        groups, count = shapes[b][0], shapes[offs][0]
+        if isinstance(groups, int) and isinstance(count, int) and groups != count:
+            yield f"offs has {count} entries but b has {groups} groups"

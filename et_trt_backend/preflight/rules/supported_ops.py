@@ -1,0 +1,32 @@
+"""Every node must be an operator TensorRT's parser supports, or our GroupedMM plugin op."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from et_trt_backend.preflight import tensorrt_onnx as trt
+from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.violation import Violation
+
+RULE = "supported_ops"
+
+
+def check(view: ModelView) -> Iterator[Violation]:
+    for ref in view:
+        node = ref.node
+        if node.domain in ("", "ai.onnx"):
+            if node.op_type in trt.SUPPORTED_OPS:
+                continue
+            if node.op_type in trt.UNSUPPORTED_OPS:
+                why = f"TensorRT's ONNX parser does not support {node.op_type}"
+            else:
+                why = f"{node.op_type} is not in TensorRT's ONNX operator list"
+            yield Violation.at(
+                RULE, ref, f"{why} ({trt.FACTS_FROM}); rewrite it in supported ops or keep it out of the partition"
+            )
+        elif (node.domain, node.op_type) != (trt.GROUPED_MM_DOMAIN, trt.GROUPED_MM_OP):
+            yield Violation.at(
+                RULE, ref,
+                f"custom op {node.domain}::{node.op_type} has no TensorRT plugin in et-trt (only "
+                f"{trt.GROUPED_MM_DOMAIN}::{trt.GROUPED_MM_OP}); lower it to standard ONNX ops",
+            )
