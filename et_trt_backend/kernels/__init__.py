@@ -1,6 +1,7 @@
-"""The grouped-GEMM kernel: Triton source, ahead-of-time images, and the eager op.
+"""The grouped-GEMM kernel: Triton source, ahead-of-time images, launcher binding, eager op.
 
-Importing this package does not import Triton; compiling does.
+Importing this package imports neither Triton nor torch; compiling imports
+Triton, and `et_trt_backend.kernels.op` registers torch.ops.et_trt.grouped_mm.
 """
 
 from et_trt_backend.kernels.aot import KernelImage, grouped_mm_images

@@ -16,13 +16,11 @@ import pathlib
 import re
 from collections.abc import Sequence
 
-from et_trt_backend.kernels import grouped_mm
-
 logger = logging.getLogger(__name__)
 
 DTYPES = ("bf16", "fp16")
 CACHE_ENV = "ET_TRT_KERNEL_CACHE"
-_CACHE_FORMAT = 1  # bump when the cached record layout changes
+_CACHE_FORMAT = 2  # bump when the cached record layout changes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +126,8 @@ def _cache_dir() -> pathlib.Path:
 
 
 def _source_hash() -> str:
+    from et_trt_backend.kernels import grouped_mm  # imports Triton
+
     return hashlib.sha256(inspect.getsource(grouped_mm).encode()).hexdigest()[:16]
 
 
@@ -136,6 +136,8 @@ def compile_image(
 ) -> KernelImage:
     """Compiles (or reads from the disk cache) one variant for one architecture."""
     import triton
+
+    from et_trt_backend.kernels import grouped_mm
 
     if dtype not in DTYPES:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
@@ -149,9 +151,8 @@ def compile_image(
     path = _cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
     if path.exists():
         try:
-            record = json.loads(path.read_text())
-            return KernelImage(**{**record, "image": bytes.fromhex(record["image"])})
-        except (ValueError, TypeError, KeyError):
+            return load_images(path)[0]
+        except (ValueError, TypeError, KeyError, IndexError):
             logger.warning("ignoring unreadable kernel cache entry %s", path)
 
     name = kernel_name(config.variant, trans_b)
@@ -191,11 +192,23 @@ def compile_image(
         persistent=True,
         ptx_version=f"{ptx_version // 10}.{ptx_version % 10}",
     )
+    save_images(path, [image])
+    return image
+
+
+def save_images(path: str | os.PathLike, images: Sequence[KernelImage]) -> None:
+    """Writes images as JSON (image bytes in hex); atomic, so a reader never sees half a file."""
+    path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({**dataclasses.asdict(image), "image": image.image.hex()}))
-    tmp.replace(path)  # atomic: a reader never sees half an entry
-    return image
+    tmp.write_text(json.dumps([{**dataclasses.asdict(i), "image": i.image.hex()} for i in images]))
+    tmp.replace(path)
+
+
+def load_images(path: str | os.PathLike) -> list[KernelImage]:
+    """Reads what save_images wrote. Needs no Triton."""
+    records = json.loads(pathlib.Path(path).read_text())
+    return [KernelImage(**{**r, "image": bytes.fromhex(r["image"])}) for r in records]
 
 
 def _compiler_targets() -> set[int]:

@@ -1,0 +1,56 @@
+"""Compiles, on this (CPU) machine, the kernel images a device run needs, into .device/.
+
+    python benchmarks/device/prepare.py      # then: run benchmarks/device/run_all.sh there, carry .device
+
+.device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX (tests)
+.device/bench_images.json  bf16, trans_b: ours, the 48 KiB baseline and tuning candidates
+.device/bench_images.groups.json  which of those each benchmark contender launches
+"""
+
+import json
+import logging
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from et_trt_backend.kernels import aot  # noqa: E402
+
+OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
+ARCH = "sm_90a"
+# Tuning candidates for sm_90a, timed at the large shapes beside the default.
+CANDIDATES = {
+    "tma_128x256x64_s3": aot.TileConfig("tma", 128, 256, 64, 3, 8, True, 8),
+    "tma_128x128x64_s4": aot.TileConfig("tma", 128, 128, 64, 4, 8, True, 8),
+    "tma_128x128x64_s5_w4": aot.TileConfig("tma", 128, 128, 64, 5, 4, True, 8),
+    "tma_64x256x64_s5_w4": aot.TileConfig("tma", 64, 256, 64, 5, 4, True, 8),
+    "tile_128x256x64_s3": aot.TileConfig("tile", 128, 256, 64, 3, 8, False, 16),
+}
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    tests = []
+    for dtype in aot.DTYPES:
+        for trans_b in (False, True):
+            tests += aot.grouped_mm_images([ARCH], dtype, trans_b)
+    aot.save_images(OUT / "images.json", tests)
+
+    bench, groups = [], {}
+
+    def add(label, images):
+        groups[label] = list(range(len(bench), len(bench) + len(images)))
+        bench.extend(images)
+
+    add("ours", [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"])
+    add("baseline48k", aot.baseline_images(ARCH, "bf16", True))
+    for label, config in CANDIDATES.items():
+        add(label, [aot.compile_image(ARCH, "bf16", True, config)])
+    aot.save_images(OUT / "bench_images.json", bench)
+    (OUT / "bench_images.groups.json").write_text(json.dumps(groups))
+    for image in bench:
+        logging.info("%-22s %-7s %6d B shared, %3d B scratch/CTA, %dx%dx%d", image.kernel, image.arch,
+                     image.shared_bytes, image.global_scratch_bytes, image.block_m, image.block_n, image.block_k)
+
+
+if __name__ == "__main__":
+    main()

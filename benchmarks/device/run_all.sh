@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call: build the launcher, check the kernel (no Triton in the process),
+# run the invalid-offset cases under compute-sanitizer, then benchmark.
+# Prepare here first:  python benchmarks/device/prepare.py
+# Then on the device:  bash benchmarks/device/run_all.sh   (carry .device; results go to $OUT)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ET_TRT_KERNEL_IMAGES=$PWD/.device/images.json
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__)"
+
+cmake -S runtime/kernels -B build/kernels -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 \
+  && cmake --build build/kernels -j 8 >> "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+echo "launcher built"
+
+python3 -m pytest -q -p no:cacheprovider --noconftest -rs tests/test_kernel_gpu.py 2>&1 | tee "$OUT/tests.log" | tail -15
+tests_rc=${PIPESTATUS[0]}
+
+compute-sanitizer --tool memcheck --error-exitcode 9 \
+  python3 -m pytest -q -p no:cacheprovider --noconftest tests/test_kernel_gpu.py -k "invalid or odd or empty" \
+  > "$OUT/memcheck.log" 2>&1
+memcheck_rc=$?
+grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3
+
+python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+echo "tests rc=$tests_rc memcheck rc=$memcheck_rc"

@@ -1,0 +1,165 @@
+"""Grouped-GEMM benchmark: torch._grouped_mm vs a 48 KiB Torch-TensorRT-kind kernel vs ours.
+
+Runs on a GPU with no Triton in the process: the kernels are ahead-of-time images
+(made on any machine by benchmarks/device/prepare.py) launched through the C++
+launcher (runtime/kernels). Each time is the median over CUDA-graph replays of
+many back-to-back calls; all three run side by side in one process, on the same
+inputs, and each result is checked against torch._grouped_mm before it is timed.
+
+    python benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out results/
+
+Shapes: MoE layers of 128 experts, hidden 3072, expert FFN 3072, top-8 at 3500
+and 8740 tokens (gate+up: K 3072, N 6144; down: K 3072, N 3072), and robot sizes
+(1 to 256 tokens, 8 to 64 experts, hidden 1024 to 2048, top-2). Weights are stored
+[experts, N, K] (trans_b), as MoE layers keep them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from et_trt_backend.kernels import aot  # noqa: E402
+from et_trt_backend.kernels.launcher import GroupedMMLauncher  # noqa: E402
+
+logger = logging.getLogger("grouped_mm_bench")
+
+LARGE = [(t, 128, 3072, 3072, 8) for t in (3500, 8740)]  # tokens, experts, hidden, ffn, top_k
+ROBOT = [(t, e, h, h, 2) for t in (1, 32, 256) for e in (8, 64) for h in (1024, 2048)]
+
+
+def routed_offsets(tokens: int, experts: int, top_k: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    choice = torch.rand(tokens, experts, generator=gen).topk(top_k, dim=1).indices.flatten()
+    return torch.cumsum(torch.bincount(choice, minlength=experts), 0).to(torch.int32)
+
+
+def time_call(fn, calls: int, replays: int) -> float:
+    """Median seconds per call over graph replays of `calls` back-to-back calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(times)
+
+
+def launch_fn(launcher: GroupedMMLauncher, a, w, offs, out):
+    rows, k = a.shape
+    n = w.shape[1]
+
+    def run():
+        launcher.launch(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, w.shape[0], True,
+                        torch.cuda.current_stream().cuda_stream)
+
+    return run
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-6))
+
+
+def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
+    offs = routed_offsets(tokens, experts, top_k, seed).cuda()
+    rows = tokens * top_k
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(experts, n, k, device="cuda", dtype=torch.float32) / k**0.5).to(torch.bfloat16)
+    flops = 2.0 * rows * k * n
+    big = flops > 1e11
+    calls, replays = (5, 7) if big else (50, 7)
+    ref = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+    row = {"shape": name, "tokens": tokens, "experts": experts, "rows": rows, "K": k, "N": n}
+    row["torch"] = time_call(lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs), calls, replays)
+    for label, launcher in launchers.items():
+        out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fn = launch_fn(launcher, a, w, offs, out)
+        fn()
+        torch.cuda.synchronize()
+        err = rel_err(out, ref)
+        row[f"{label}_kernel"] = launcher.last_kernel
+        row[f"{label}_err"] = err
+        if not err < 1e-2:
+            logger.error("%s %s: wrong result (relative error %.3e); not timed", name, label, err)
+            row[label] = float("nan")
+            continue
+        row[label] = time_call(fn, calls, replays)
+    row["tflops"] = {key: flops / row[key] / 1e12 for key in ["torch", *launchers]}
+    del a, w, out, ref
+    torch.cuda.empty_cache()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--skip-robot", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    images = aot.load_images(args.images)
+    # Which images each contender launches: {"baseline48k": [...], "ours": [...], candidates...}.
+    groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
+    launchers = {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
+    main_labels = ["baseline48k", "ours"]
+    candidates = {k: v for k, v in launchers.items() if k not in main_labels}
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
+          f"triton imported: {'triton' in sys.modules}", flush=True)
+
+    rows = []
+    for tokens, experts, hidden, ffn, top_k in LARGE:
+        for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
+            name = f"{tokens}tok {gemm}"
+            rows.append(bench_shape(name, tokens, experts, k, n, top_k, launchers, seed=tokens))
+            logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["tflops"].items()})
+    if not args.skip_robot:
+        for tokens, experts, hidden, ffn, top_k in ROBOT:
+            for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
+                name = f"robot {tokens}tok {experts}e h{hidden} {gemm}"
+                rows.append(bench_shape(name, tokens, experts, k, n, top_k,
+                                        {x: launchers[x] for x in main_labels}, seed=tokens + experts))
+                logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["tflops"].items()})
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "grouped_mm_bench.json").write_text(json.dumps(rows, indent=1))
+    if candidates:
+        print("\nCandidate configurations (TFLOP/s; ratio to torch._grouped_mm):")
+        for row in rows[: 2 * len(LARGE)]:
+            cells = [f"{c} {row['tflops'][c]:.0f} ({row['tflops'][c] / row['tflops']['torch']:.2f}x)" for c in candidates]
+            print(f"  {row['shape']:<16} torch {row['tflops']['torch']:.0f} | " + " | ".join(cells))
+    lines = ["| shape | rows | K | N | torch._grouped_mm TFLOP/s | 48 KiB baseline TFLOP/s (x torch) | ours TFLOP/s (x torch) | ours us | kernel |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        t = row["tflops"]
+        lines.append(f"| {row['shape']} | {row['rows']} | {row['K']} | {row['N']} | {t['torch']:.1f} | "
+                     f"{t['baseline48k']:.1f} ({t['baseline48k'] / t['torch']:.2f}x) | {t['ours']:.1f} ({t['ours'] / t['torch']:.2f}x) | "
+                     f"{row['ours'] * 1e6:.1f} | {row['ours_kernel']} |")
+    table = "\n".join(lines)
+    (args.out / "grouped_mm_bench.md").write_text(table + "\n")
+    print("\n" + table)
+
+
+if __name__ == "__main__":
+    main()

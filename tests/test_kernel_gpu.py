@@ -1,0 +1,192 @@
+"""The grouped-GEMM kernel on a GPU, through the C++ launcher (no Triton in the process).
+
+Runs on the H200 via benchmarks/device/run_all.sh, which builds the launcher and
+points ET_TRT_KERNEL_IMAGES at images compiled on the CPU machine. Skipped where
+there is no CUDA GPU. The invalid-offset cases also run under
+`compute-sanitizer --tool memcheck` there.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (runs on the H200 through benchmarks/device/run_all.sh)"),
+]
+
+
+def _launcher(dtype, trans_b):
+    from et_trt_backend.kernels import launcher, op
+
+    try:
+        launcher.library_path()
+    except launcher.LauncherError as e:
+        pytest.skip(str(e))
+    if not os.environ.get(op.IMAGES_ENV):
+        pytest.importorskip("triton", reason="no ET_TRT_KERNEL_IMAGES and no Triton to compile images")
+    return op._launcher(torch.device("cuda", torch.cuda.current_device()), op._DTYPES[dtype], trans_b)
+
+
+def _reference(a, b, offs, trans_b):
+    """Contract 4 in float32: clamped groups, uncovered rows zero."""
+    rows = a.shape[0]
+    out = torch.zeros(rows, b.shape[1] if trans_b else b.shape[2], dtype=torch.float32, device=a.device)
+    start = 0
+    for g, raw in enumerate(offs.tolist()):
+        end = min(max(raw, start), rows)
+        weight = b[g].float().T if trans_b else b[g].float()
+        out[start:end] = a[start:end].float() @ weight
+        start = end
+    return out
+
+
+def _run(a, b, offs, trans_b):
+    """Launches into a NaN-poisoned output, so an unwritten element fails the comparison."""
+    launcher = _launcher(a.dtype, trans_b)
+    rows, k = a.shape
+    n = b.shape[1] if trans_b else b.shape[2]
+    out = torch.full((rows, n), float("nan"), dtype=a.dtype, device=a.device)
+    stream = torch.cuda.current_stream().cuda_stream
+    launcher.launch(a.data_ptr(), b.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, b.shape[0], trans_b, stream)
+    torch.cuda.synchronize()
+    return out, launcher.last_kernel
+
+
+def _inputs(rows, k, n, groups, dtype, trans_b, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(rows, k, device="cuda", dtype=torch.float32, generator=gen).to(dtype)
+    shape = (groups, n, k) if trans_b else (groups, k, n)
+    b = (torch.randn(shape, device="cuda", dtype=torch.float32, generator=gen) / k**0.5).to(dtype)
+    return a, b
+
+
+def _routed_offsets(tokens, experts, top_k, seed):
+    """Offsets of a random top-k routing: token-expert pairs sorted by expert."""
+    gen = torch.Generator().manual_seed(seed)
+    choice = torch.rand(tokens, experts, generator=gen).topk(top_k, dim=1).indices.flatten()
+    counts = torch.bincount(choice, minlength=experts)
+    return torch.cumsum(counts, 0).to(torch.int32)
+
+
+def _assert_matches(out, ref, kernel):
+    assert not torch.isnan(out).any(), f"{kernel}: unwritten (NaN-poisoned) outputs remain"
+    err = (out.float() - ref).norm() / ref.norm().clamp_min(1e-6)
+    assert err < 1e-2, f"{kernel}: relative error {err:.3e}"
+    zero_rows = ref.abs().sum(1) == 0
+    assert (out[zero_rows] == 0).all(), f"{kernel}: rows outside every group are not zero"
+
+
+CASES = {
+    # name: (rows, K, N, offsets as a function of rows and groups)
+    "random_routing": (8 * 64, 256, 384, lambda rows, g: _routed_offsets(64, g, 8, 1)),
+    "empty_groups": (300, 128, 256, lambda rows, g: torch.tensor([0, 100, 100, 100, 250, 250, 300, 300][:g], dtype=torch.int32)),
+    "all_rows_one_group": (777, 192, 320, lambda rows, g: torch.tensor([0] * (g - 3) + [rows] * 3, dtype=torch.int32)),
+    "tail_rows_zeroed": (500, 128, 128, lambda rows, g: torch.linspace(10, 380, g).to(torch.int32)),
+    "odd_k_and_n": (333, 100, 77, lambda rows, g: torch.linspace(0, rows, g).to(torch.int32)),
+    "k_multiple_of_8": (260, 200, 136, lambda rows, g: torch.linspace(30, rows, g).to(torch.int32)),
+    "k_smaller_than_tile": (64, 8, 24, lambda rows, g: torch.tensor([20, 40, 40, 60, 64, 64, 64, 64][:g], dtype=torch.int32)),
+}
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_float32_reference(case, dtype, trans_b):
+    rows, k, n, make_offs = CASES[case]
+    groups = 8
+    offs = make_offs(rows, groups).cuda()
+    a, b = _inputs(rows, k, n, groups, dtype, trans_b, seed=hash((case, str(dtype), trans_b)) % 10_000)
+    out, kernel = _run(a, b, offs, trans_b)
+    _assert_matches(out, _reference(a, b, offs, trans_b), kernel)
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
+def test_dynamic_rows_one_launcher(trans_b):
+    """One launcher, many row counts (a dynamic token dimension), fresh inputs each time."""
+    for i, tokens in enumerate([1, 3, 17, 64, 200, 1000]):
+        offs = _routed_offsets(tokens, 16, 4, seed=i).cuda()
+        a, b = _inputs(tokens * 4, 512, 256, 16, torch.bfloat16, trans_b, seed=100 + i)
+        out, kernel = _run(a, b, offs, trans_b)
+        _assert_matches(out, _reference(a, b, offs, trans_b), f"{kernel} at {tokens} tokens")
+
+
+INVALID = {
+    "negative": [-5, -1, 40, 90, 128],
+    "decreasing": [100, 60, 80, 20, 128],
+    "past_rows": [50, 10_000, 200, 2**31 - 1, 2**31 - 1],
+    "all_negative": [-(2**31), -7, -7, -1, -1],
+    "beyond_then_back": [128, 129, 5000, 7, 0],
+}
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_offsets_are_clamped(case, trans_b):
+    """Never out of bounds (checked under compute-sanitizer on the device), and contract 4's result."""
+    offs = torch.tensor(INVALID[case], dtype=torch.int32, device="cuda")
+    for k, n in ((128, 256), (72, 40), (30, 50)):  # the tma, tile and any paths
+        a, b = _inputs(128, k, n, 5, torch.bfloat16, trans_b, seed=7)
+        out, kernel = _run(a, b, offs, trans_b)
+        _assert_matches(out, _reference(a, b, offs, trans_b), f"{kernel} ({case}, K {k}, N {n})")
+
+
+def test_eager_op_matches_torch_grouped_mm():
+    """torch.ops.et_trt.grouped_mm agrees with torch._grouped_mm on valid offsets, and zeroes the tail."""
+    from et_trt_backend.kernels import op  # noqa: F401 (registers the op)
+
+    _launcher(torch.bfloat16, True)
+    offs = _routed_offsets(100, 8, 2, seed=3).cuda()
+    rows = int(offs[-1]) + 16  # 16 tail rows
+    a, w = _inputs(rows, 256, 512, 8, torch.bfloat16, True, seed=4)
+    out = torch.ops.et_trt.grouped_mm(a, w, offs, True)
+    ref = torch._grouped_mm(a, w.transpose(-2, -1), offs)
+    used = int(offs[-1])
+    torch.testing.assert_close(out[:used].float(), ref[:used].float(), rtol=2e-2, atol=2e-2)
+    assert (out[used:] == 0).all()
+
+
+def test_errors_are_clear():
+    from et_trt_backend.kernels import op
+    from et_trt_backend.kernels.launcher import LauncherError
+
+    launcher = _launcher(torch.bfloat16, False)
+    a, b = _inputs(16, 32, 32, 2, torch.bfloat16, False, seed=0)
+    offs = torch.tensor([8, 16], dtype=torch.int32, device="cuda")
+    with pytest.raises(LauncherError, match="trans_b"):
+        launcher.launch(a.data_ptr(), b.data_ptr(), offs.data_ptr(), a.data_ptr(), 16, 32, 32, 2, True, 0)
+    with pytest.raises(LauncherError, match="16-byte aligned"):
+        launcher.launch(a.data_ptr() + 2, b.data_ptr(), offs.data_ptr(), a.data_ptr(), 16, 32, 32, 2, False, 0)
+    with pytest.raises(ValueError, match="offs must be int32"):
+        op.grouped_mm(a, b, offs.long(), False)
+
+
+def test_no_triton_in_this_process():
+    """The device run checks the shipped images exactly as the robot runs them: without Triton."""
+    if not os.environ.get("ET_TRT_KERNEL_IMAGES"):
+        pytest.skip("images compiled in this process (ET_TRT_KERNEL_IMAGES unset)")
+    assert "triton" not in sys.modules
+
+
+def test_portable_ptx_runs_when_no_cubin_serves():
+    """The sm_80 PTX images alone: the driver JIT-compiles them for this GPU."""
+    from et_trt_backend.kernels import aot, op
+    from et_trt_backend.kernels.launcher import GroupedMMLauncher
+
+    _launcher(torch.bfloat16, True)  # skips like the others where nothing can run
+    if os.environ.get(op.IMAGES_ENV):
+        pool = aot.load_images(os.environ[op.IMAGES_ENV])
+    else:
+        pool = aot.grouped_mm_images([], "bf16", True)
+    ptx = [i for i in pool if i.format == "ptx" and i.dtype == "bf16" and i.kernel.endswith("_nk")]
+    assert ptx, "no PTX image among the shipped images"
+    launcher = GroupedMMLauncher(ptx)
+    offs = torch.tensor([30, 30, 90, 120], dtype=torch.int32, device="cuda")
+    a, b = _inputs(128, 64, 96, 4, torch.bfloat16, True, seed=11)
+    out = torch.full((128, 96), float("nan"), dtype=torch.bfloat16, device="cuda")
+    launcher.launch(a.data_ptr(), b.data_ptr(), offs.data_ptr(), out.data_ptr(), 128, 64, 96, 4, True,
+                    torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    _assert_matches(out, _reference(a, b, offs, True), launcher.last_kernel)
