@@ -4,7 +4,7 @@
 # configure step, e.g. -DET_TRT_TENSORRT_INCLUDE_DIR=/path/to/TensorRT/include.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ET_DIR=$(.venv/bin/python -c 'import executorch, os; print(os.path.dirname(executorch.__file__))')
+ET_DIR=$(.venv/bin/python -c 'import executorch; print(list(executorch.__path__)[0])')
 .venv/bin/cmake -S runtime -B runtime/build -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$ET_DIR" -DPython3_EXECUTABLE="$PWD/.venv/bin/python" "$@"
 .venv/bin/cmake --build runtime/build -j"$(nproc)"

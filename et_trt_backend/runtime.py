@@ -1,0 +1,89 @@
+"""Running et-trt `.pte` files from Python: load the C++ delegate into ExecuTorch's runtime.
+
+    from et_trt_backend import runtime
+    runtime.load()                                   # registers "TensorRTBackend"
+    from executorch.runtime import Runtime
+    method = Runtime.get().load_program("policy.pte").load_method("forward")
+
+The delegate is `libet_trt_runtime.so`, built from runtime/ (scripts/build_runtime.sh).
+It links the ExecuTorch wheel's libexecutorch.so, the library the Python runtime
+uses too, and registers itself there when loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pathlib
+
+from et_trt_backend import BACKEND_ID
+
+logger = logging.getLogger(__name__)
+
+LIBRARY_ENV = "ET_TRT_RUNTIME_LIBRARY"
+ENGINE_CACHE_ENV = "ET_TRT_ENGINE_CACHE"
+LIBRARY_NAME = "libet_trt_runtime.so"
+
+_loaded: ctypes.CDLL | None = None
+
+
+class RuntimeLoadError(RuntimeError):
+    """The delegate library cannot be found or loaded; the message says how to fix it."""
+
+
+def library_path() -> pathlib.Path:
+    """$ET_TRT_RUNTIME_LIBRARY if set, else runtime/build/ of this source tree."""
+    if os.environ.get(LIBRARY_ENV):
+        return pathlib.Path(os.environ[LIBRARY_ENV])
+    return pathlib.Path(__file__).resolve().parent.parent / "runtime" / "build" / LIBRARY_NAME
+
+
+def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathLike | None = None) -> ctypes.CDLL:
+    """Loads the delegate so that executorch.runtime runs `.pte` files with TensorRT partitions.
+
+    `engine_cache_dir` sets where engines built on this machine are cached
+    ($ET_TRT_ENGINE_CACHE, read by the delegate at each init). Loading twice
+    is a no-op that returns the first library.
+    """
+    global _loaded
+    if engine_cache_dir is not None:
+        os.environ[ENGINE_CACHE_ENV] = str(engine_cache_dir)
+    if _loaded is not None:
+        return _loaded
+    lib_path = pathlib.Path(path) if path is not None else library_path()
+    if not lib_path.is_file():
+        raise RuntimeLoadError(
+            f"{lib_path} does not exist: build the C++ runtime with scripts/build_runtime.sh, "
+            f"or point {LIBRARY_ENV} at a built {LIBRARY_NAME}"
+        )
+    # The Python runtime first, so the delegate registers into the libexecutorch.so it uses.
+    from executorch.runtime import Runtime
+
+    try:
+        lib = ctypes.CDLL(str(lib_path), mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise RuntimeLoadError(f"cannot load {lib_path}: {e}") from e
+    names = Runtime.get().backend_registry.registered_backend_names
+    if BACKEND_ID not in names:
+        raise RuntimeLoadError(
+            f"{lib_path} loaded but '{BACKEND_ID}' is not registered (registered: {names}); the library "
+            "was probably built against another libexecutorch.so than the one executorch.runtime uses"
+        )
+    logger.info("loaded %s: '%s' registered", lib_path, BACKEND_ID)
+    _loaded = lib
+    return lib
+
+
+def delegate_blobs(pte: bytes | str | os.PathLike) -> list[tuple[str, bytes]]:
+    """(method name, blob) of every TensorRT delegate in a `.pte`, in program order."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    data = pte if isinstance(pte, (bytes, bytearray)) else pathlib.Path(pte).read_bytes()
+    program = deserialize_pte_binary(bytes(data)).program
+    blobs = []
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            if delegate.id == BACKEND_ID:
+                blobs.append((plan.name, bytes(program.backend_delegate_data[delegate.processed.index].data)))
+    return blobs

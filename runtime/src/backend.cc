@@ -1,0 +1,170 @@
+// ExecuTorch glue: the "TensorRTBackend" delegate (init / execute / destroy),
+// registered from a static initializer when libet_trt_runtime.so loads.
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
+#include <executorch/runtime/platform/log.h>
+
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "blob_reader.h"
+#include "engine.h"
+#include "engine_cache.h"
+#include "io_spec.h"
+
+namespace et_trt {
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::SizesType;
+using executorch::aten::Tensor;
+using executorch::runtime::ArrayRef;
+using executorch::runtime::Backend;
+using executorch::runtime::BackendExecutionContext;
+using executorch::runtime::BackendInitContext;
+using executorch::runtime::BackendInterface;
+using executorch::runtime::CompileSpec;
+using executorch::runtime::DelegateHandle;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+constexpr char kBackendId[] = "TensorRTBackend";
+// Load-time option (BackendOptions for "TensorRTBackend") naming the engine cache directory.
+constexpr char kCacheDirOption[] = "engine_cache_dir";
+constexpr char kDeviceOption[] = "device";
+
+struct PartitionHandle {
+  std::string part;
+  PartitionIo io;
+  std::unique_ptr<Engine> engine;
+};
+
+// Gives the engine ExecuTorch's output tensors, resized to the engine's shapes.
+class TensorOutputs final : public OutputBuffers {
+ public:
+  TensorOutputs(const PartitionIo& io, Span<EValue*> outputs) : io_(io), outputs_(outputs) {}
+
+  bool resize(size_t index, const std::vector<int64_t>& shape, void** data, size_t* nbytes,
+              std::string* error) override {
+    Tensor& out = outputs_[index]->toTensor();
+    std::vector<SizesType> sizes(shape.begin(), shape.end());
+    if (executorch::runtime::resize_tensor(out, {sizes.data(), sizes.size()}) != Error::Ok) {
+      std::vector<int64_t> planned(out.sizes().begin(), out.sizes().end());
+      *error = "output '" + io_.outputs[index].name + "' has shape " + shape_string(shape) +
+               ", which the method's output tensor " + shape_string(planned) + " cannot take";
+      return false;
+    }
+    *data = out.mutable_data_ptr();
+    *nbytes = out.nbytes();
+    return true;
+  }
+
+ private:
+  const PartitionIo& io_;
+  Span<EValue*> outputs_;
+};
+
+class TensorRTBackend final : public BackendInterface {
+ public:
+  // Always true: the delegate itself has no requirement; init reports what a
+  // blob needs that is missing (TensorRT, a GPU) with a message.
+  bool is_available() const override { return true; }
+
+  Result<DelegateHandle*> init(BackendInitContext& context, FreeableBuffer* processed,
+                               ArrayRef<CompileSpec>) const override {
+    // The flatbuffer needs 8-byte alignment; copy only if the program did not give it.
+    const void* data = processed->data();
+    std::vector<uint64_t> aligned;
+    if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+      aligned.resize((processed->size() + 7) / 8);
+      std::memcpy(aligned.data(), data, processed->size());
+      data = aligned.data();
+    }
+    BlobView blob;
+    BlobError blob_error;
+    if (!read_blob(data, processed->size(), &blob, &blob_error)) {
+      ET_LOG(Error, "%s: refusing delegate blob: %s", kBackendId, blob_error.message.c_str());
+      return blob_error.kind == BlobError::Kind::kIncompatible ? Error::DelegateInvalidCompatibility
+                                                               : Error::InvalidProgram;
+    }
+    const std::string part = blob.root->part() ? blob.root->part()->str() : "";
+
+    EngineOptions options;
+    auto cache_dir = context.get_runtime_spec<const char*>(kCacheDirOption);
+    options.cache_dir = engine_cache_dir(cache_dir.ok() ? cache_dir.get() : nullptr);
+    auto device = context.get_runtime_spec<int>(kDeviceOption);
+    options.device = device.ok() ? device.get() : 0;
+
+    PartitionIo io = partition_io(*blob.root);
+    EngineError engine_error;
+    std::unique_ptr<Engine> engine = create_engine(blob, io, options, &engine_error);
+    if (engine == nullptr) {
+      ET_LOG(Error, "%s: cannot initialize part '%s': %s", kBackendId, part.c_str(),
+             engine_error.message.c_str());
+      switch (engine_error.kind) {
+        case EngineError::Kind::kUnavailable: return Error::NotSupported;
+        case EngineError::Kind::kIncompatible: return Error::DelegateInvalidCompatibility;
+        case EngineError::Kind::kFailed: return Error::Internal;
+      }
+      return Error::Internal;
+    }
+    // The engine holds everything it needs; the blob's memory can go.
+    processed->Free();
+    auto* handle = new (std::nothrow) PartitionHandle{part, std::move(io), std::move(engine)};
+    if (handle == nullptr) return Error::MemoryAllocationFailed;
+    return handle;
+  }
+
+  Error execute(BackendExecutionContext&, DelegateHandle* opaque, Span<EValue*> args) const override {
+    auto* handle = static_cast<PartitionHandle*>(opaque);
+    const PartitionIo& io = handle->io;
+    if (args.size() != io.inputs.size() + io.outputs.size()) {
+      ET_LOG(Error, "%s: part '%s' takes %zu inputs and %zu outputs, called with %zu values", kBackendId,
+             handle->part.c_str(), io.inputs.size(), io.outputs.size(), args.size());
+      return Error::InvalidArgument;
+    }
+    std::vector<InputTensor> inputs;
+    for (size_t i = 0; i < io.inputs.size(); ++i) {
+      if (!args[i]->isTensor()) {
+        ET_LOG(Error, "%s: input %zu ('%s') is not a tensor", kBackendId, i, io.inputs[i].name.c_str());
+        return Error::InvalidArgument;
+      }
+      const Tensor& t = args[i]->toTensor();
+      std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+      const std::string problem = check_tensor(io.inputs[i], static_cast<blob::DType>(t.scalar_type()), shape);
+      if (!problem.empty()) {
+        ET_LOG(Error, "%s: part '%s': %s", kBackendId, handle->part.c_str(), problem.c_str());
+        return Error::InvalidArgument;
+      }
+      inputs.push_back({t.const_data_ptr(), t.nbytes(), std::move(shape)});
+    }
+    for (size_t i = 0; i < io.outputs.size(); ++i) {
+      EValue* out = args[io.inputs.size() + i];
+      if (!out->isTensor() || static_cast<blob::DType>(out->toTensor().scalar_type()) != io.outputs[i].dtype) {
+        ET_LOG(Error, "%s: output %zu ('%s') must be a %s tensor", kBackendId, i, io.outputs[i].name.c_str(),
+               dtype_name(io.outputs[i].dtype).c_str());
+        return Error::InvalidArgument;
+      }
+    }
+    TensorOutputs outputs(io, Span<EValue*>(args.data() + io.inputs.size(), io.outputs.size()));
+    std::string error;
+    if (!handle->engine->execute(inputs, outputs, &error)) {
+      ET_LOG(Error, "%s: part '%s': %s", kBackendId, handle->part.c_str(), error.c_str());
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+  void destroy(DelegateHandle* opaque) const override { delete static_cast<PartitionHandle*>(opaque); }
+};
+
+TensorRTBackend backend_instance;
+const Error registered = executorch::runtime::register_backend(Backend{kBackendId, &backend_instance});
+
+}  // namespace
+}  // namespace et_trt

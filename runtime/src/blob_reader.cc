@@ -1,0 +1,241 @@
+#include "blob_reader.h"
+
+#include <openssl/evp.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <set>
+#include <sstream>
+
+namespace et_trt {
+namespace {
+
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+uint64_t load_u64(const uint8_t* p) {
+  return uint64_t(load_u32(p)) | uint64_t(load_u32(p + 4)) << 32;
+}
+
+// zlib's crc32 takes a uInt length; feed it in chunks so any size works.
+uint32_t crc32_of(const uint8_t* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (size > 0) {
+    const uInt chunk = size > (1u << 30) ? (1u << 30) : static_cast<uInt>(size);
+    crc = crc32(crc, data, chunk);
+    data += chunk;
+    size -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+bool fail(BlobError* error, std::string message, BlobError::Kind kind = BlobError::Kind::kInvalid) {
+  error->kind = kind;
+  error->message = std::move(message);
+  return false;
+}
+
+bool known_dtype(blob::DType dtype) {
+  for (blob::DType d : blob::EnumValuesDType()) {
+    if (d == dtype) return true;
+  }
+  return false;
+}
+
+bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::TensorSpec>>* specs,
+                        const char* what, std::set<std::string>* names, BlobError* error) {
+  if (specs == nullptr) return fail(error, std::string("blob lists no ") + what);
+  for (flatbuffers::uoffset_t i = 0; i < specs->size(); ++i) {
+    const blob::TensorSpec* spec = specs->Get(i);
+    std::ostringstream where;
+    where << what << "[" << i << "]";
+    if (spec->name() == nullptr || spec->name()->size() == 0) {
+      return fail(error, where.str() + " has no name");
+    }
+    where << " '" << spec->name()->str() << "'";
+    if (!names->insert(spec->name()->str()).second) {
+      return fail(error, where.str() + ": tensor name used twice");
+    }
+    if (!known_dtype(spec->dtype())) {
+      return fail(error, where.str() + ": unknown " + dtype_name(spec->dtype()));
+    }
+    if (spec->dims() == nullptr) return fail(error, where.str() + " has no dims");
+    if (spec->dims()->size() > kMaxRank) {
+      return fail(error, where.str() + ": rank " + std::to_string(spec->dims()->size()) +
+                             " exceeds TensorRT's maximum of " + std::to_string(kMaxRank));
+    }
+    for (flatbuffers::uoffset_t d = 0; d < spec->dims()->size(); ++d) {
+      const blob::Dim* dim = spec->dims()->Get(d);
+      const int64_t size = dim->size(), lo = dim->min(), opt = dim->opt(), hi = dim->max();
+      std::ostringstream bad;
+      bad << where.str() << " dim " << d << ": size " << size << ", range [" << lo << ", " << opt
+          << ", " << hi << "] ";
+      if (size >= 0 && !(lo == size && opt == size && hi == size)) {
+        return fail(error, bad.str() + "(a static dim needs min = opt = max = size)");
+      }
+      if (size == -1 && !(0 <= lo && lo <= opt && opt <= hi)) {
+        return fail(error, bad.str() + "(a dynamic dim needs 0 <= min <= opt <= max)");
+      }
+      if (size < -1) return fail(error, bad.str() + "(size must be >= 0, or -1 for dynamic)");
+      if (hi > (int64_t(1) << 40)) return fail(error, bad.str() + "(max is implausibly large)");
+    }
+  }
+  return true;
+}
+
+bool check_kernels(const blob::Blob* root, BlobError* error) {
+  if (root->kernels() == nullptr) return true;
+  for (flatbuffers::uoffset_t i = 0; i < root->kernels()->size(); ++i) {
+    const blob::KernelImage* k = root->kernels()->Get(i);
+    const std::string where = "kernels[" + std::to_string(i) + "]";
+    if (k->image() == nullptr || k->image()->size() == 0) return fail(error, where + " has no image");
+    if (k->entry() == nullptr || k->entry()->size() == 0) return fail(error, where + " has no entry symbol");
+    if (k->arch() == nullptr || k->arch()->size() == 0) return fail(error, where + " names no architecture");
+    if (k->format() != blob::ImageFormat::Cubin && k->format() != blob::ImageFormat::Ptx) {
+      return fail(error, where + ": unknown image format " + std::to_string(int(k->format())));
+    }
+    if (k->dtype() != blob::DType::BFloat16 && k->dtype() != blob::DType::Float16) {
+      return fail(error, where + ": kernel dtype must be bf16 or fp16, got " + dtype_name(k->dtype()));
+    }
+    if (k->num_warps() <= 0 || k->block_m() <= 0 || k->block_n() <= 0 || k->block_k() <= 0) {
+      return fail(error, where + ": num_warps and block sizes must be positive");
+    }
+    if (k->shared_bytes() < 0 || k->global_scratch_bytes() < 0 || k->profile_scratch_bytes() < 0) {
+      return fail(error, where + ": negative shared or scratch size");
+    }
+    const int32_t align = k->global_scratch_align();
+    if (k->global_scratch_bytes() > 0 && (align <= 0 || (align & (align - 1)) != 0)) {
+      return fail(error, where + ": global_scratch_align must be a power of two");
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string BlobView::content_id_hex() const {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : header.content_id) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+std::string dtype_name(blob::DType dtype) {
+  switch (dtype) {
+    case blob::DType::UInt8: return "uint8";
+    case blob::DType::Int8: return "int8";
+    case blob::DType::Int16: return "int16";
+    case blob::DType::Int32: return "int32";
+    case blob::DType::Int64: return "int64";
+    case blob::DType::Float16: return "fp16";
+    case blob::DType::Float32: return "fp32";
+    case blob::DType::Float64: return "fp64";
+    case blob::DType::Bool: return "bool";
+    case blob::DType::BFloat16: return "bf16";
+  }
+  return "dtype " + std::to_string(int(dtype));
+}
+
+size_t dtype_size(blob::DType dtype) {
+  switch (dtype) {
+    case blob::DType::UInt8: case blob::DType::Int8: case blob::DType::Bool: return 1;
+    case blob::DType::Int16: case blob::DType::Float16: case blob::DType::BFloat16: return 2;
+    case blob::DType::Int32: case blob::DType::Float32: return 4;
+    case blob::DType::Int64: case blob::DType::Float64: return 8;
+  }
+  return 0;
+}
+
+bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  if (bytes == nullptr || size < kHeaderSize) {
+    return fail(error, "blob is " + std::to_string(size) + " bytes, shorter than its " +
+                           std::to_string(kHeaderSize) + "-byte header");
+  }
+  if (std::memcmp(bytes, kBlobMagic, sizeof(kBlobMagic)) != 0) {
+    return fail(error, "blob does not start with magic \"ETTRTBLB\": not an et-trt delegate blob");
+  }
+  BlobHeader header;
+  header.version = load_u32(bytes + 8);
+  header.crc32 = load_u32(bytes + 12);
+  header.payload_size = load_u64(bytes + 16);
+  std::memcpy(header.content_id.data(), bytes + 24, header.content_id.size());
+  if (header.version != kSchemaVersion) {
+    return fail(error,
+                "blob schema version " + std::to_string(header.version) + ", this runtime reads version " +
+                    std::to_string(kSchemaVersion) + ": re-export the model with a matching et-trt",
+                BlobError::Kind::kIncompatible);
+  }
+  if (header.payload_size != size - kHeaderSize) {
+    return fail(error, "blob header says the payload is " + std::to_string(header.payload_size) +
+                           " bytes but " + std::to_string(size - kHeaderSize) +
+                           " follow the header: truncated or extended");
+  }
+  const uint32_t crc = crc32_of(bytes + 16, size - 16);
+  if (crc != header.crc32) {
+    std::ostringstream msg;
+    msg << "blob checksum mismatch (crc32 stored 0x" << std::hex << header.crc32 << ", computed 0x" << crc
+        << "): the blob is corrupted";
+    return fail(error, msg.str());
+  }
+  const uint8_t* payload = bytes + kHeaderSize;
+  // The content id keys the engine cache, so it must be the payload's.
+  std::array<uint8_t, EVP_MAX_MD_SIZE> digest{};
+  unsigned int digest_size = 0;
+  if (EVP_Digest(payload, static_cast<size_t>(header.payload_size), digest.data(), &digest_size, EVP_sha256(),
+                 nullptr) != 1 ||
+      digest_size != header.content_id.size() ||
+      std::memcmp(digest.data(), header.content_id.data(), digest_size) != 0) {
+    return fail(error, "blob content id (sha256) does not match its payload: the blob is corrupted");
+  }
+  if (reinterpret_cast<uintptr_t>(payload) % 8 != 0) {
+    return fail(error, "blob payload is not 8-byte aligned in memory (caller must align it)");
+  }
+  if (header.payload_size > FLATBUFFERS_MAX_BUFFER_SIZE) {
+    return fail(error, "blob payload exceeds the flatbuffers limit of 2 GiB");
+  }
+  flatbuffers::Verifier verifier(payload, static_cast<size_t>(header.payload_size));
+  if (!blob::VerifyBlobBuffer(verifier)) {
+    return fail(error, "blob payload fails flatbuffers verification (schema.fbs, identifier \"ETRT\")");
+  }
+  const blob::Blob* root = blob::GetBlob(payload);
+
+  if (root->producer() == nullptr) return fail(error, "blob lacks its producer record");
+  std::set<std::string> names;
+  if (!check_tensor_specs(root->inputs(), "inputs", &names, error)) return false;
+  if (!check_tensor_specs(root->outputs(), "outputs", &names, error)) return false;
+  if (root->outputs()->size() == 0) return fail(error, "blob lists no outputs");
+  const blob::BuildOptions* options = root->build_options();
+  if (options == nullptr) return fail(error, "blob has no build_options");
+  if (blob::EnumNamePrecision(options->precision())[0] == '\0') {
+    return fail(error, "build_options: unknown precision " + std::to_string(int(options->precision())));
+  }
+  if (blob::EnumNameEngineBuild(options->engine_build())[0] == '\0') {
+    return fail(error, "build_options: unknown engine_build " + std::to_string(int(options->engine_build())));
+  }
+  if (options->optimization_level() < 0 || options->optimization_level() > 5) {
+    return fail(error, "build_options: optimization_level must be 0-5, got " +
+                           std::to_string(options->optimization_level()));
+  }
+  const blob::Engine* engine = root->engine();
+  if (engine != nullptr && (engine->plan() == nullptr || engine->plan()->size() == 0)) {
+    return fail(error, "blob has an engine record with an empty plan");
+  }
+  if (engine != nullptr && (engine->tensorrt_version() == nullptr || engine->tensorrt_version()->size() == 0)) {
+    return fail(error, "blob has an engine without its TensorRT version");
+  }
+  if ((root->onnx() == nullptr || root->onnx()->size() == 0) && engine == nullptr) {
+    return fail(error, "blob has neither an ONNX model nor an engine: nothing to run");
+  }
+  if (!check_kernels(root, error)) return false;
+
+  view->header = header;
+  view->root = root;
+  return true;
+}
+
+}  // namespace et_trt

@@ -1,0 +1,16 @@
+// create_engine for a build without TensorRT's headers: the delegate still
+// loads, registers and verifies blobs, and init says what is missing.
+#include "engine.h"
+
+namespace et_trt {
+
+std::unique_ptr<Engine> create_engine(const BlobView&, const PartitionIo&, const EngineOptions&,
+                                      EngineError* error) {
+  error->kind = EngineError::Kind::kUnavailable;
+  error->message =
+      "TensorRT support was not built into libet_trt_runtime.so: configure runtime/ with "
+      "-DET_TRT_TENSORRT_INCLUDE_DIR=<dir with NvInfer.h and NvOnnxParser.h> (see runtime/README.md)";
+  return nullptr;
+}
+
+}  // namespace et_trt

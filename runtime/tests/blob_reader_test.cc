@@ -1,0 +1,320 @@
+// The blob reader against blobs from the Python writer, the example export,
+// and blobs built here with the flatbuffers API to reach each check.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <sstream>
+
+#include "blob_reader.h"
+#include "test_blobs.h"
+
+namespace et_trt {
+namespace {
+
+using testing::Bytes;
+
+BlobError read_error(const std::vector<uint8_t>& blob) {
+  Bytes bytes = Bytes::of(blob);
+  BlobView view;
+  BlobError error;
+  EXPECT_FALSE(read_blob(bytes.data(), bytes.size, &view, &error)) << "accepted a bad blob";
+  return error;
+}
+
+std::vector<uint8_t> writer_blob(const std::string& name) {
+  const std::string dir = testing::blob_dir();
+  EXPECT_FALSE(dir.empty()) << "ET_TRT_TEST_BLOBS is not set (ctest sets it)";
+  std::vector<uint8_t> blob = testing::read_file(dir + "/" + name + ".blob");
+  EXPECT_FALSE(blob.empty()) << "missing " << dir << "/" << name << ".blob";
+  return blob;
+}
+
+// ---- blobs written by Python ----
+
+void expect_matches_sidecar(const BlobView& view, const std::string& sidecar) {
+  std::istringstream lines(sidecar);
+  std::string line;
+  size_t inputs = 0, outputs = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    if (key == "part") {
+      std::string part;
+      words >> part;
+      EXPECT_EQ(view.root->part()->str(), part);
+    } else if (key == "input" || key == "output") {
+      const auto* specs = key == "input" ? view.root->inputs() : view.root->outputs();
+      size_t& index = key == "input" ? inputs : outputs;
+      ASSERT_LT(index, specs->size());
+      const blob::TensorSpec* spec = specs->Get(index++);
+      std::string name;
+      int dtype;
+      words >> name >> dtype;
+      EXPECT_EQ(spec->name()->str(), name);
+      EXPECT_EQ(int(spec->dtype()), dtype);
+      std::string dim;
+      size_t d = 0;
+      while (words >> dim) {
+        ASSERT_LT(d, spec->dims()->size());
+        const blob::Dim* got = spec->dims()->Get(d++);
+        std::ostringstream text;
+        text << got->size() << ":" << got->name()->str() << ":" << got->min() << ":" << got->opt() << ":"
+             << got->max();
+        EXPECT_EQ(text.str(), dim) << name << " dim " << d - 1;
+      }
+      EXPECT_EQ(d, spec->dims()->size());
+    } else if (key == "onnx_size") {
+      size_t size;
+      words >> size;
+      EXPECT_EQ(view.root->onnx()->size(), size);
+    } else if (key == "optimization_level") {
+      int level;
+      words >> level;
+      EXPECT_EQ(view.root->build_options()->optimization_level(), level);
+    } else if (key == "workspace_bytes") {
+      uint64_t bytes;
+      words >> bytes;
+      EXPECT_EQ(view.root->build_options()->workspace_bytes(), bytes);
+    }
+  }
+  EXPECT_EQ(inputs, view.root->inputs()->size());
+  EXPECT_EQ(outputs, view.root->outputs()->size());
+}
+
+TEST(BlobReader, ReadsWhatThePythonWriterWrote) {
+  for (const char* name : {"writer_static", "writer_dynamic"}) {
+    SCOPED_TRACE(name);
+    Bytes bytes = Bytes::of(writer_blob(name));
+    BlobView view;
+    BlobError error;
+    ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+    const std::vector<uint8_t> sidecar = testing::read_file(testing::blob_dir() + "/" + name + ".expected");
+    ASSERT_FALSE(sidecar.empty());
+    expect_matches_sidecar(view, std::string(sidecar.begin(), sidecar.end()));
+    EXPECT_EQ(view.content_id_hex().size(), 64u);
+    EXPECT_EQ(view.header.payload_size, bytes.size - kHeaderSize);
+  }
+}
+
+TEST(BlobReader, AcceptsTheExampleExportsBlobs) {
+  size_t examples = 0;
+  for (const std::string& path : testing::blob_files(testing::blob_dir())) {
+    if (path.find("/example_") == std::string::npos) continue;
+    SCOPED_TRACE(path);
+    Bytes bytes = Bytes::of(testing::read_file(path));
+    BlobView view;
+    BlobError error;
+    ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+    EXPECT_GT(view.root->onnx()->size(), 0u);
+    EXPECT_GT(view.root->inputs()->size(), 0u);
+    ++examples;
+  }
+  if (examples == 0) GTEST_SKIP() << "no example .pte was exported (scripts/setup.sh writes out/moe_policy.pte)";
+}
+
+// ---- the header ----
+
+TEST(BlobReader, RefusesWrongMagic) {
+  std::vector<uint8_t> blob = writer_blob("writer_static");
+  blob[0] = 'X';
+  const BlobError e = read_error(blob);
+  EXPECT_EQ(e.kind, BlobError::Kind::kInvalid);
+  EXPECT_NE(e.message.find("magic"), std::string::npos) << e.message;
+}
+
+TEST(BlobReader, RefusesOtherSchemaVersionAsIncompatible) {
+  std::vector<uint8_t> blob = writer_blob("writer_static");
+  testing::store_u32(blob.data() + 8, kSchemaVersion + 1);
+  const BlobError e = read_error(blob);
+  EXPECT_EQ(e.kind, BlobError::Kind::kIncompatible);
+  EXPECT_NE(e.message.find("schema version 2"), std::string::npos) << e.message;
+}
+
+TEST(BlobReader, RefusesTruncatedAndExtendedBlobs) {
+  const std::vector<uint8_t> blob = writer_blob("writer_static");
+  std::vector<uint8_t> shorter(blob.begin(), blob.end() - 1);
+  EXPECT_NE(read_error(shorter).message.find("truncated or extended"), std::string::npos);
+  std::vector<uint8_t> longer = blob;
+  longer.push_back(0);
+  EXPECT_NE(read_error(longer).message.find("truncated or extended"), std::string::npos);
+  std::vector<uint8_t> header_only(blob.begin(), blob.begin() + 20);
+  EXPECT_NE(read_error(header_only).message.find("shorter than its 56-byte header"), std::string::npos);
+  BlobView view;
+  BlobError error;
+  EXPECT_FALSE(read_blob(nullptr, 0, &view, &error));
+}
+
+TEST(BlobReader, RefusesChecksumMismatch) {
+  std::vector<uint8_t> blob = writer_blob("writer_static");
+  blob[blob.size() / 2] ^= 0x10;
+  const BlobError e = read_error(blob);
+  EXPECT_NE(e.message.find("checksum mismatch"), std::string::npos) << e.message;
+}
+
+TEST(BlobReader, RefusesContentIdMismatch) {
+  std::vector<uint8_t> blob = writer_blob("writer_static");
+  blob[blob.size() - 3] ^= 0x01;  // payload changed, checksum fixed, content id stale
+  const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), blob.data() + 16, uInt(blob.size() - 16)));
+  testing::store_u32(blob.data() + 12, crc);
+  EXPECT_NE(read_error(blob).message.find("content id (sha256)"), std::string::npos);
+}
+
+TEST(BlobReader, RefusesMisalignedPayload) {
+  const std::vector<uint8_t> blob = writer_blob("writer_static");
+  std::vector<uint64_t> storage(blob.size() / 8 + 2);
+  uint8_t* shifted = reinterpret_cast<uint8_t*>(storage.data()) + 1;
+  std::memcpy(shifted, blob.data(), blob.size());
+  BlobView view;
+  BlobError error;
+  EXPECT_FALSE(read_blob(shifted, blob.size(), &view, &error));
+  EXPECT_NE(error.message.find("aligned"), std::string::npos) << error.message;
+}
+
+TEST(BlobReader, RefusesPayloadThatIsNotOurFlatbuffer) {
+  const std::vector<uint8_t> noise = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  EXPECT_NE(read_error(testing::seal(noise.data(), noise.size())).message.find("flatbuffers verification"),
+            std::string::npos);
+  // A well-formed flatbuffer of our schema, but with another file identifier.
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(blob::CreateBlobDirect(fbb, "part"), "XXXX");
+  EXPECT_NE(read_error(testing::seal(fbb.GetBufferPointer(), fbb.GetSize())).message.find("verification"),
+            std::string::npos);
+}
+
+// ---- checks beyond the verifier, on blobs built with the flatbuffers API ----
+
+struct Knobs {
+  int64_t size = -1, min = 1, opt = 8, max = 64;
+  blob::DType dtype = blob::DType::BFloat16;
+  const char* output_name = "y";
+  bool outputs = true, build_options = true, onnx = true, engine = false, engine_plan = true, producer = true;
+  blob::Precision precision = blob::Precision::BF16;
+  int32_t optimization_level = 3;
+  int rank = 2;
+  bool kernel = true;
+  blob::DType kernel_dtype = blob::DType::BFloat16;
+  const char* kernel_entry = "grouped_mm_tma_nk";
+  int32_t block_m = 128;
+  int32_t scratch_align = 128;
+};
+
+std::vector<uint8_t> build(const Knobs& k) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<blob::Dim>> dims;
+  for (int d = 0; d < k.rank; ++d) {
+    dims.push_back(d == 0 ? blob::CreateDimDirect(fbb, k.size, "tokens", k.min, k.opt, k.max)
+                          : blob::CreateDimDirect(fbb, 16, "x:1", 16, 16, 16));
+  }
+  std::vector<flatbuffers::Offset<blob::TensorSpec>> inputs = {
+      blob::CreateTensorSpecDirect(fbb, "x", k.dtype, &dims)};
+  std::vector<flatbuffers::Offset<blob::TensorSpec>> outputs;
+  if (k.outputs) outputs.push_back(blob::CreateTensorSpecDirect(fbb, k.output_name, blob::DType::BFloat16, &dims));
+  const std::vector<uint8_t> onnx = {8, 9};
+  const std::vector<uint8_t> image = {1, 2, 3};
+  std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
+  if (k.kernel) {
+    kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_nk", "sm_90a", blob::ImageFormat::Cubin,
+                                                    &image, k.kernel_entry, k.kernel_dtype, 8, 1024, 384,
+                                                    k.scratch_align, 0, k.block_m, 256, 64, false, "8.6"));
+  }
+  const std::vector<uint8_t> plan = {7};
+  const std::vector<uint8_t> empty;
+  auto engine = k.engine ? blob::CreateEngineDirect(fbb, k.engine_plan ? &plan : &empty, "10.13.0", "H200", 90)
+                         : 0;
+  auto options = k.build_options
+                     ? blob::CreateBuildOptionsDirect(fbb, k.precision, true, 0, k.optimization_level)
+                     : 0;
+  auto producer = k.producer ? blob::CreateProducerDirect(fbb, "0.1.0", "2.13.0", "1.5.1", 18) : 0;
+  fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", producer, &inputs, &outputs, options, "{}",
+                                    k.onnx ? &onnx : nullptr, &kernels, engine),
+             blob::BlobIdentifier());
+  return testing::seal(fbb.GetBufferPointer(), fbb.GetSize());
+}
+
+std::string refusal(const Knobs& k) { return read_error(build(k)).message; }
+
+TEST(BlobReader, AcceptsAWellFormedBuiltBlob) {
+  Bytes bytes = Bytes::of(build(Knobs{}));
+  BlobView view;
+  BlobError error;
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  EXPECT_EQ(view.root->kernels()->size(), 1u);
+  Knobs static_dim;
+  static_dim.size = 4, static_dim.min = 4, static_dim.opt = 4, static_dim.max = 4;
+  bytes = Bytes::of(build(static_dim));
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  Knobs engine_only;
+  engine_only.onnx = false, engine_only.engine = true;
+  bytes = Bytes::of(build(engine_only));
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+}
+
+TEST(BlobReader, RefusesInconsistentDims) {
+  Knobs k;
+  k.size = 4, k.min = 4, k.opt = 4, k.max = 8;
+  EXPECT_NE(refusal(k).find("static dim needs min = opt = max = size"), std::string::npos);
+  k = Knobs{};
+  k.min = 9, k.opt = 8;
+  EXPECT_NE(refusal(k).find("dynamic dim needs 0 <= min <= opt <= max"), std::string::npos);
+  k = Knobs{};
+  k.size = -5;
+  EXPECT_NE(refusal(k).find("size must be >= 0, or -1"), std::string::npos);
+  k = Knobs{};
+  k.rank = 9;
+  EXPECT_NE(refusal(k).find("exceeds TensorRT's maximum of 8"), std::string::npos);
+}
+
+TEST(BlobReader, RefusesBadTensorSpecs) {
+  Knobs k;
+  k.dtype = static_cast<blob::DType>(9);
+  EXPECT_NE(refusal(k).find("unknown dtype 9"), std::string::npos);
+  k = Knobs{};
+  k.output_name = "x";
+  EXPECT_NE(refusal(k).find("tensor name used twice"), std::string::npos);
+  k = Knobs{};
+  k.output_name = "";
+  EXPECT_NE(refusal(k).find("has no name"), std::string::npos);
+  k = Knobs{};
+  k.outputs = false;
+  EXPECT_NE(refusal(k).find("no outputs"), std::string::npos);
+}
+
+TEST(BlobReader, RefusesMissingOrInvalidRecords) {
+  Knobs k;
+  k.build_options = false;
+  EXPECT_NE(refusal(k).find("no build_options"), std::string::npos);
+  k = Knobs{};
+  k.producer = false;
+  EXPECT_NE(refusal(k).find("producer"), std::string::npos);
+  k = Knobs{};
+  k.onnx = false;
+  EXPECT_NE(refusal(k).find("neither an ONNX model nor an engine"), std::string::npos);
+  k = Knobs{};
+  k.engine = true, k.engine_plan = false;
+  EXPECT_NE(refusal(k).find("empty plan"), std::string::npos);
+  k = Knobs{};
+  k.precision = static_cast<blob::Precision>(7);
+  EXPECT_NE(refusal(k).find("unknown precision 7"), std::string::npos);
+  k = Knobs{};
+  k.optimization_level = 9;
+  EXPECT_NE(refusal(k).find("optimization_level must be 0-5"), std::string::npos);
+}
+
+TEST(BlobReader, RefusesBadKernelImages) {
+  Knobs k;
+  k.kernel_dtype = blob::DType::Float32;
+  EXPECT_NE(refusal(k).find("kernel dtype must be bf16 or fp16, got fp32"), std::string::npos);
+  k = Knobs{};
+  k.kernel_entry = "";
+  EXPECT_NE(refusal(k).find("no entry symbol"), std::string::npos);
+  k = Knobs{};
+  k.block_m = 0;
+  EXPECT_NE(refusal(k).find("block sizes must be positive"), std::string::npos);
+  k = Knobs{};
+  k.scratch_align = 96;
+  EXPECT_NE(refusal(k).find("power of two"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace et_trt

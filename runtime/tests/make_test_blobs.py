@@ -1,0 +1,97 @@
+"""Writes the blobs the C++ tests read, into the directory given as argv[1].
+
+- writer_static.blob, writer_dynamic.blob: written by the Python writer
+  (et_trt_backend/serialization/blob.py) from small hand-made partitions (an
+  ONNX graph made with onnx.helper; no kernels, no engine), each with a .expected
+  sidecar listing what the C++ reader must read back.
+- example_<i>.blob: the delegate blobs of the example policy's .pte
+  ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
+  that file exists. They carry real kernel images from the export.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import onnx
+import torch
+from onnx import TensorProto, helper
+
+from et_trt_backend.options import CompileOptions, ShapeRange
+from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _onnx_relu(dims: list[int | str]) -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.BFLOAT16, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.BFLOAT16, dims)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+def _contents(part: str, dims: list[DimSpec], options: CompileOptions) -> BlobContents:
+    onnx_dims = [d.name if d.size is None else d.size for d in dims]
+    return BlobContents(
+        part=part,
+        inputs=[TensorSpec("x", torch.bfloat16, dims)],
+        outputs=[TensorSpec("y", torch.bfloat16, dims)],
+        options=options,
+        onnx=_onnx_relu(onnx_dims),
+        kernels=[],
+        engine=None,
+        producer=producer_versions(onnx_opset=18),
+    )
+
+
+def _expected(contents: BlobContents) -> str:
+    """What the C++ reader must read back, one `key values...` line each (no spaces in names)."""
+    dtype_codes = {torch.bfloat16: 15, torch.float16: 5, torch.float32: 6, torch.int32: 3, torch.int64: 4}
+
+    def spec(kind: str, s: TensorSpec) -> str:
+        dims = " ".join(f"{-1 if d.size is None else d.size}:{d.name}:{d.min}:{d.opt}:{d.max}" for d in s.dims)
+        return f"{kind} {s.name} {dtype_codes[s.dtype]} {dims}".rstrip()
+
+    lines = [f"part {contents.part}"]
+    lines += [spec("input", s) for s in contents.inputs] + [spec("output", s) for s in contents.outputs]
+    lines += [
+        f"onnx_size {len(contents.onnx)}",
+        f"optimization_level {contents.options.optimization_level}",
+        f"workspace_bytes {contents.options.workspace_bytes or 0}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write(out: pathlib.Path, name: str, contents: BlobContents) -> None:
+    (out / f"{name}.blob").write_bytes(serialize(contents))
+    (out / f"{name}.expected").write_text(_expected(contents))
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.blob"):
+        stale.unlink()
+    _write(out, "writer_static", _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)],
+                                           CompileOptions()))
+    dynamic = CompileOptions(precision="fp16", optimization_level=5, workspace_bytes=1 << 30,
+                             shape_ranges={"tokens": ShapeRange(2, 64, 512)})
+    _write(out, "writer_dynamic", _contents("decoder.layers.0", [DimSpec(None, "tokens", 2, 64, 512),
+                                                                 DimSpec(16, "x:1", 16, 16, 16)], dynamic))
+
+    pte = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
+    if pte.is_file():
+        from et_trt_backend.runtime import delegate_blobs
+
+        blobs = delegate_blobs(pte)
+        for i, (_, blob) in enumerate(blobs):
+            (out / f"example_{i}.blob").write_bytes(blob)
+        print(f"{len(blobs)} example blobs from {pte}")
+    else:
+        print(f"no example .pte at {pte}: only writer blobs (run scripts/setup.sh to export it)")
+
+
+if __name__ == "__main__":
+    main()

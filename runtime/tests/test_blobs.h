@@ -1,0 +1,87 @@
+// Helpers shared by the C++ tests: the blobs make_test_blobs.py wrote, and
+// re-sealing a modified payload with a valid header.
+#pragma once
+
+#include <openssl/evp.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "blob_reader.h"
+
+namespace et_trt::testing {
+
+// 8-byte aligned storage, as the reader requires.
+struct Bytes {
+  std::vector<uint64_t> storage;
+  size_t size = 0;
+  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(storage.data()); }
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(storage.data()); }
+  static Bytes of(const std::vector<uint8_t>& v) {
+    Bytes b;
+    b.storage.resize(v.size() / 8 + 1);
+    b.size = v.size();
+    if (!v.empty()) std::memcpy(b.data(), v.data(), v.size());
+    return b;
+  }
+  std::vector<uint8_t> vec() const { return std::vector<uint8_t>(data(), data() + size); }
+};
+
+inline std::string blob_dir() {
+  const char* dir = std::getenv("ET_TRT_TEST_BLOBS");
+  return dir ? dir : "";
+}
+
+inline std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Every *.blob file in `dir`, sorted.
+inline std::vector<std::string> blob_files(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0) out.push_back(dir + "/" + name);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+inline void store_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+
+// Rewrites size, content id and crc32 so that only the payload's own
+// structure decides whether the blob is accepted.
+inline void reseal(std::vector<uint8_t>* blob) {
+  if (blob->size() < kHeaderSize) return;
+  const uint64_t payload = blob->size() - kHeaderSize;
+  for (int i = 0; i < 8; ++i) (*blob)[16 + i] = uint8_t(payload >> (8 * i));
+  unsigned int n = 0;
+  EVP_Digest(blob->data() + kHeaderSize, payload, blob->data() + 24, &n, EVP_sha256(), nullptr);
+  const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), blob->data() + 16, uInt(blob->size() - 16)));
+  store_u32(blob->data() + 12, crc);
+}
+
+// A blob around `payload` with a valid header.
+inline std::vector<uint8_t> seal(const uint8_t* payload, size_t size, uint32_t version = kSchemaVersion) {
+  std::vector<uint8_t> blob(kHeaderSize + size);
+  std::memcpy(blob.data(), kBlobMagic, 8);
+  store_u32(blob.data() + 8, version);
+  std::memcpy(blob.data() + kHeaderSize, payload, size);
+  reseal(&blob);
+  return blob;
+}
+
+}  // namespace et_trt::testing

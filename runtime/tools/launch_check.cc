@@ -1,0 +1,90 @@
+// C entry points for the device check of the GroupedMM plugin's launch path
+// without TensorRT (launch_check.py): a blob written by our export is read
+// and verified by the runtime's blob reader, its kernel images go through the
+// same pack/unpack the plugin's fields use, and are launched through the
+// kernel launcher.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blob_reader.h"
+#include "grouped_mm_launcher.h"
+#include "kernel_images.h"
+
+namespace {
+
+struct LaunchCheck {
+  std::vector<uint64_t> pack;  // aligned storage of the packed images
+  std::unique_ptr<et_trt::kernels::GroupedMMLauncher> launcher;
+};
+
+void copy_error(const std::string& message, char* error, size_t error_size) {
+  if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", message.c_str());
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) void* et_trt_launch_check_create(const uint8_t* blob_bytes, size_t size,
+                                                                         const char* dtype, int32_t trans_b,
+                                                                         char* error, size_t error_size) {
+  std::vector<uint64_t> aligned(size / 8 + 1);
+  std::memcpy(aligned.data(), blob_bytes, size);
+  et_trt::BlobView view;
+  et_trt::BlobError blob_error;
+  if (!et_trt::read_blob(aligned.data(), size, &view, &blob_error)) {
+    copy_error("blob refused: " + blob_error.message, error, error_size);
+    return nullptr;
+  }
+  auto check = std::make_unique<LaunchCheck>();
+  const std::vector<uint8_t> pack = et_trt::pack_kernel_images(*view.root);
+  check->pack.resize(pack.size() / 8 + 1);
+  std::memcpy(check->pack.data(), pack.data(), pack.size());
+  std::string message;
+  const et_trt::blob::Blob* images =
+      et_trt::unpack_kernel_images(reinterpret_cast<const uint8_t*>(check->pack.data()), pack.size(), &message);
+  if (images == nullptr) {
+    copy_error(message, error, error_size);
+    return nullptr;
+  }
+  const auto views = et_trt::kernel_image_views(*images, dtype, trans_b != 0);
+  if (views.empty()) {
+    copy_error(std::string("the blob has no ") + dtype + (trans_b ? " _nk" : " _kn") + " kernel images", error,
+               error_size);
+    return nullptr;
+  }
+  check->launcher = et_trt::kernels::GroupedMMLauncher::create(views, &message);
+  if (check->launcher == nullptr) {
+    copy_error(message, error, error_size);
+    return nullptr;
+  }
+  return check.release();
+}
+
+__attribute__((visibility("default"))) int32_t et_trt_launch_check_launch(void* handle, const void* a, const void* b,
+                                                                          const int32_t* offs, void* out, int64_t rows,
+                                                                          int64_t k, int64_t n, int64_t groups,
+                                                                          int32_t trans_b, void* stream, char* error,
+                                                                          size_t error_size) {
+  auto* check = static_cast<LaunchCheck*>(handle);
+  std::string message;
+  if (!check->launcher->launch(a, b, offs, out, rows, k, n, groups, trans_b != 0, static_cast<CUstream>(stream),
+                               &message)) {
+    copy_error(message, error, error_size);
+    return 1;
+  }
+  return 0;
+}
+
+__attribute__((visibility("default"))) const char* et_trt_launch_check_last_kernel(void* handle) {
+  return static_cast<LaunchCheck*>(handle)->launcher->last_kernel().c_str();
+}
+
+__attribute__((visibility("default"))) void et_trt_launch_check_destroy(void* handle) {
+  delete static_cast<LaunchCheck*>(handle);
+}
+
+}  // extern "C"
