@@ -1,0 +1,84 @@
+"""Which ops the TensorRT lowering supports: one rule module per op family.
+
+This is the one definition shared by the partitioner (what to claim) and the
+lowering (what to translate), so the two never disagree:
+
+    unsupported_reason(node) -> str | None   None: the lowering supports node
+    SUPPORTED_TARGETS   ATen / dim_order_ops overloads the lowering translates
+                        (edge ops resolve to these through their `_op`)
+    SYMBOLIC_FUNCTIONS  Python functions on SymInts (shape arithmetic) that may
+                        sit inside a partition; the lowering computes them from
+                        the tensor shapes
+    PRESERVED_OPS       non-core ops kept through edge decomposition
+                        (the partitioner's ops_to_not_decompose)
+
+Every rule also gets the generic checks below: TensorRT tensor dtypes and at
+most MAX_RANK dimensions on every tensor in and out.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import Node
+
+from . import activation, conversion, creation, elementwise, grouped_mm, indexing, matmul, reduction, routing, shape
+from ._common import MAX_RANK, TENSOR_DTYPES, Rule, aten_overload, dtype_name, input_tensors, output_tensors, names
+
+aten = torch.ops.aten
+
+_FAMILIES = (elementwise, activation, reduction, matmul, grouped_mm, shape, indexing, routing, creation, conversion)
+
+RULES: dict[torch._ops.OpOverload, Rule] = {}
+for _family in _FAMILIES:
+    overlap = RULES.keys() & _family.RULES.keys()
+    assert not overlap, f"ops with two rules: {overlap}"
+    RULES.update(_family.RULES)
+
+SUPPORTED_TARGETS: frozenset[torch._ops.OpOverload] = frozenset(RULES)
+
+SYMBOLIC_FUNCTIONS = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg, torch.sym_max, torch.sym_min}
+)
+
+# Kept through to_edge's decompositions (each has a rule above):
+PRESERVED_OPS: list[torch._ops.OpOverload] = [
+    # Not core ATen and no portable kernel: the MoE expert GEMMs themselves.
+    aten._grouped_mm.default,
+    # torch.argsort(stable=True) would decompose to sort.stable, which is not
+    # core ATen and cannot be preserved (ExecuTorch refuses multi-output ops).
+    aten.argsort.stable,
+    # Not core ATen and no decomposition: expert counts.
+    aten.histc.default,
+    # Decomposes to empty_permuted, which is not core ATen.
+    aten.empty_like.default,
+]
+
+
+def _generic_reason(node: Node) -> str | None:
+    for tensor in input_tensors(node) + output_tensors(node):
+        if tensor.dtype not in TENSOR_DTYPES:
+            return f"tensor of dtype {dtype_name(tensor.dtype)}; TensorRT tensors are {names(TENSOR_DTYPES)}"
+        if tensor.dim() > MAX_RANK:
+            return f"tensor of rank {tensor.dim()}; TensorRT supports rank <= {MAX_RANK}"
+    return None
+
+
+def unsupported_reason(node: Node) -> str | None:
+    """None if the TensorRT lowering supports `node`, else why not (and what to do)."""
+    if node.op != "call_function":
+        return None  # placeholders, outputs and attributes are structure, not ops
+    if node.target is operator.getitem:
+        return None  # picks one output of a multi-output op; lives with its producer
+    if node.target in SYMBOLIC_FUNCTIONS:
+        return None
+    target = aten_overload(node.target)
+    rule = RULES.get(target)
+    if rule is None:
+        advice = routing.BLOCKED_ADVICE.get(target)
+        return advice or f"{target} has no TensorRT lowering"
+    return _generic_reason(node) or rule(node)
+
+
+__all__ = ["PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "unsupported_reason"]

@@ -1,0 +1,135 @@
+"""Shared helpers for the per-family op support rules.
+
+A rule takes an fx node whose target is one ATen overload and returns None when
+the TensorRT lowering handles that node, else a short reason that tells the
+user what is wrong and, where one exists, what to do instead. Rules read the
+node's `meta["val"]` (fake tensors from torch.export), so they see dtypes and
+symbolic shapes; they never run the op.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+from torch.fx import Node
+
+Rule = Callable[[Node], "str | None"]
+
+# TensorRT's largest tensor rank (nvinfer1::Dims::MAX_DIMS).
+MAX_RANK = 8
+
+FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+INT_DTYPES = frozenset({torch.int32, torch.int64})
+INDEX_DTYPES = INT_DTYPES
+BOOL_DTYPES = frozenset({torch.bool})
+NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
+# Every dtype a TensorRT network tensor may have in our lowering.
+TENSOR_DTYPES = NUMERIC_DTYPES | BOOL_DTYPES
+
+
+def aten_overload(target: Any) -> Any:
+    """The ATen (or dim_order_ops) overload behind an edge op; other targets unchanged."""
+    if isinstance(target, EdgeOpOverload):
+        return target._op
+    return target
+
+
+def fake_tensors(value: Any) -> list[torch.Tensor]:
+    """Tensors in a node's meta value (a tensor, or a tuple/list of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def output_tensors(node: Node) -> list[torch.Tensor]:
+    return fake_tensors(node.meta.get("val"))
+
+
+def arg_tensor(node: Node, index: int) -> torch.Tensor | None:
+    """The fake tensor of positional argument `index`, if that argument is a tensor node."""
+    if index >= len(node.args):
+        return None
+    arg = node.args[index]
+    if isinstance(arg, Node):
+        val = arg.meta.get("val")
+        return val if isinstance(val, torch.Tensor) else None
+    return None
+
+
+def input_tensors(node: Node) -> list[torch.Tensor]:
+    """Fake tensors of every tensor argument (also inside lists, e.g. cat's inputs)."""
+    found = []
+
+    def visit(arg: Any) -> None:
+        if isinstance(arg, Node):
+            found.extend(fake_tensors(arg.meta.get("val")))
+        elif isinstance(arg, (list, tuple)):
+            for a in arg:
+                visit(a)
+
+    for arg in list(node.args) + list(node.kwargs.values()):
+        visit(arg)
+    return found
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def names(dtypes: Iterable[torch.dtype]) -> str:
+    return ", ".join(sorted(dtype_name(d) for d in dtypes))
+
+
+def check_dtype(tensor: torch.Tensor | None, allowed: frozenset[torch.dtype], what: str) -> str | None:
+    if tensor is not None and tensor.dtype not in allowed:
+        return f"{what} has dtype {dtype_name(tensor.dtype)}; supported: {names(allowed)}"
+    return None
+
+
+def check_arg_dtype(node: Node, index: int, allowed: frozenset[torch.dtype], what: str = "input") -> str | None:
+    return check_dtype(arg_tensor(node, index), allowed, what)
+
+
+def first_reason(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
+def is_static(value: Any) -> bool:
+    """True for a plain int (not a SymInt that depends on a dynamic dimension)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def static_ints(values: Any) -> bool:
+    return isinstance(values, (list, tuple)) and all(is_static(v) for v in values)
+
+
+def upper_bound(size: Any) -> int | None:
+    """Largest value a (possibly symbolic) size can take; None when unbounded."""
+    if is_static(size):
+        return size
+    if isinstance(size, torch.SymInt):
+        node = size.node
+        try:
+            upper = node.shape_env.bound_sympy(node.expr).upper
+        except Exception:  # no shape environment: treat as unbounded
+            return None
+        return int(upper) if upper.is_finite else None
+    return None
+
+
+def normalize_dim(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def rule_dtypes(allowed: frozenset[torch.dtype], *arg_indices: int) -> Rule:
+    """A rule that only checks the dtype of the given tensor arguments (default: the first)."""
+    indices = arg_indices or (0,)
+
+    def rule(node: Node) -> str | None:
+        return first_reason(*(check_arg_dtype(node, i, allowed) for i in indices))
+
+    return rule

@@ -1,0 +1,161 @@
+"""Op support rules: each family accepts what the TensorRT lowering handles and names what it does not."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from torch.fx import Graph
+
+from et_trt_backend import op_support
+from et_trt_backend.op_support import routing
+
+aten = torch.ops.aten
+
+
+def meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def call(target, *args, out=None, **kwargs):
+    """An fx node calling `target`; tensor args become placeholders carrying meta tensors."""
+    graph = Graph()
+
+    def arg(a):
+        if isinstance(a, torch.Tensor):
+            node = graph.placeholder(f"x{len(graph.nodes)}")
+            node.meta["val"] = a
+            return node
+        if isinstance(a, list):
+            return [arg(x) for x in a]
+        return a
+
+    node = graph.call_function(target, tuple(arg(a) for a in args), kwargs)
+    if out is not None:
+        node.meta["val"] = out
+    return node
+
+
+def test_public_api():
+    assert aten._grouped_mm.default in op_support.SUPPORTED_TARGETS
+    assert set(op_support.PRESERVED_OPS) <= op_support.SUPPORTED_TARGETS
+    # A preserved op must not be core ATen, else preserving it would be pointless.
+    assert all(torch.Tag.core not in op.tags for op in op_support.PRESERVED_OPS)
+    assert all(isinstance(op, torch._ops.OpOverload) for op in op_support.SUPPORTED_TARGETS)
+
+
+def test_structural_nodes_are_supported():
+    node = call(operator.mul, 2, 3)
+    assert op_support.unsupported_reason(node) is None
+    graph = Graph()
+    assert op_support.unsupported_reason(graph.placeholder("x")) is None
+
+
+def test_unknown_op_is_named():
+    reason = op_support.unsupported_reason(call(aten.convolution_backward.default, meta(2, 2)))
+    assert "convolution_backward" in reason and "no TensorRT lowering" in reason
+
+
+def test_bincount_advises_histc():
+    reason = op_support.unsupported_reason(call(aten.bincount.default, meta(8, dtype=torch.int64)))
+    assert "histc" in reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64])
+def test_dtypes_outside_tensorrt_are_refused(dtype):
+    reason = op_support.unsupported_reason(call(aten.add.Tensor, meta(4, dtype=dtype), meta(4, dtype=dtype)))
+    assert "dtype" in reason and str(dtype).removeprefix("torch.") in reason
+
+
+def test_rank_limit():
+    assert "rank 9" in op_support.unsupported_reason(call(aten.relu.default, meta(*[1] * 9)))
+    assert op_support.unsupported_reason(call(aten.relu.default, meta(*[1] * 8))) is None
+
+
+def test_elementwise_dtypes():
+    assert op_support.unsupported_reason(call(aten.sigmoid.default, meta(4))) is None
+    assert "int32" in op_support.unsupported_reason(call(aten.sigmoid.default, meta(4, dtype=torch.int32)))
+    assert op_support.unsupported_reason(call(aten.div.Tensor_mode, meta(4, dtype=torch.int64), meta(4, dtype=torch.int64), rounding_mode="floor")) is None
+    assert op_support.unsupported_reason(call(aten.bitwise_not.default, meta(4, dtype=torch.bool))) is None
+    assert "bool" in op_support.unsupported_reason(call(aten.bitwise_not.default, meta(4, dtype=torch.int32)))
+
+
+class TestGroupedMM:
+    a, b_t = meta(16, 32), meta(4, 64, 32).transpose(-2, -1)  # b as stored [G, N, K], viewed [G, K, N]
+    offs = meta(4, dtype=torch.int32)
+
+    def test_moe_form_is_supported(self):
+        assert op_support.unsupported_reason(call(aten._grouped_mm.default, self.a, self.b_t, self.offs)) is None
+
+    def test_fp32_is_supported(self):
+        node = call(aten._grouped_mm.default, meta(16, 32, dtype=torch.float32), meta(4, 32, 8, dtype=torch.float32), self.offs)
+        assert op_support.unsupported_reason(node) is None
+
+    @pytest.mark.parametrize(
+        "args, kwargs, expected",
+        [
+            ((meta(16, 32), meta(4, 32, 8), meta(4, dtype=torch.int64)), {}, "int32"),
+            ((meta(16, 32), meta(4, 32, 8)), {}, "offs is required"),
+            ((meta(4, 16, 32), meta(4, 32, 8)), {}, "ranks 3 and 3"),
+            ((meta(16, 32), meta(4, 32, 8), meta(4, dtype=torch.int32), meta(4, 8)), {}, "bias"),
+            ((meta(16, 32), meta(4, 32, 8), meta(3, dtype=torch.int32)), {}, "one entry per expert"),
+            ((meta(16, 32), meta(4, 32, 8, dtype=torch.float16), meta(4, dtype=torch.int32)), {}, "share one of"),
+        ],
+    )
+    def test_refusals(self, args, kwargs, expected):
+        reason = op_support.unsupported_reason(call(aten._grouped_mm.default, *args, **kwargs))
+        assert reason is not None and expected in reason
+
+
+class TestRouting:
+    def test_topk_limit(self):
+        assert op_support.unsupported_reason(call(aten.topk.default, meta(4, 8), 2)) is None
+        assert "3840" in op_support.unsupported_reason(call(aten.topk.default, meta(4, 5000), 4000))
+
+    def test_float_sort_is_bounded_by_topk(self):
+        assert op_support.unsupported_reason(call(aten.sort.default, meta(100))) is None
+        assert "3840" in op_support.unsupported_reason(call(aten.sort.default, meta(5000)))
+
+    def test_expert_id_sort_has_no_length_limit(self):
+        graph = Graph()
+        scores = graph.placeholder("scores")
+        scores.meta["val"] = meta(3000, 8, dtype=torch.float32)
+        topk = graph.call_function(aten.topk.default, (scores, 2))
+        ids = graph.call_function(operator.getitem, (topk, 1))
+        flat = graph.call_function(aten.view_copy.default, (ids, [6000]))
+        flat.meta["val"] = meta(6000, dtype=torch.int64)
+        order = graph.call_function(aten.argsort.stable, (flat,), {"stable": True})
+        assert routing.integer_key_bound(flat) == 8
+        assert op_support.unsupported_reason(order) is None
+
+    def test_histc_needs_a_static_range(self):
+        assert op_support.unsupported_reason(call(aten.histc.default, meta(8, dtype=torch.float32), 4, 0, 3)) is None
+        assert "min < max" in op_support.unsupported_reason(call(aten.histc.default, meta(8, dtype=torch.float32), 4))
+
+    def test_index_put(self):
+        x, idx, v = meta(8, 4), meta(8, dtype=torch.int64), meta(8, 4)
+        assert op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True)) is None
+        mask = meta(8, dtype=torch.bool)
+        assert "boolean" in op_support.unsupported_reason(call(aten.index_put.default, x, [mask], v))
+
+    def test_scatter_reduce_modes(self):
+        x, idx = meta(8, 4, dtype=torch.float32), meta(8, 4, dtype=torch.int64)
+        assert op_support.unsupported_reason(call(aten.scatter_reduce.two, x, 0, idx, x, "sum")) is None
+        assert "mean" in op_support.unsupported_reason(call(aten.scatter_reduce.two, x, 0, idx, x, "mean"))
+
+
+def test_boolean_mask_indexing_is_refused():
+    reason = op_support.unsupported_reason(call(aten.index.Tensor, meta(8, 4), [meta(8, dtype=torch.bool)]))
+    assert "data-dependent" in reason
+    assert op_support.unsupported_reason(call(aten.index.Tensor, meta(8, 4), [meta(5, dtype=torch.int64)])) is None
+
+
+def test_split_sizes_must_be_static():
+    assert op_support.unsupported_reason(call(aten.split_with_sizes_copy.default, meta(8, 4), [2, 2], 1)) is None
+
+
+def test_cast_needs_contiguous_dim_order():
+    to_dim_order = torch.ops.dim_order_ops._to_dim_order_copy.default
+    node = call(to_dim_order, meta(2, 3), dtype=torch.float32, dim_order=[1, 0], out=meta(2, 3, dtype=torch.float32))
+    assert "dim_order" in op_support.unsupported_reason(node)
