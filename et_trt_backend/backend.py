@@ -1,0 +1,66 @@
+"""The ExecuTorch backend: preprocess turns one partition into an et-trt blob.
+
+options (compile specs) -> ONNX (lowering) -> pre-flight check -> grouped-GEMM
+kernel images (when the ONNX has GroupedMM) -> engine (only where TensorRT and
+a GPU are present) -> one serialized blob (serialization/blob.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+from et_trt_backend import engine_build, preflight
+from et_trt_backend.lowering import lower_to_onnx
+from et_trt_backend.lowering.translations import ONNX_OPSET
+from et_trt_backend.options import CompileOptions
+from et_trt_backend.serialization import blob
+
+logger = logging.getLogger(__name__)
+
+
+def _kernel_images(lowered, options: CompileOptions):
+    if not lowered.grouped_mms:
+        return [], {}
+    from et_trt_backend.kernels import grouped_mm_images
+    import triton
+
+    images = []
+    for use in dict.fromkeys(lowered.grouped_mms):  # each (dtype, trans_b) once, in order
+        images += grouped_mm_images(options.kernel_archs, use.dtype, use.trans_b)
+    return images, {"triton": triton.__version__}
+
+
+class TensorRTBackend(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program: torch.export.ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        options, part = CompileOptions.from_compile_specs(compile_specs)
+        start = time.perf_counter()
+        logger.info("part %r: lowering to ONNX", part)
+        lowered = lower_to_onnx(edge_program, options)
+        onnx_bytes = lowered.onnx_bytes
+        logger.info("part %r: ONNX %.1f KiB, %d GroupedMM", part, len(onnx_bytes) / 1024, len(lowered.grouped_mms))
+        preflight.enforce(lowered.onnx, options.preflight, where=f"part {part!r}")
+
+        kernels, producer_extra = _kernel_images(lowered, options)
+        engine = engine_build.maybe_build_engine(onnx_bytes, lowered.inputs, options, part,
+                                                 plugin_needed=bool(lowered.grouped_mms))
+        if engine is not None:
+            producer_extra["tensorrt"] = engine.tensorrt_version
+        contents = blob.BlobContents(
+            part=part,
+            inputs=lowered.inputs,
+            outputs=lowered.outputs,
+            options=options,
+            onnx=onnx_bytes,
+            kernels=kernels,
+            engine=engine,
+            producer=blob.producer_versions(ONNX_OPSET, **producer_extra),
+        )
+        data = blob.serialize(contents)
+        logger.info("part %r: blob %.1f KiB in %.1f s", part, len(data) / 1024, time.perf_counter() - start)
+        return PreprocessResult(processed_bytes=data)

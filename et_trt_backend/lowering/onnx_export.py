@@ -1,0 +1,201 @@
+"""Partition -> ONNX: edge program to ATen, routing rewrites, torch.onnx export.
+
+The result names its dynamic dimensions as the user named them (the
+torch.export Dim name, else "input:axis") and gives each its range: from
+CompileOptions.shape_ranges when set there, else the program's range
+constraints. Weights are ONNX initializers, stored once, as the model holds
+them (grouped GEMM weights are not transposed: GroupedMM takes trans_b).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+
+import onnx
+import sympy
+import torch
+from torch.utils._sympy.numbers import int_oo
+
+from et_trt_backend.options import CompileOptions
+from et_trt_backend.serialization.blob import DimSpec, TensorSpec
+
+from . import rewrites, translations
+from .errors import LoweringError
+from .to_aten import to_aten_program
+
+logger = logging.getLogger(__name__)
+
+_ONNX_TO_TORCH = {
+    onnx.TensorProto.BFLOAT16: torch.bfloat16, onnx.TensorProto.FLOAT16: torch.float16,
+    onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.INT64: torch.int64, onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT16: torch.int16, onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.UINT8: torch.uint8, onnx.TensorProto.BOOL: torch.bool,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedMMUse:
+    """One GroupedMM in the ONNX: what the kernel images must cover."""
+
+    dtype: str  # "bf16" | "fp16"
+    trans_b: bool
+
+
+@dataclasses.dataclass
+class LoweredPartition:
+    onnx: onnx.ModelProto
+    inputs: list[TensorSpec]  # in the delegate call's argument order
+    outputs: list[TensorSpec]
+    grouped_mms: list[GroupedMMUse]  # kernel-form GroupedMM nodes (none when lowered densely)
+
+    @property
+    def onnx_bytes(self) -> bytes:
+        return self.onnx.SerializeToString()
+
+
+@dataclasses.dataclass(frozen=True)
+class _DynamicDim:
+    name: str
+    min: int
+    opt: int
+    max: int
+
+
+def _dim_names(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, str]:
+    """Each input symbol's user-facing name: its torch.export Dim name, else "input:axis"."""
+    names: dict[sympy.Symbol, str] = {}
+    user_inputs = set(program.graph_signature.user_inputs)
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        for axis, size in enumerate(node.meta["val"].shape):
+            if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
+                continue
+            symbol = size.node.expr
+            if symbol in names:
+                continue
+            shape_env = size.node.shape_env
+            debug = {}
+            for source in shape_env.var_to_sources.get(symbol, []):
+                debug_name = shape_env.source_name_to_debug_name.get(source.name)
+                if debug_name:
+                    debug[symbol] = debug_name
+            names[symbol] = debug.get(symbol, f"{node.name}:{axis}")
+    return names
+
+
+def _ranges(program, names: dict[sympy.Symbol, str], options: CompileOptions) -> dict[sympy.Symbol, _DynamicDim]:
+    ranges = {}
+    for symbol, name in names.items():
+        given = options.shape_ranges.get(name)
+        if given is not None:
+            ranges[symbol] = _DynamicDim(name, given.min, given.opt, given.max)
+            continue
+        bounds = program.range_constraints.get(symbol)
+        if bounds is None or bounds.upper is int_oo or not bounds.upper.is_finite:
+            raise LoweringError(
+                f"dynamic dimension '{name}' has no upper bound; give it one with "
+                f"torch.export.Dim('{name}', max=...) or the recipe option shape_ranges.{name} = "
+                "{min = ..., opt = ..., max = ...}"
+            )
+        lo, hi = int(bounds.lower), int(bounds.upper)
+        ranges[symbol] = _DynamicDim(name, lo, hi, hi)
+    unused = sorted(set(options.shape_ranges) - set(names.values()))
+    if unused:
+        logger.warning("shape_ranges %s name no dynamic dimension of this partition (it has %s)",
+                       unused, sorted(names.values()) or "none")
+    return ranges
+
+
+def _dim_spec(dim: onnx.TensorShapeProto.Dimension, by_symbol: dict[str, _DynamicDim]) -> DimSpec:
+    if dim.HasField("dim_value"):
+        return DimSpec(dim.dim_value, "", dim.dim_value, dim.dim_value, dim.dim_value)
+    expr = sympy.sympify(dim.dim_param, locals={s: sympy.Symbol(s) for s in by_symbol})
+    unknown = expr.free_symbols - {sympy.Symbol(s) for s in by_symbol}
+    if unknown:
+        raise LoweringError(
+            f"an input or output has a size ({dim.dim_param}) that depends on the data; TensorRT needs "
+            "output sizes computable from input shapes"
+        )
+    at = lambda field: int(expr.subs({sympy.Symbol(s): getattr(d, field) for s, d in by_symbol.items()}))  # noqa: E731
+    name = str(expr.subs({sympy.Symbol(s): sympy.Symbol(d.name) for s, d in by_symbol.items()}))
+    return DimSpec(None, name, at("min"), at("opt"), at("max"))
+
+
+def _rename_dims(model: onnx.ModelProto, by_symbol: dict[str, _DynamicDim]) -> None:
+    """dim_param "s77" -> the user's name ("tokens"), everywhere in the graph."""
+    if not by_symbol:
+        return
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(by_symbol, key=len, reverse=True))) + r")\b")
+    graph = model.graph
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                dim.dim_param = pattern.sub(lambda m: by_symbol[m.group(1)].name, dim.dim_param)
+
+
+def _tensor_specs(values, by_symbol) -> list[TensorSpec]:
+    specs = []
+    for value in values:
+        tensor_type = value.type.tensor_type
+        dims = [_dim_spec(d, by_symbol) for d in tensor_type.shape.dim]
+        specs.append(TensorSpec(value.name, _ONNX_TO_TORCH[tensor_type.elem_type], dims))
+    return specs
+
+
+def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges) -> list[GroupedMMUse]:
+    """The kernel-form GroupedMMs; logs the cost of each one lowered densely."""
+    uses = []
+    for node in program.graph.nodes:
+        if node.target is not torch.ops.et_trt_lowering.grouped_mm.default:
+            continue
+        a, b = node.args[0].meta["val"], node.args[1].meta["val"]
+        dtype = translations.KERNEL_DTYPES.get(a.dtype)
+        if kernel and dtype:
+            uses.append(GroupedMMUse(dtype, bool(node.args[3])))
+            continue
+        rows = a.shape[0]
+        rows_opt = rows if isinstance(rows, int) else int(
+            sympy.sympify(rows.node.expr).subs({s: r.opt for s, r in ranges.items()}))
+        groups, k = b.shape[0], a.shape[1]
+        n = b.shape[-2] if node.args[3] else b.shape[-1]
+        grouped = rows_opt * k * n
+        why = "grouped_gemm_kernel = false" if not kernel else f"no grouped-GEMM kernel for {a.dtype}"
+        logger.warning(
+            "%s lowered densely (%s): %d x the multiply-adds of the grouped form, %.3g vs %.3g at %d rows "
+            "(the profile's opt), and a [%d, rows, %d] intermediate",
+            node.name, why, groups, groups * grouped, grouped, rows_opt, groups, n)
+    return uses
+
+
+def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
+    """The partition as TensorRT-parseable ONNX, with its IO specs."""
+    program = to_aten_program(edge_program)
+    rewrites.rewrite(program)
+    names = _dim_names(program)
+    ranges = _ranges(program, names, options)
+    kernel = options.grouped_gemm_kernel
+    grouped_mms = _grouped_mm_uses(program, kernel, ranges)
+
+    logger.info("exporting partition to ONNX (opset %d)", translations.ONNX_OPSET)
+    onnx_program = torch.onnx.export(
+        program,
+        dynamo=True,
+        custom_translation_table=translations.translation_table(kernel),
+        opset_version=translations.ONNX_OPSET,
+        optimize=True,
+        verbose=False,
+    )
+    model = onnx_program.model_proto
+    by_symbol = {str(s): d for s, d in ranges.items()}
+    _rename_dims(model, by_symbol)
+    renamed = {d.name: d for d in ranges.values()}
+    return LoweredPartition(
+        onnx=model,
+        inputs=_tensor_specs(model.graph.input, renamed),
+        outputs=_tensor_specs(model.graph.output, renamed),
+        grouped_mms=grouped_mms,
+    )

@@ -1,0 +1,67 @@
+"""PyTorch ops the lowering rewrites routing and grouped GEMMs into.
+
+Each op has a CPU implementation with the exact semantics its ONNX translation
+(translations.py) has, so a rewritten graph can be run and checked in PyTorch,
+and a fake implementation so rewritten programs can be re-traced. They live in
+the namespace `et_trt_lowering` (the kernel's eager op owns `et_trt`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.custom_op("et_trt_lowering::grouped_mm", mutates_args=())
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool) -> torch.Tensor:
+    """GroupedMM of contract 4: rows [start_g, end_g) = a @ b[g]; uncovered rows are zero.
+
+    end_g = clamp(offs[g], start_g, rows), start_{g+1} = end_g, so any offs is safe.
+    b is [G, K, N], or [G, N, K] with trans_b (the weights as stored).
+    """
+    rows = a.shape[0]
+    weights = b.transpose(-2, -1) if trans_b else b
+    out = a.new_zeros(rows, weights.shape[-1])
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        end = min(max(end, start), rows)
+        if end > start:
+            out[start:end] = (a[start:end].float() @ weights[g].float()).to(a.dtype)
+        start = end
+    return out
+
+
+@grouped_mm.register_fake
+def _(a, b, offs, trans_b):
+    return a.new_empty(a.shape[0], b.shape[-2] if trans_b else b.shape[-1])
+
+
+@torch.library.custom_op("et_trt_lowering::counting_sort", mutates_args=())
+def counting_sort(ids: torch.Tensor, num_bins: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stable ascending sort of a 1-D tensor of integers in [0, num_bins): (values, indices).
+
+    Equal to torch.sort(ids, stable=True) for such input; the ONNX form is a
+    counting sort built from one-hot, cumsum and a scatter without reduction.
+    """
+    one_hot = torch.nn.functional.one_hot(ids.long(), num_bins)
+    rank = (one_hot.cumsum(0) * one_hot).sum(1) - 1
+    counts = one_hot.sum(0)
+    starts = counts.cumsum(0) - counts
+    dest = starts[ids.long()] + rank
+    indices = torch.empty_like(dest).scatter_(0, dest, torch.arange(ids.shape[0]))
+    return ids[indices], indices
+
+
+@counting_sort.register_fake
+def _(ids, num_bins):
+    return torch.empty_like(ids), torch.empty_like(ids, dtype=torch.long)
+
+
+@torch.library.custom_op("et_trt_lowering::bounded_bincount", mutates_args=())
+def bounded_bincount(ids: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """bincount of integers known to lie in [0, num_bins): a static output size."""
+    return torch.nn.functional.one_hot(ids.long(), num_bins).sum(0)
+
+
+@bounded_bincount.register_fake
+def _(ids, num_bins):
+    return ids.new_empty(num_bins, dtype=torch.long)

@@ -1,0 +1,81 @@
+"""Edge dialect -> ATen: the form the PyTorch ONNX exporter translates.
+
+Edge programs wrap every ATen overload in an EdgeOpOverload, replace views by
+their `*_copy` forms and casts/clones by ExecuTorch's dim-order ops. This maps
+each back to the ATen overload it stands for, on a copy of the graph (the edge
+program passed to preprocess is left as it is).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+from torch._export.verifier import Verifier
+
+logger = logging.getLogger(__name__)
+
+_DIM_ORDER_OPS = {
+    "dim_order_ops::_to_dim_order_copy": torch.ops.aten._to_copy.default,
+    "dim_order_ops::_clone_dim_order": torch.ops.aten.clone.default,
+}
+
+
+def _view_form(op: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """aten.X_copy.overload -> aten.X.overload when that view op exists."""
+    packet = op.name().split("::")[1].split(".")[0]
+    if op.namespace != "aten" or not packet.endswith("_copy"):
+        return op
+    view_packet = getattr(torch.ops.aten, packet[: -len("_copy")], None)
+    if view_packet is None or op._overloadname not in view_packet.overloads():
+        return op
+    return getattr(view_packet, op._overloadname)
+
+
+def aten_target(target):
+    """The ATen overload (or unchanged callable) an edge-graph target stands for."""
+    if isinstance(target, EdgeOpOverload):
+        target = target._op
+    if isinstance(target, torch._ops.OpOverload):
+        name = target.name().split(".")[0]
+        if name in _DIM_ORDER_OPS:
+            return _DIM_ORDER_OPS[name]
+        return _view_form(target)
+    return target
+
+
+def _drop_dim_order(node: torch.fx.Node) -> None:
+    # _to_copy takes no dim_order; et-trt tensors are contiguous (TensorRT's
+    # linear format), so any other dim order is refused rather than ignored.
+    dim_order = node.kwargs.get("dim_order")
+    if dim_order is not None and list(dim_order) != sorted(dim_order):
+        raise ValueError(
+            f"node {node.name}: non-contiguous dim_order {list(dim_order)} is not supported; "
+            "export the model with contiguous tensors"
+        )
+    node.kwargs = {k: v for k, v in node.kwargs.items() if k != "dim_order"}
+
+
+def to_aten_program(edge_program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """A copy of `edge_program` whose graph calls ATen overloads only."""
+    gm = copy.deepcopy(edge_program.graph_module)
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        op = node.target._op if isinstance(node.target, EdgeOpOverload) else node.target
+        if isinstance(op, torch._ops.OpOverload) and op.name().split(".")[0] in _DIM_ORDER_OPS:
+            _drop_dim_order(node)
+        node.target = aten_target(node.target)
+    gm.recompile()
+    return torch.export.ExportedProgram(
+        root=gm,
+        graph=gm.graph,
+        graph_signature=copy.deepcopy(edge_program.graph_signature),
+        state_dict=edge_program.state_dict,
+        range_constraints=edge_program.range_constraints,
+        module_call_graph=copy.deepcopy(edge_program.module_call_graph),
+        constants=edge_program.constants,
+        verifiers=[Verifier],
+    )

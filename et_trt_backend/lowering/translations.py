@@ -1,0 +1,158 @@
+"""ONNX translations (onnxscript) of the ops the rewrites produce.
+
+Every form here is built from ops TensorRT's ONNX parser takes, in the dtypes
+it takes them (its support matrix: CumSum only in FP32/FP16/BF16, ScatterND /
+ScatterElements only without reduction, TopK K <= 3840 and static).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import torch
+from onnxscript import ir
+from onnxscript import opset18 as op
+from onnxscript import values
+
+from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
+
+ONNX_OPSET = 18
+# Contract 4: the custom op TensorRT's ONNX parser maps to our plugin by name,
+# version and namespace.
+GROUPED_MM_DOMAIN = "et_trt"
+GROUPED_MM_OP = "GroupedMM"
+PLUGIN_VERSION = "1"
+PLUGIN_NAMESPACE = "et_trt"
+KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _register_grouped_mm_schema() -> None:
+    if onnx.defs.has(GROUPED_MM_OP, GROUPED_MM_DOMAIN):
+        return
+    types = ["tensor(bfloat16)", "tensor(float16)"]
+    schema = onnx.defs.OpSchema(
+        GROUPED_MM_OP, GROUPED_MM_DOMAIN, 1,
+        doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero.",
+        inputs=[
+            onnx.defs.OpSchema.FormalParameter("a", "T"),
+            onnx.defs.OpSchema.FormalParameter("b", "T"),
+            onnx.defs.OpSchema.FormalParameter("offs", "tensor(int32)"),
+        ],
+        outputs=[onnx.defs.OpSchema.FormalParameter("out", "T")],
+        type_constraints=[("T", types, "bf16 or fp16")],
+        attributes=[
+            onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
+            onnx.defs.OpSchema.Attribute("plugin_version", onnx.defs.OpSchema.AttrType.STRING, ""),
+            onnx.defs.OpSchema.Attribute("plugin_namespace", onnx.defs.OpSchema.AttrType.STRING, ""),
+        ],
+    )
+    onnx.defs.register_schema(schema)
+
+
+_register_grouped_mm_schema()
+et_trt = values.Opset(GROUPED_MM_DOMAIN, 1)
+
+
+def grouped_mm_kernel(a, b, offs, trans_b: bool):
+    """`_grouped_mm` as the GroupedMM custom op (the plugin runs the embedded kernel)."""
+    return et_trt.GroupedMM(
+        a, b, offs, trans_b=int(trans_b), plugin_version=PLUGIN_VERSION, plugin_namespace=PLUGIN_NAMESPACE
+    )
+
+
+def grouped_mm_dense(a, b, offs, trans_b: bool):
+    """`_grouped_mm` in TensorRT-native ops: every row times every group's weights, masked.
+
+    Costs G times the multiply-adds of the grouped form and a [G, rows, N]
+    intermediate; used when the kernel is off or for fp32. Same semantics as
+    GroupedMM for any offs: end_g = running max of clip(offs, 0, rows).
+    """
+    groups = b.shape[0]
+    weights = op.Transpose(b, perm=[0, 2, 1]) if trans_b else b
+    rows = op.Shape(a, start=0, end=1)
+    # Clamp to [0, rows] with Where: TensorRT's Clip (what Min/Max fold into) takes no integers.
+    ends = op.Cast(offs, to=onnx.TensorProto.INT64)
+    zero = op.Constant(value_int=0)
+    ends = op.Where(op.Less(ends, zero), zero, ends)
+    ends = op.Where(op.Less(rows, ends), rows, ends)
+    # Running max over groups via a constant lower-triangular [G, G] mask.
+    lower = op.Constant(value=ir.tensor(np.tril(np.ones((groups, groups), dtype=bool))))
+    ends = op.ReduceMax(op.Where(lower, op.Unsqueeze(ends, [0]), op.Constant(value_int=0)), [1], keepdims=0)
+    starts = op.Concat(op.Constant(value_ints=[0]), op.Slice(ends, [0], [groups - 1]), axis=0)
+    row_ids = op.Range(op.Constant(value_int=0), op.Squeeze(rows, [0]), op.Constant(value_int=1))
+    row_ids = op.Unsqueeze(row_ids, [0])  # [1, rows]
+    in_group = op.And(
+        op.GreaterOrEqual(row_ids, op.Unsqueeze(starts, [1])), op.Less(row_ids, op.Unsqueeze(ends, [1]))
+    )  # [G, rows]
+    products = op.MatMul(op.Unsqueeze(a, [0]), weights)  # [G, rows, N]
+    masked = op.Where(op.Unsqueeze(in_group, [2]), products, op.CastLike(op.Constant(value_float=0.0), a))
+    return op.ReduceSum(masked, [0], keepdims=0)
+
+
+def counting_sort(ids, num_bins: int):
+    """Stable ascending sort of ids in [0, num_bins): (values, indices), as a counting sort.
+
+    one_hot [N, E] -> inclusive cumsum over rows gives each row's rank among
+    rows of its bin; exclusive cumsum of the bin counts gives each bin's first
+    slot; dest = start[bin] + rank is a permutation, so scattering row numbers
+    to dest (ScatterElements without reduction) yields the sort's indices.
+    Counts run in float32 (TensorRT's CumSum takes no integers), exact below
+    2^24 rows.
+
+    Memory at 70,000 rows and 128 bins (measured by
+    tests/test_lowering_routing.py::test_counting_sort_memory, which sums the
+    ONNX graph's tensor sizes at that shape): the two [N, E] float32 tensors
+    (one-hot and its cumsum) are 2 x 35.84 MB = 71.68 MB, the bool compare
+    feeding the one-hot 8.96 MB; all other tensors are O(N + E), 3.4 MB
+    together; 84.0 MB if nothing were freed or fused.
+    """
+    ids = op.Cast(ids, to=onnx.TensorProto.INT64)
+    bins = op.Constant(value=ir.tensor(np.arange(num_bins, dtype=np.int64)))
+    column = op.Unsqueeze(ids, [1])  # [N, 1]
+    one_hot = op.Cast(op.Equal(column, bins), to=onnx.TensorProto.FLOAT)  # [N, E]
+    seen = op.CumSum(one_hot, op.Constant(value_int=0))  # rows so far per bin, this row included
+    rank = op.Squeeze(op.GatherElements(seen, column, axis=1), [1])  # 1-based rank within its bin
+    counts = op.ReduceSum(one_hot, [0], keepdims=0)
+    starts = op.CumSum(counts, op.Constant(value_int=0), exclusive=1)
+    dest = op.Cast(op.Sub(op.Add(op.Gather(starts, ids), rank), op.Constant(value_float=1.0)),
+                   to=onnx.TensorProto.INT64)
+    positions = op.Range(op.Constant(value_int=0), op.Squeeze(op.Shape(ids), [0]), op.Constant(value_int=1))
+    indices = op.ScatterElements(positions, dest, positions, axis=0)  # data is overwritten everywhere
+    return op.Gather(ids, indices), indices
+
+
+def bounded_bincount(ids, num_bins: int):
+    """bincount of ids in [0, num_bins) with a static size: one-hot summed over rows."""
+    bins = op.Constant(value=ir.tensor(np.arange(num_bins, dtype=np.int64)))
+    one_hot = op.Cast(op.Equal(op.Unsqueeze(op.Cast(ids, to=onnx.TensorProto.INT64), [1]), bins),
+                      to=onnx.TensorProto.INT64)
+    return op.ReduceSum(one_hot, [0], keepdims=0)
+
+
+def cumsum(self, dim: int, dtype: int = -1):
+    """aten.cumsum: integer sums run in float32 (TensorRT's CumSum takes no integers).
+
+    Exact while partial sums stay below 2^24 (routing counts: rows per expert).
+    """
+    out_type = self.dtype if dtype == -1 else ir.DataType(dtype)
+    if out_type.is_floating_point():
+        return op.CumSum(op.Cast(self, to=out_type), op.Constant(value_int=dim))
+    summed = op.CumSum(op.Cast(self, to=onnx.TensorProto.FLOAT), op.Constant(value_int=dim))
+    return op.Cast(summed, to=out_type)
+
+
+def translation_table(grouped_gemm_kernel: bool) -> dict:
+    """custom_translation_table for torch.onnx.export."""
+
+    def grouped_mm(a, b, offs, trans_b: bool):
+        if grouped_gemm_kernel and a.dtype in (ir.DataType.BFLOAT16, ir.DataType.FLOAT16):
+            return grouped_mm_kernel(a, b, offs, trans_b)
+        return grouped_mm_dense(a, b, offs, trans_b)
+
+    lowering_ops = torch.ops.et_trt_lowering
+    return {
+        lowering_ops.grouped_mm.default: grouped_mm,
+        lowering_ops.counting_sort.default: counting_sort,
+        lowering_ops.bounded_bincount.default: bounded_bincount,
+        torch.ops.aten.cumsum.default: cumsum,
+    }
