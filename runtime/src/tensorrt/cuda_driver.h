@@ -1,0 +1,46 @@
+// The CUDA driver API, loaded with dlopen (no libcuda at link time), for the
+// engine's stream, staging buffers and device queries.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+namespace et_trt {
+
+struct CudaDriver {
+#define ET_TRT_CUDA_FUNCTIONS(X)                                                                              \
+  X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent) X(cuCtxPopCurrent)             \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAlloc) X(cuMemFree)                      \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuPointerGetAttribute)
+#define ET_TRT_DECLARE(name) decltype(&::name) name = nullptr;
+  ET_TRT_CUDA_FUNCTIONS(ET_TRT_DECLARE)
+#undef ET_TRT_DECLARE
+
+  // The process-wide driver, loaded and initialized once; nullptr and
+  // *error (what is missing) if libcuda or a GPU is not there.
+  static const CudaDriver* get(std::string* error);
+
+  // "cuMemAlloc failed: out of memory (CUDA_ERROR_OUT_OF_MEMORY)".
+  std::string describe(const char* call, CUresult result) const;
+};
+
+// Makes a context current on this thread for the scope, restoring the caller's.
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriver& cuda, CUcontext context) : cuda_(cuda) {
+    ok_ = cuda_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
+  }
+  ~ScopedContext() {
+    CUcontext popped;
+    if (ok_) cuda_.cuCtxPopCurrent(&popped);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  const CudaDriver& cuda_;
+  bool ok_ = false;
+};
+
+}  // namespace et_trt

@@ -1,0 +1,476 @@
+// create_engine with TensorRT: the embedded engine if it fits, else one from
+// the engine cache, else one built from the blob's ONNX (then cached); and
+// execution with input/output binding and staging.
+#include <executorch/runtime/platform/log.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "cuda_driver.h"
+#include "engine.h"
+#include "engine_cache.h"
+#include "grouped_mm_plugin.h"
+#include "kernel_images.h"
+#include "tensorrt_library.h"
+
+namespace et_trt {
+namespace {
+
+using nvinfer1::DataType;
+using nvinfer1::Dims;
+
+bool to_trt_dtype(blob::DType dtype, DataType* out) {
+  switch (dtype) {
+    case blob::DType::Float32: *out = DataType::kFLOAT; return true;
+    case blob::DType::Float16: *out = DataType::kHALF; return true;
+    case blob::DType::BFloat16: *out = DataType::kBF16; return true;
+    case blob::DType::Int8: *out = DataType::kINT8; return true;
+    case blob::DType::Int32: *out = DataType::kINT32; return true;
+    case blob::DType::Int64: *out = DataType::kINT64; return true;
+    case blob::DType::Bool: *out = DataType::kBOOL; return true;
+    case blob::DType::UInt8: *out = DataType::kUINT8; return true;
+    default: return false;
+  }
+}
+
+Dims to_dims(const std::vector<int64_t>& shape) {
+  Dims dims{};
+  dims.nbDims = static_cast<int32_t>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) dims.d[i] = shape[i];
+  return dims;
+}
+
+Dims profile_dims(const IoSpec& spec, int which) {
+  Dims dims{};
+  dims.nbDims = static_cast<int32_t>(spec.dims.size());
+  for (size_t i = 0; i < spec.dims.size(); ++i) {
+    const DimRange& d = spec.dims[i];
+    dims.d[i] = which == 0 ? d.min : which == 1 ? d.opt : d.max;
+  }
+  return dims;
+}
+
+EngineError failure(EngineError::Kind kind, std::string message) { return EngineError{kind, std::move(message)}; }
+
+// Logs the builder's phases, so a build of several minutes shows progress.
+class BuildProgress final : public nvinfer1::IProgressMonitor {
+ public:
+  explicit BuildProgress(std::string part) : part_(std::move(part)) {}
+  void phaseStart(const char* phase, const char* parent, int32_t steps) noexcept override {
+    if (parent == nullptr) ET_LOG(Info, "et-trt: building '%s': %s (%d steps)", part_.c_str(), phase, steps);
+  }
+  bool stepComplete(const char*, int32_t) noexcept override { return true; }
+  void phaseFinish(const char* phase) noexcept override {
+    ET_LOG(Info, "et-trt: building '%s': %s done", part_.c_str(), phase);
+  }
+
+ private:
+  std::string part_;
+};
+
+// A device buffer that only grows; reused across executions.
+struct DeviceBuffer {
+  CUdeviceptr ptr = 0;
+  size_t capacity = 0;
+};
+
+class TensorRTEngine final : public Engine {
+ public:
+  TensorRTEngine(const CudaDriver& cuda, CUdevice device, CUcontext context, PartitionIo io)
+      : cuda_(cuda), device_(device), context_(context), io_(std::move(io)) {}
+
+  ~TensorRTEngine() override {
+    {
+      ScopedContext scope(cuda_, context_);
+      execution_.reset();
+      engine_.reset();
+      runtime_.reset();
+      for (auto* buffers : {&input_staging_, &output_staging_}) {
+        for (DeviceBuffer& b : *buffers) {
+          if (b.ptr) cuda_.cuMemFree(b.ptr);
+        }
+      }
+      if (stream_) cuda_.cuStreamDestroy(stream_);
+    }
+    cuda_.cuDevicePrimaryCtxRelease(device_);
+  }
+
+  // Deserializes `plan` and prepares execution; false (with *error) if this
+  // TensorRT cannot read it or it does not match the IO specs.
+  bool load(TensorRTLibrary& trt, const void* plan, size_t size, std::string* error) {
+    ScopedContext scope(cuda_, context_);
+    // A failed earlier attempt (embedded or cached plan) may have left these.
+    execution_.reset();
+    engine_.reset();
+    runtime_ = trt.create_runtime();
+    if (runtime_ == nullptr) {
+      *error = "TensorRT could not create a runtime";
+      return false;
+    }
+    engine_.reset(runtime_->deserializeCudaEngine(plan, size));
+    if (engine_ == nullptr) {
+      *error = "TensorRT could not deserialize the engine (see TensorRT's message above)";
+      return false;
+    }
+    for (const auto* specs : {&io_.inputs, &io_.outputs}) {
+      const bool input = specs == &io_.inputs;
+      for (const IoSpec& spec : *specs) {
+        const char* name = spec.name.c_str();
+        const auto mode = engine_->getTensorIOMode(name);
+        DataType expected;
+        if (mode != (input ? nvinfer1::TensorIOMode::kINPUT : nvinfer1::TensorIOMode::kOUTPUT)) {
+          *error = "the engine has no " + std::string(input ? "input" : "output") + " tensor '" + spec.name + "'";
+          return false;
+        }
+        if (!to_trt_dtype(spec.dtype, &expected) || engine_->getTensorDataType(name) != expected) {
+          *error = "the engine's tensor '" + spec.name + "' is not " + dtype_name(spec.dtype);
+          return false;
+        }
+      }
+    }
+    execution_.reset(engine_->createExecutionContext());
+    if (execution_ == nullptr) {
+      *error = "TensorRT could not create an execution context (out of device memory?)";
+      return false;
+    }
+    const CUresult r = stream_ ? CUDA_SUCCESS : cuda_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS) {
+      *error = cuda_.describe("cuStreamCreate", r);
+      return false;
+    }
+    input_staging_.resize(io_.inputs.size());
+    output_staging_.resize(io_.outputs.size());
+    return true;
+  }
+
+  // One execution at a time per handle: the execution context, stream and
+  // staging buffers are shared state.
+  bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ScopedContext scope(cuda_, context_);
+    if (!scope.ok()) {
+      *error = "cannot make the engine's CUDA context current";
+      return false;
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const char* name = io_.inputs[i].name.c_str();
+      if (!execution_->setInputShape(name, to_dims(inputs[i].shape))) {
+        *error = "TensorRT refused shape " + shape_string(inputs[i].shape) + " for input '" + io_.inputs[i].name + "'";
+        return false;
+      }
+      void* device = nullptr;
+      if (!to_device(const_cast<void*>(inputs[i].data), inputs[i].nbytes, &input_staging_[i], true, &device, error)) {
+        return false;
+      }
+      execution_->setTensorAddress(name, device);
+    }
+    std::vector<void*> host_outputs(io_.outputs.size(), nullptr);
+    std::vector<size_t> output_bytes(io_.outputs.size(), 0);
+    for (size_t i = 0; i < io_.outputs.size(); ++i) {
+      const char* name = io_.outputs[i].name.c_str();
+      const Dims dims = execution_->getTensorShape(name);
+      std::vector<int64_t> shape(dims.d, dims.d + std::max<int32_t>(dims.nbDims, 0));
+      size_t bytes = dtype_size(io_.outputs[i].dtype);
+      for (int64_t d : shape) {
+        if (d < 0) {
+          *error = "output '" + io_.outputs[i].name + "' has a data-dependent shape, which et-trt does not support";
+          return false;
+        }
+        bytes *= size_t(d);
+      }
+      void* data = nullptr;
+      size_t capacity = 0;
+      if (!outputs.resize(i, shape, &data, &capacity, error)) return false;
+      if (capacity < bytes) {
+        *error = "output '" + io_.outputs[i].name + "' needs " + std::to_string(bytes) + " bytes, its buffer has " +
+                 std::to_string(capacity);
+        return false;
+      }
+      void* device = nullptr;
+      if (!to_device(data, bytes, &output_staging_[i], false, &device, error)) return false;
+      if (device != data) host_outputs[i] = data;
+      output_bytes[i] = bytes;
+      execution_->setTensorAddress(name, device);
+    }
+    if (!execution_->enqueueV3(reinterpret_cast<cudaStream_t>(stream_))) {
+      *error = "TensorRT could not enqueue the engine (see TensorRT's message above)";
+      return false;
+    }
+    for (size_t i = 0; i < host_outputs.size(); ++i) {
+      if (host_outputs[i] == nullptr || output_bytes[i] == 0) continue;
+      const CUresult r = cuda_.cuMemcpyDtoHAsync(host_outputs[i], output_staging_[i].ptr, output_bytes[i], stream_);
+      if (r != CUDA_SUCCESS) {
+        *error = cuda_.describe("cuMemcpyDtoHAsync", r);
+        return false;
+      }
+    }
+    const CUresult r = cuda_.cuStreamSynchronize(stream_);
+    if (r != CUDA_SUCCESS) {
+      *error = cuda_.describe("cuStreamSynchronize (running the engine)", r);
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  // `data` as a device pointer: itself if it is device memory, else the
+  // staging buffer (grown as needed; inputs are copied in).
+  bool to_device(void* data, size_t bytes, DeviceBuffer* staging, bool copy_in, void** device, std::string* error) {
+    unsigned int memory_type = 0;
+    if (data != nullptr &&
+        cuda_.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CUdeviceptr(data)) ==
+            CUDA_SUCCESS &&
+        memory_type == CU_MEMORYTYPE_DEVICE) {
+      *device = data;
+      return true;
+    }
+    // TensorRT wants a non-null address even for empty tensors.
+    const size_t needed = std::max<size_t>(bytes, 256);
+    if (staging->capacity < needed) {
+      if (staging->ptr) cuda_.cuMemFree(staging->ptr);
+      staging->ptr = 0;
+      staging->capacity = 0;
+      const CUresult r = cuda_.cuMemAlloc(&staging->ptr, needed);
+      if (r != CUDA_SUCCESS) {
+        *error = cuda_.describe("cuMemAlloc (staging buffer)", r);
+        return false;
+      }
+      staging->capacity = needed;
+    }
+    if (copy_in && bytes > 0) {
+      const CUresult r = cuda_.cuMemcpyHtoDAsync(staging->ptr, data, bytes, stream_);
+      if (r != CUDA_SUCCESS) {
+        *error = cuda_.describe("cuMemcpyHtoDAsync", r);
+        return false;
+      }
+    }
+    *device = reinterpret_cast<void*>(staging->ptr);
+    return true;
+  }
+
+  const CudaDriver& cuda_;
+  CUdevice device_;
+  CUcontext context_;
+  PartitionIo io_;
+  std::unique_ptr<nvinfer1::IRuntime> runtime_;
+  std::unique_ptr<nvinfer1::ICudaEngine> engine_;
+  std::unique_ptr<nvinfer1::IExecutionContext> execution_;
+  CUstream stream_ = nullptr;
+  std::vector<DeviceBuffer> input_staging_, output_staging_;
+  std::mutex mutex_;
+};
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Builds a serialized engine from the blob's ONNX with its BuildOptions and
+// one optimization profile from the IO specs' ranges.
+bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& io, std::vector<uint8_t>* plan,
+                std::string* error) {
+  const blob::Blob& root = *blob.root;
+  const std::string part = root.part() ? root.part()->str() : "";
+  auto builder = trt.create_builder();
+  if (builder == nullptr) {
+    *error = "TensorRT could not create a builder";
+    return false;
+  }
+#if NV_TENSORRT_MAJOR < 11
+  // The ONNX carries each tensor's type; TensorRT 10 must be told to keep them.
+  const auto flags = 1U << static_cast<uint32_t>(nvinfer1::NetworkDefinitionCreationFlag::kSTRONGLY_TYPED);
+#else
+  const nvinfer1::NetworkDefinitionCreationFlags flags = 0;  // strongly typed is the only mode
+#endif
+  std::unique_ptr<nvinfer1::INetworkDefinition> network(builder->createNetworkV2(flags));
+  if (network == nullptr) {
+    *error = "TensorRT could not create a network";
+    return false;
+  }
+  auto parser = trt.create_parser(*network);
+  if (parser == nullptr) {
+    *error = "TensorRT could not create its ONNX parser";
+    return false;
+  }
+  {
+    const std::vector<uint8_t> pack = pack_kernel_images(root);
+    KernelImagesForParsing images(&pack);
+    if (!parser->parse(root.onnx()->data(), root.onnx()->size())) {
+      *error = "TensorRT's ONNX parser refused the partition:";
+      for (int i = 0; i < parser->getNbErrors(); ++i) *error += std::string(" [") + parser->getError(i)->desc() + "]";
+      return false;
+    }
+  }
+
+  std::unique_ptr<nvinfer1::IBuilderConfig> config(builder->createBuilderConfig());
+  const blob::BuildOptions& options = *root.build_options();
+  if (options.workspace_bytes() > 0) {
+    config->setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, options.workspace_bytes());
+  }
+  config->setBuilderOptimizationLevel(options.optimization_level());
+  if (options.tf32()) {
+    config->setFlag(nvinfer1::BuilderFlag::kTF32);
+  } else {
+    config->clearFlag(nvinfer1::BuilderFlag::kTF32);
+  }
+  nvinfer1::IOptimizationProfile* profile = builder->createOptimizationProfile();
+  for (int32_t i = 0; i < network->getNbInputs(); ++i) {
+    const char* name = network->getInput(i)->getName();
+    const IoSpec* spec = nullptr;
+    for (const IoSpec& s : io.inputs) {
+      if (s.name == name) spec = &s;
+    }
+    if (spec == nullptr) {
+      *error = std::string("the ONNX input '") + name + "' is not among the blob's inputs";
+      return false;
+    }
+    for (int which = 0; which < 3; ++which) {
+      const auto selector = static_cast<nvinfer1::OptProfileSelector>(which);
+      if (!profile->setDimensions(name, selector, profile_dims(*spec, which))) {
+        *error = "TensorRT refused the optimization profile of input '" + spec->name + "' " + spec_string(*spec);
+        return false;
+      }
+    }
+  }
+  config->addOptimizationProfile(profile);
+  std::unique_ptr<nvinfer1::ITimingCache> timing_cache;
+  const std::string timing_cache_path = options.timing_cache() ? options.timing_cache()->str() : "";
+  if (!timing_cache_path.empty()) {
+    const std::vector<uint8_t> bytes = read_file(timing_cache_path);
+    timing_cache.reset(config->createTimingCache(bytes.data(), bytes.size()));
+    if (timing_cache) config->setTimingCache(*timing_cache, false);
+  }
+  BuildProgress progress(part);
+  config->setProgressMonitor(&progress);
+
+  ET_LOG(Info, "et-trt: building the TensorRT %s engine of '%s' from its ONNX (%zu bytes); this can take minutes",
+         trt.version().c_str(), part.c_str(), size_t(root.onnx()->size()));
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<nvinfer1::IHostMemory> serialized(builder->buildSerializedNetwork(*network, *config));
+  if (serialized == nullptr) {
+    *error = "TensorRT could not build the engine of '" + part + "' (TensorRT's errors are above)";
+    return false;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ET_LOG(Info, "et-trt: built '%s' in %.1f s (%zu bytes)", part.c_str(), seconds, serialized->size());
+  if (!timing_cache_path.empty() && config->getTimingCache() != nullptr) {
+    std::unique_ptr<nvinfer1::IHostMemory> cache(config->getTimingCache()->serialize());
+    if (cache) {
+      std::ofstream(timing_cache_path, std::ios::binary)
+          .write(static_cast<const char*>(cache->data()), static_cast<std::streamsize>(cache->size()));
+    }
+  }
+  const auto* bytes = static_cast<const uint8_t*>(serialized->data());
+  plan->assign(bytes, bytes + serialized->size());
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const EngineOptions& options,
+                                      EngineError* error) {
+  const blob::Blob& root = *blob.root;
+  const std::string part = root.part() ? root.part()->str() : "";
+  std::string message;
+  TensorRTLibrary* trt = TensorRTLibrary::get(&message);
+  if (trt == nullptr) {
+    *error = failure(EngineError::Kind::kUnavailable, message);
+    return nullptr;
+  }
+  const CudaDriver* cuda = CudaDriver::get(&message);
+  if (cuda == nullptr) {
+    *error = failure(EngineError::Kind::kUnavailable, message);
+    return nullptr;
+  }
+  nvinfer1::IPluginRegistry* registry = trt->plugin_registry();
+  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message)) {
+    *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
+    return nullptr;
+  }
+
+  CUdevice device;
+  CUresult r = cuda->cuDeviceGet(&device, options.device);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kUnavailable, "CUDA device " + std::to_string(options.device) + ": " +
+                                                          cuda->describe("cuDeviceGet", r));
+    return nullptr;
+  }
+  char name_buffer[256] = {};
+  int major = 0, minor = 0;
+  cuda->cuDeviceGetName(name_buffer, sizeof(name_buffer) - 1, device);
+  cuda->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  cuda->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  const std::string gpu_name = name_buffer;
+  const int capability = major * 10 + minor;
+  CUcontext context;
+  r = cuda->cuDevicePrimaryCtxRetain(&context, device);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kFailed, cuda->describe("cuDevicePrimaryCtxRetain", r));
+    return nullptr;
+  }
+  // From here the engine owns the context reference (released in its destructor).
+  auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io);
+
+  // 1. The engine embedded at export, if it was built for this GPU and TensorRT.
+  if (const blob::Engine* embedded = root.engine()) {
+    const std::string built_for = embedded->gpu_name() ? embedded->gpu_name()->str() : "";
+    if (embedded->tensorrt_version()->str() == trt->version() && built_for == gpu_name &&
+        embedded->compute_capability() == capability) {
+      if (engine->load(*trt, embedded->plan()->data(), embedded->plan()->size(), &message)) {
+        ET_LOG(Info, "et-trt: '%s' runs the engine embedded at export", part.c_str());
+        return engine;
+      }
+      ET_LOG(Info, "et-trt: '%s': the embedded engine does not load (%s); building from the ONNX", part.c_str(),
+             message.c_str());
+    } else {
+      ET_LOG(Info, "et-trt: '%s': the embedded engine is for %s (sm%d) with TensorRT %s; this is %s (sm%d) with "
+                   "TensorRT %s: using the ONNX",
+             part.c_str(), built_for.c_str(), embedded->compute_capability(),
+             embedded->tensorrt_version()->str().c_str(), gpu_name.c_str(), capability, trt->version().c_str());
+    }
+  }
+  if (root.onnx() == nullptr || root.onnx()->size() == 0) {
+    *error = failure(EngineError::Kind::kIncompatible,
+                     "part '" + part + "' has no ONNX to build an engine for " + gpu_name + " with TensorRT " +
+                         trt->version() + ", and its embedded engine does not fit: re-export for this machine");
+    return nullptr;
+  }
+
+  // 2. An engine built here before.
+  const std::string key = engine_cache_key(blob.content_id_hex(), gpu_name, capability, trt->version());
+  std::vector<uint8_t> plan;
+  if (read_cached_engine(options.cache_dir, key, &plan)) {
+    if (engine->load(*trt, plan.data(), plan.size(), &message)) {
+      ET_LOG(Info, "et-trt: '%s' runs the cached engine %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
+      return engine;
+    }
+    ET_LOG(Info, "et-trt: cached engine %s/%s does not load (%s); rebuilding", options.cache_dir.c_str(),
+           key.c_str(), message.c_str());
+  }
+
+  // 3. Build from the ONNX, then cache.
+  {
+    ScopedContext scope(*cuda, context);
+    if (!build_plan(*trt, blob, io, &plan, &message)) {
+      *error = failure(EngineError::Kind::kFailed, message);
+      return nullptr;
+    }
+  }
+  if (options.cache_dir.empty()) {
+    ET_LOG(Info, "et-trt: no engine cache directory (set ET_TRT_ENGINE_CACHE): '%s' will be rebuilt next time",
+           part.c_str());
+  } else if (!write_cached_engine(options.cache_dir, key, plan.data(), plan.size(), &message)) {
+    ET_LOG(Info, "et-trt: cannot cache the engine of '%s': %s", part.c_str(), message.c_str());
+  } else {
+    ET_LOG(Info, "et-trt: cached the engine of '%s' as %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
+  }
+  if (!engine->load(*trt, plan.data(), plan.size(), &message)) {
+    *error = failure(EngineError::Kind::kFailed, "the engine just built does not load: " + message);
+    return nullptr;
+  }
+  return engine;
+}
+
+}  // namespace et_trt
