@@ -1,0 +1,275 @@
+"""The `et-trt` command: export a policy to a .pte, inspect one, pre-flight check one.
+
+    et-trt export [--module pkg.mod:factory | file.py:factory] [--recipe FILE] [--output PATH]
+    et-trt inspect FILE.pte [--dump-onnx DIR]
+    et-trt check FILE.pte
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+# The example policy and recipe live in the source tree (examples/), next to the package.
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLE_MODULE = f"{EXAMPLES_DIR / 'moe_policy.py'}:export_policy"
+EXAMPLE_RECIPE = EXAMPLES_DIR / "recipe.toml"
+
+
+class UsageError(Exception):
+    """A bad argument or input file; printed without a traceback."""
+
+
+# ---- export ------------------------------------------------------------------
+def load_factory(spec: str) -> Callable[[], Any]:
+    """The callable named by "pkg.mod:name" or "path/to/file.py:name"."""
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--module {spec!r}: write it as pkg.mod:factory or path/to/file.py:factory")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise UsageError(f"--module {spec!r}: no file {path}")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module  # dataclasses and pickling look modules up by name
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"--module {spec!r}: cannot import {module_name} ({e}); is it on PYTHONPATH?") from e
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"--module {spec!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def export(module: str, recipe: Path | None, output: Path) -> dict[str, Any]:
+    """Export the program `module`'s factory returns to `output`; returns timings and sizes."""
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+
+    from et_trt_partitioner import TensorRTPartitioner
+
+    if recipe is not None and not recipe.is_file():
+        raise UsageError(f"--recipe {recipe}: no such file")
+    timings = {}
+    start = time.perf_counter()
+    logger.info("exporting the program from %s", module)
+    program = load_factory(module)()
+    if not isinstance(program, torch.export.ExportedProgram):
+        raise UsageError(
+            f"{module} returned {type(program).__name__}; it must return a torch.export.ExportedProgram "
+            "(call torch.export.export(model, example_inputs, dynamic_shapes=...) in it)"
+        )
+    timings["torch_export_s"] = time.perf_counter() - start
+
+    step = time.perf_counter()
+    logger.info("partitioning and lowering with recipe %s", recipe or "(defaults)")
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner(str(recipe) if recipe else None)])
+    timings["lower_s"] = time.perf_counter() - step
+
+    step = time.perf_counter()
+    logger.info("writing the ExecuTorch program")
+    executorch_program = edge.to_executorch()
+    data = executorch_program.buffer
+    timings["to_executorch_s"] = time.perf_counter() - step
+
+    # Write beside the target, then rename: never leave half a file at `output`.
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, output)
+    timings["total_s"] = time.perf_counter() - start
+    logger.info("wrote %s (%s) in %.1f s", output, _size(len(data)), timings["total_s"])
+    return {**timings, "pte_bytes": len(data)}
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    module = args.module or EXAMPLE_MODULE
+    recipe = args.recipe
+    if recipe is None and args.module is None and EXAMPLE_RECIPE.is_file():
+        recipe = EXAMPLE_RECIPE
+    if args.module is None and not EXAMPLES_DIR.is_dir():
+        raise UsageError(f"the example policy ships with the source tree ({EXAMPLES_DIR}); pass --module")
+    output = args.output or Path(Path(module.rpartition(":")[0]).stem.rpartition(".")[2] + ".pte")
+    result = export(module, recipe, output)
+    print(f"{output}: {_size(result['pte_bytes'])}, exported in {result['total_s']:.1f} s")
+    _print_summary(output.read_bytes())
+    return 0
+
+
+# ---- inspect -------------------------------------------------------------------
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    data = _read_pte(args.file)
+    partitions = _print_summary(data, detail=True)
+    if args.dump_onnx is not None:
+        args.dump_onnx.mkdir(parents=True, exist_ok=True)
+        for i, partition in enumerate(partitions):
+            path = args.dump_onnx / f"{i}_{_file_safe(partition.contents.part or 'partition')}.onnx"
+            path.write_bytes(partition.contents.onnx)
+            print(f"wrote {path}")
+    return 0
+
+
+def _print_summary(data: bytes, detail: bool = False) -> list:
+    from et_trt_backend import BACKEND_ID
+    from et_trt_backend.serialization.pte import read_delegates, read_partitions
+
+    others = collections.Counter(d.backend_id for d in read_delegates(data) if d.backend_id != BACKEND_ID)
+    partitions = read_partitions(data)
+    print(f"{len(partitions)} TensorRT partition(s)"
+          + (f"; other delegates: {dict(others)}" if others else ""))
+    for i, partition in enumerate(partitions):
+        _print_partition(i, partition, detail)
+    return partitions
+
+
+def _print_partition(i: int, partition, detail: bool) -> None:
+    c, d = partition.contents, partition.delegate
+    print(f"\n[{i}] part {c.part!r}: plan '{d.plan}' delegate {d.index}, blob {_size(len(d.data))}, "
+          f"content id {partition.header.content_id[:16]}")
+    for kind, specs in (("inputs", c.inputs), ("outputs", c.outputs)):
+        print(f"    {kind}:")
+        for spec in specs:
+            print(f"      {spec.name}: {str(spec.dtype).removeprefix('torch.')} [{_dims(spec.dims)}]")
+    ops, opset = _onnx_ops(c.onnx)
+    print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
+          + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
+    options = c.options.to_json()
+    if detail:
+        print(f"    options: {json.dumps(options, sort_keys=True)}")
+    else:
+        print(f"    options: precision {options['precision']}, engine_build {options['engine_build']}")
+    if c.kernels:
+        print(f"    kernel images ({len(c.kernels)}):")
+        for k in c.kernels:
+            print(f"      {k.arch:8} {k.format:5} {k.kernel} {k.dtype} {_size(len(k.image))}"
+                  + (f", {k.num_warps} warps, {k.shared_bytes} B shared, tile {k.block_m}x{k.block_n}x{k.block_k}"
+                     f"{', persistent' if k.persistent else ''}, PTX {k.ptx_version}" if detail else ""))
+    else:
+        print("    kernel images: none (no GroupedMM, or the grouped-GEMM kernel is off)")
+    if c.engine is None:
+        print("    engine: not embedded; the robot builds it from the ONNX at first load (then caches it)")
+    else:
+        e = c.engine
+        print(f"    engine: embedded, {_size(len(e.plan))}, TensorRT {e.tensorrt_version}, {e.gpu_name} "
+              f"(sm_{e.compute_capability})")
+    if detail:
+        print("    producer: " + ", ".join(f"{k} {v}" for k, v in c.producer.items() if v not in ("", 0)))
+
+
+def _onnx_ops(onnx_bytes: bytes) -> tuple[collections.Counter, int | None]:
+    import onnx
+
+    model = onnx.load_from_string(onnx_bytes)
+    ops = collections.Counter(
+        node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}" for node in model.graph.node
+    )
+    opset = next((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), None)
+    return ops, opset
+
+
+def _dims(dims) -> str:
+    return ", ".join(str(d.size) if d.size is not None else f"{d.name or '?'} {d.min}..{d.opt}..{d.max}" for d in dims)
+
+
+# ---- check -----------------------------------------------------------------------
+def _cmd_check(args: argparse.Namespace) -> int:
+    import onnx
+
+    from et_trt_backend import preflight
+    from et_trt_backend.serialization.pte import read_partitions
+
+    partitions = read_partitions(_read_pte(args.file))
+    if not partitions:
+        print(f"{args.file}: no TensorRT partitions")
+        return 0
+    total = 0
+    for i, partition in enumerate(partitions):
+        violations = preflight.check(onnx.load_from_string(partition.contents.onnx))
+        total += len(violations)
+        status = "ok" if not violations else f"{len(violations)} violation(s)"
+        print(f"[{i}] part {partition.contents.part!r}: {status}")
+        for violation in violations:
+            print(f"  {violation}")
+    print(f"{args.file}: {len(partitions)} partition(s), {total} violation(s)")
+    return 1 if total else 0
+
+
+# ---- shared ----------------------------------------------------------------------
+def _read_pte(path: Path) -> bytes:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    return path.read_bytes()
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="et-trt", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    export_cmd = commands.add_parser("export", help="export a policy to a .pte with TensorRT partitions")
+    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram: pkg.mod:factory "
+                            "or path/to/file.py:factory (default: the example MoE policy)")
+    export_cmd.add_argument("--recipe", type=Path, help="recipe file, TOML or YAML (default: the example's "
+                            "recipe for the example policy, else default options)")
+    export_cmd.add_argument("--output", "-o", type=Path, help="the .pte to write (default: <module>.pte)")
+    export_cmd.set_defaults(run=_cmd_export)
+
+    inspect_cmd = commands.add_parser("inspect", help="partitions, ops, options, kernel images, engine status")
+    inspect_cmd.add_argument("file", type=Path)
+    inspect_cmd.add_argument("--dump-onnx", type=Path, metavar="DIR", help="write each partition's ONNX to DIR "
+                             "(for trtexec or Polygraphy)")
+    inspect_cmd.set_defaults(run=_cmd_inspect)
+
+    check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
+    check_cmd.add_argument("file", type=Path)
+    check_cmd.set_defaults(run=_cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from et_trt_backend.options import OptionsError
+    from et_trt_backend.preflight import PreflightError
+    from et_trt_backend.serialization.blob import BlobError
+    from et_trt_backend.serialization.pte import PteError
+
+    try:
+        return args.run(args)
+    except (UsageError, OptionsError, PreflightError, BlobError, PteError) as e:
+        print(f"et-trt {args.command}: {e}", file=sys.stderr)
+        return 2 if isinstance(e, UsageError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
