@@ -49,14 +49,14 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     global _loaded
     if engine_cache_dir is not None:
         os.environ[ENGINE_CACHE_ENV] = str(engine_cache_dir)
-    if _loaded is not None:
-        return _loaded
     lib_path = pathlib.Path(path) if path is not None else library_path()
     if not lib_path.is_file():
         raise RuntimeLoadError(
             f"{lib_path} does not exist: build the C++ runtime with scripts/build_runtime.sh, "
             f"or point {LIBRARY_ENV} at a built {LIBRARY_NAME}"
         )
+    if _loaded is not None:
+        return _loaded
     # The Python runtime first, so the delegate registers into the libexecutorch.so it uses.
     from executorch.runtime import Runtime
 

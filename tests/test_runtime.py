@@ -1,0 +1,255 @@
+"""The C++ runtime: its build, its ctest suite, and the example .pte through both
+ExecuTorch front ends (the Python runtime with et_trt_backend.runtime.load(), and
+et_trt_runner), plus the runner's mechanics on a plain CPU program.
+
+Without TensorRT (this machine, CI) a TensorRT partition cannot run: the tests
+assert that init refuses it with a message saying why, and nothing crashes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from et_trt_backend import BACKEND_ID, runtime
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BUILD = REPO / "runtime" / "build"
+RUNNER = BUILD / "et_trt_runner"
+CTEST = pathlib.Path(sys.executable).parent / "ctest"
+NOT_BUILT = "TensorRT support was not built into libet_trt_runtime.so"
+
+
+@pytest.fixture(scope="session")
+def built_runtime() -> pathlib.Path:
+    """runtime/build, (re)built by scripts/build_runtime.sh (incremental: seconds when up to date)."""
+    result = subprocess.run([str(REPO / "scripts" / "build_runtime.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, f"runtime build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    assert (BUILD / runtime.LIBRARY_NAME).is_file() and RUNNER.is_file()
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def example_pte(tmp_path_factory) -> pathlib.Path:
+    """The example policy's .pte: out/moe_policy.pte from scripts/setup.sh, else exported here."""
+    existing = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
+    if existing.is_file():
+        return existing
+    from executorch.exir import to_edge_transform_and_lower
+
+    partitioner = pytest.importorskip("et_trt_partitioner")
+    if not hasattr(partitioner, "TensorRTPartitioner"):
+        pytest.skip("et_trt_partitioner.TensorRTPartitioner has not landed: no example .pte to run")
+    TensorRTPartitioner = partitioner.TensorRTPartitioner
+
+    spec = importlib.util.spec_from_file_location("moe_policy", REPO / "examples" / "moe_policy.py")
+    moe_policy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(moe_policy)
+    edge = to_edge_transform_and_lower(
+        moe_policy.export_policy(), partitioner=[TensorRTPartitioner(REPO / "examples" / "recipe.toml")]
+    )
+    path = tmp_path_factory.mktemp("example") / "moe_policy.pte"
+    path.write_bytes(edge.to_executorch().buffer)
+    return path
+
+
+def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kwargs)
+
+
+# ---- the C++ tests ---------------------------------------------------------------------------------
+def test_ctest_suite(built_runtime):
+    """gtest (blob reader, IO checks, engine cache, runner arguments and input files) and the
+    AddressSanitizer corruption run, over blobs from the Python writer (and out/moe_policy.pte's)."""
+    result = _run([CTEST, "--test-dir", built_runtime, "--output-on-failure", "-j2"])
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-4000:]
+    assert "100% tests passed" in result.stdout
+
+
+@pytest.mark.slow
+def test_corruption_run_covers_the_example_blobs(built_runtime, example_pte):
+    """The reader accepts the example export's blobs and refuses every raw mutant of them, under ASan."""
+    env = dict(os.environ, ET_TRT_EXAMPLE_PTE=str(example_pte))
+    result = _run([CTEST, "--test-dir", built_runtime, "-R", "make_test_blobs|blob_corruption|AcceptsTheExample",
+                   "-V"], env=env)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if "/example_" in line and "raw mutants" in line]
+    assert lines, f"the corruption run saw no example blob:\n{result.stdout[-3000:]}"
+    for line in lines:
+        assert ", 0 accepted;" in line, line
+
+
+# ---- the delegate in ExecuTorch's Python runtime --------------------------------------------------
+def test_load_registers_the_backend(built_runtime):
+    from executorch.runtime import Runtime
+
+    runtime.load()
+    assert BACKEND_ID in Runtime.get().backend_registry.registered_backend_names
+    assert runtime.load() is runtime.load()  # loading again is a no-op
+
+
+def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
+    with pytest.raises(runtime.RuntimeLoadError, match="scripts/build_runtime.sh"):
+        runtime.load(tmp_path / "libet_trt_runtime.so")
+
+
+def test_example_pte_holds_verified_blobs(example_pte):
+    from et_trt_backend.serialization.blob import deserialize
+
+    blobs = runtime.delegate_blobs(example_pte)
+    assert blobs, "the example .pte has no TensorRTBackend delegate"
+    parts = {deserialize(blob).part for _, blob in blobs}
+    assert {"velocity", "decoder"} <= {p.split(".")[0] for p in parts}, parts
+
+
+def test_python_runtime_refuses_example_without_tensorrt(built_runtime, example_pte, capfd):
+    from executorch.runtime import Runtime
+
+    runtime.load()
+    program = Runtime.get().load_program(example_pte)
+    with pytest.raises(Exception):
+        program.load_method("forward")
+    err = capfd.readouterr().err
+    assert f"{BACKEND_ID}: cannot initialize part" in err, err[-3000:]
+    assert NOT_BUILT in err, err[-3000:]
+
+
+def test_runner_refuses_example_without_tensorrt(built_runtime, example_pte):
+    result = _run([RUNNER, example_pte, "--iterations", "1"])
+    assert result.returncode == 1
+    assert "cannot load method 'forward'" in result.stderr, result.stderr[-3000:]
+    assert NOT_BUILT in result.stderr, result.stderr[-3000:]
+
+
+# ---- the runner on a plain CPU program (no delegate) ----------------------------------------------
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x, scale):
+        return torch.relu(self.fc(x)) * scale, x.sum(dim=-1)
+
+
+@pytest.fixture(scope="module")
+def cpu_pte(tmp_path_factory) -> tuple[pathlib.Path, torch.nn.Module]:
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    model = _Mlp().eval()
+    ep = torch.export.export(model, (torch.randn(3, 6), torch.randn(3, 1)))
+    path = tmp_path_factory.mktemp("cpu") / "mlp.pte"
+    path.write_bytes(to_edge_transform_and_lower(ep).to_executorch().buffer)
+    return path, model
+
+
+def test_runner_outputs_match_pytorch(built_runtime, cpu_pte, tmp_path):
+    path, model = cpu_pte
+    x, scale = torch.randn(3, 6), torch.randn(3, 1)
+    np.save(tmp_path / "x.npy", x.numpy())
+    scale.numpy().tofile(tmp_path / "scale.bin")  # raw bytes in the method's dtype
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for i in range(2):  # poison: stale files must be overwritten
+        np.save(out_dir / f"output_{i}.npy", np.full((1,), np.nan, np.float32))
+    result = _run([RUNNER, path, "--input", tmp_path / "x.npy", "--input", f"1={tmp_path / 'scale.bin'}",
+                   "--warmup", "1", "--iterations", "7", "--save-outputs", out_dir])
+    assert result.returncode == 0, result.stderr
+    expected = [t.detach().double().numpy() for t in model(x, scale)]
+    for i, want in enumerate(expected):
+        got = np.load(out_dir / f"output_{i}.npy")
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "latency over 7 runs (after 1 warm-up): p50" in result.stdout
+    assert "output 0: fp32[3, 4]" in result.stdout
+
+
+def test_runner_random_inputs_follow_the_seed(built_runtime, cpu_pte, tmp_path):
+    path, _ = cpu_pte
+    outs = []
+    for run, seed in enumerate((5, 5, 6)):
+        d = tmp_path / str(run)
+        d.mkdir()
+        result = _run([RUNNER, path, "--seed", seed, "--iterations", "1", "--save-outputs", d])
+        assert result.returncode == 0, result.stderr
+        outs.append(np.load(d / "output_1.npy"))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert not np.array_equal(outs[0], outs[2])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--method", "act"], "no method 'act' in {pte} (it has: forward)"),
+        (["--input", "7=x.npy"], "--input 7=x.npy: method 'forward' has 2 inputs"),
+        (["--input", "{npy_wrong_rank}"], "has rank 1, the method's input has rank 2"),
+        (["--input", "{npy_wrong_dtype}"], "dtype int64, the method's input is fp32"),
+        (["--input", "{raw_short}"], "raw file holds 8 bytes, the input fp32[3, 6] needs 72"),
+        (["--iterations", "0"], "--iterations 0: expected an integer >= 1"),
+    ],
+)
+def test_runner_error_paths(built_runtime, cpu_pte, tmp_path, args, message):
+    path, _ = cpu_pte
+    files = {
+        "npy_wrong_rank": tmp_path / "r.npy",
+        "npy_wrong_dtype": tmp_path / "d.npy",
+        "raw_short": tmp_path / "s.bin",
+    }
+    np.save(files["npy_wrong_rank"], np.zeros(18, np.float32))
+    np.save(files["npy_wrong_dtype"], np.zeros((3, 6), np.int64))
+    files["raw_short"].write_bytes(bytes(8))
+    args = [a.format(**{k: str(v) for k, v in files.items()}) for a in args]
+    result = _run([RUNNER, path, *args])
+    assert result.returncode == 1
+    assert message.format(pte=path) in result.stderr, result.stderr
+
+
+def test_runner_missing_model(built_runtime, tmp_path):
+    result = _run([RUNNER, tmp_path / "none.pte"])
+    assert result.returncode == 1
+    assert f"cannot open model {tmp_path / 'none.pte'}" in result.stderr
+
+
+def test_runner_refuses_a_corrupted_blob_in_a_pte(built_runtime, example_pte, tmp_path):
+    """A .pte whose delegate blob was damaged after export: init refuses it as InvalidProgram."""
+    data = bytearray(example_pte.read_bytes())
+    _, blob = runtime.delegate_blobs(example_pte)[0]
+    at = bytes(data).find(blob)
+    assert at >= 0
+    data[at + len(blob) // 2] ^= 0x40
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(bytes(data))
+    result = _run([RUNNER, bad, "--iterations", "1"])
+    assert result.returncode == 1
+    assert "refusing delegate blob: blob checksum mismatch" in result.stderr, result.stderr[-3000:]
+
+
+# ---- the TensorRT layer, compiled against TensorRT's public headers --------------------------------
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("ET_TRT_TENSORRT_INCLUDE_DIR"),
+    reason="set ET_TRT_TENSORRT_INCLUDE_DIR to TensorRT's include/ (NvInfer.h, NvOnnxParser.h) to compile the "
+    "TensorRT layer; TensorRT's headers are in no package here (runtime/README.md)",
+)
+def test_tensorrt_layer_builds_and_reports_missing_libnvinfer(tmp_path, example_pte):
+    """Compiles and links the TensorRT layer and the GroupedMM plugin against the headers; where
+    libnvinfer is absent, init says so (dlopen at init, not at load)."""
+    import executorch
+
+    build = tmp_path / "build"
+    configure = _run([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", build,
+                      f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}", f"-DPython3_EXECUTABLE={sys.executable}",
+                      f"-DET_TRT_TENSORRT_INCLUDE_DIR={os.environ['ET_TRT_TENSORRT_INCLUDE_DIR']}",
+                      "-DET_TRT_BUILD_TESTS=OFF"])
+    assert "et-trt: TensorRT support ON" in configure.stdout, configure.stdout + configure.stderr
+    compiled = _run([pathlib.Path(sys.executable).parent / "cmake", "--build", build, "-j2"])
+    assert compiled.returncode == 0, compiled.stdout[-6000:] + compiled.stderr[-3000:]
+    result = _run([build / "et_trt_runner", example_pte, "--iterations", "1"])
+    assert result.returncode == 1
+    assert "TensorRT is not installed here: cannot load libnvinfer.so." in result.stderr, result.stderr[-3000:]
