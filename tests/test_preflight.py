@@ -310,6 +310,16 @@ def test_violation_names_the_pytorch_source_line():
     assert check(m)[0].source == "a.py:1 (f): g()"
 
 
+def test_without_a_stack_trace_the_pytorch_op_is_named():
+    m = unary("Mish", B)
+    helper.set_metadata_props(m.graph.node[0], {
+        preflight.TORCH_STACK_TRACE_KEY: "",
+        "pkg.torch.onnx.fx_node": "%mish_1 : [num_users=1] = call_function[target=torch.ops.aten.mish.default]"
+                                  "(args = (%x,), kwargs = {})",
+    })
+    assert check(m)[0].source == "PyTorch op torch.ops.aten.mish.default (graph node %mish_1; no source line recorded)"
+
+
 def test_torch_onnx_exporter_records_the_source_line():
     class Head(torch.nn.Module):
         def forward(self, x):

@@ -18,8 +18,10 @@ from et_trt_backend.preflight import tensorrt_onnx as trt
 # torch.onnx's exporter records is used, then the node's doc_string.
 SOURCE_KEY = "et_trt.source"
 TORCH_STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+TORCH_FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
+_FX_NODE = re.compile(r"%(?P<name>\S+) : .*?call_function\[target=(?P<target>[^\]]+)\]")
 
 
 def source_of(node: onnx.NodeProto) -> str:
@@ -32,6 +34,10 @@ def source_of(node: onnx.NodeProto) -> str:
         if frames:  # the innermost frame is the user's line
             f = frames[-1]
             return f"{f['file']}:{f['line']} ({f['func']}): {f['code'].strip()}"
+    # No line recorded (e.g. a node a rewrite made): at least name the PyTorch op.
+    fx_node = _FX_NODE.search(props.get(TORCH_FX_NODE_KEY, ""))
+    if fx_node:
+        return f"PyTorch op {fx_node['target']} (graph node %{fx_node['name']}; no source line recorded)"
     return ""
 
 
