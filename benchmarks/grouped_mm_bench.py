@@ -2,9 +2,10 @@
 
 Runs on a GPU with no Triton in the process: the kernels are ahead-of-time images
 (made on any machine by benchmarks/device/prepare.py) launched through the C++
-launcher (runtime/kernels). Each time is the median over CUDA-graph replays of
-many back-to-back calls; all three run side by side in one process, on the same
-inputs, and each result is checked against torch._grouped_mm before it is timed.
+launcher (runtime/kernels). Each time is the median over 15 rounds of CUDA-graph replays of
+back-to-back calls, the contenders alternating within each round; all run side by
+side in one process on the same inputs, and each result is checked against
+torch._grouped_mm before it is timed.
 
     python benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out results/
 
@@ -41,8 +42,8 @@ def routed_offsets(tokens: int, experts: int, top_k: int, seed: int) -> torch.Te
     return torch.cumsum(torch.bincount(choice, minlength=experts), 0).to(torch.int32)
 
 
-def time_call(fn, calls: int, replays: int) -> float:
-    """Median seconds per call over graph replays of `calls` back-to-back calls."""
+def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `calls` back-to-back calls (after a warm-up), so launch overhead stays out."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -55,15 +56,22 @@ def time_call(fn, calls: int, replays: int) -> float:
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    return statistics.median(times)
+    return graph
+
+
+def time_interleaved(graphs: dict, calls: int, rounds: int) -> dict:
+    """Median seconds per call for each graph; contenders alternate within each round so
+    clock and power drift affects them alike."""
+    times = {label: [] for label in graphs}
+    for _ in range(rounds):
+        for label, graph in graphs.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[label].append(start.elapsed_time(end) / 1e3 / calls)
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def launch_fn(launcher: GroupedMMLauncher, a, w, offs, out):
@@ -88,10 +96,11 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
     w = (torch.randn(experts, n, k, device="cuda", dtype=torch.float32) / k**0.5).to(torch.bfloat16)
     flops = 2.0 * rows * k * n
     big = flops > 1e11
-    calls, replays = (5, 7) if big else (50, 7)
+    calls, rounds = (4, 15) if big else (40, 15)
     ref = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
     row = {"shape": name, "tokens": tokens, "experts": experts, "rows": rows, "K": k, "N": n}
-    row["torch"] = time_call(lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs), calls, replays)
+    graphs = {"torch": capture(lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs), calls)}
+    outs = []
     for label, launcher in launchers.items():
         out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         fn = launch_fn(launcher, a, w, offs, out)
@@ -102,11 +111,13 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
         row[f"{label}_err"] = err
         if not err < 1e-2:
             logger.error("%s %s: wrong result (relative error %.3e); not timed", name, label, err)
-            row[label] = float("nan")
             continue
-        row[label] = time_call(fn, calls, replays)
+        graphs[label] = capture(fn, calls)
+        outs.append(out)
+    row.update({label: float("nan") for label in launchers})
+    row.update(time_interleaved(graphs, calls, rounds))
     row["tflops"] = {key: flops / row[key] / 1e12 for key in ["torch", *launchers]}
-    del a, w, out, ref
+    del a, w, outs, ref, graphs
     torch.cuda.empty_cache()
     return row
 
@@ -120,10 +131,12 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     images = aot.load_images(args.images)
     # Which images each contender launches: {"baseline48k": [...], "ours": [...], candidates...}.
+    torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
     groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
     launchers = {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
-    main_labels = ["baseline48k", "ours"]
-    candidates = {k: v for k, v in launchers.items() if k not in main_labels}
+    contenders = {x: launchers[x] for x in ("baseline48k", "ours")}
+    large = {**contenders, **{k: v for k, v in launchers.items() if k.startswith("large_")}}
+    small = {**contenders, **{k: v for k, v in launchers.items() if k.startswith("small_")}}
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
           f"triton imported: {'triton' in sys.modules}", flush=True)
@@ -132,23 +145,25 @@ def main() -> None:
     for tokens, experts, hidden, ffn, top_k in LARGE:
         for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
             name = f"{tokens}tok {gemm}"
-            rows.append(bench_shape(name, tokens, experts, k, n, top_k, launchers, seed=tokens))
+            rows.append(bench_shape(name, tokens, experts, k, n, top_k, large, seed=tokens))
             logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["tflops"].items()})
     if not args.skip_robot:
         for tokens, experts, hidden, ffn, top_k in ROBOT:
             for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
                 name = f"robot {tokens}tok {experts}e h{hidden} {gemm}"
-                rows.append(bench_shape(name, tokens, experts, k, n, top_k,
-                                        {x: launchers[x] for x in main_labels}, seed=tokens + experts))
+                rows.append(bench_shape(name, tokens, experts, k, n, top_k, small, seed=tokens + experts))
                 logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["tflops"].items()})
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "grouped_mm_bench.json").write_text(json.dumps(rows, indent=1))
+    candidates = [c for c in launchers if c not in contenders]
     if candidates:
-        print("\nCandidate configurations (TFLOP/s; ratio to torch._grouped_mm):")
-        for row in rows[: 2 * len(LARGE)]:
-            cells = [f"{c} {row['tflops'][c]:.0f} ({row['tflops'][c] / row['tflops']['torch']:.2f}x)" for c in candidates]
-            print(f"  {row['shape']:<16} torch {row['tflops']['torch']:.0f} | " + " | ".join(cells))
+        print("\nCandidate configurations (ratio to torch._grouped_mm):")
+        print("  " + " ".join(c.split("_", 1)[1][:14].rjust(14) for c in candidates) + "  shape")
+        for row in rows:
+            cells = [f"{row['tflops'][c] / row['tflops']['torch']:.2f}".rjust(14) if c in row["tflops"] else " " * 14
+                     for c in candidates]
+            print("  " + " ".join(cells) + f"  {row['shape']} (torch {row['tflops']['torch']:.1f} TFLOP/s)")
     lines = ["| shape | rows | K | N | torch._grouped_mm TFLOP/s | 48 KiB baseline TFLOP/s (x torch) | ours TFLOP/s (x torch) | ours us | kernel |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -18,7 +18,14 @@ pytestmark = [
 ]
 
 
-def _launcher(dtype, trans_b):
+VARIANTS = ("tma", "tile", "any")  # every path, each on its own launcher
+# K and N each variant takes (grouped_mm_launcher.h).
+_MULTIPLE = {"tma": 8, "tile": 16, "any": 1}
+_variant_launchers = {}
+
+
+def _launcher(dtype, trans_b, variant=None):
+    """The op's launcher (all variants, the launcher picks), or one holding only `variant`."""
     from et_trt_backend.kernels import launcher, op
 
     try:
@@ -27,7 +34,18 @@ def _launcher(dtype, trans_b):
         pytest.skip(str(e))
     if not os.environ.get(op.IMAGES_ENV):
         pytest.importorskip("triton", reason="no ET_TRT_KERNEL_IMAGES and no Triton to compile images")
-    return op._launcher(torch.device("cuda", torch.cuda.current_device()), op._DTYPES[dtype], trans_b)
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.empty(1, device=device)  # makes the CUDA context current
+    if variant is None:
+        return op._launcher(device, op._DTYPES[dtype], trans_b)
+    key = (dtype, trans_b, variant)
+    if key not in _variant_launchers:
+        images = op._images_for(device, op._DTYPES[dtype], trans_b)
+        chosen = [i for i in images if i.kernel.startswith(f"grouped_mm_{variant}_") and i.format == "cubin"]
+        if not chosen:
+            pytest.skip(f"no {variant} cubin for this GPU among the images")
+        _variant_launchers[key] = launcher.GroupedMMLauncher(chosen)
+    return _variant_launchers[key]
 
 
 def _reference(a, b, offs, trans_b):
@@ -43,9 +61,9 @@ def _reference(a, b, offs, trans_b):
     return out
 
 
-def _run(a, b, offs, trans_b):
+def _run(a, b, offs, trans_b, variant=None):
     """Launches into a NaN-poisoned output, so an unwritten element fails the comparison."""
-    launcher = _launcher(a.dtype, trans_b)
+    launcher = _launcher(a.dtype, trans_b, variant)
     rows, k = a.shape
     n = b.shape[1] if trans_b else b.shape[2]
     out = torch.full((rows, n), float("nan"), dtype=a.dtype, device=a.device)
@@ -91,22 +109,25 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("variant", [None, *VARIANTS], ids=["picked", *VARIANTS])
 @pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_matches_float32_reference(case, dtype, trans_b):
+def test_matches_float32_reference(case, dtype, trans_b, variant):
     rows, k, n, make_offs = CASES[case]
+    if variant and (k % _MULTIPLE[variant] or n % _MULTIPLE[variant]):
+        pytest.skip(f"the {variant} variant does not take K {k}, N {n}")
     groups = 8
     offs = make_offs(rows, groups).cuda()
     a, b = _inputs(rows, k, n, groups, dtype, trans_b, seed=hash((case, str(dtype), trans_b)) % 10_000)
-    out, kernel = _run(a, b, offs, trans_b)
+    out, kernel = _run(a, b, offs, trans_b, variant)
     _assert_matches(out, _reference(a, b, offs, trans_b), kernel)
 
 
 @pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
 def test_dynamic_rows_one_launcher(trans_b):
     """One launcher, many row counts (a dynamic token dimension), fresh inputs each time."""
-    for i, tokens in enumerate([1, 3, 17, 64, 200, 1000]):
+    for i, tokens in enumerate([1, 3, 17, 64, 200, 1000, 5]):
         offs = _routed_offsets(tokens, 16, 4, seed=i).cuda()
         a, b = _inputs(tokens * 4, 512, 256, 16, torch.bfloat16, trans_b, seed=100 + i)
         out, kernel = _run(a, b, offs, trans_b)
@@ -119,18 +140,20 @@ INVALID = {
     "past_rows": [50, 10_000, 200, 2**31 - 1, 2**31 - 1],
     "all_negative": [-(2**31), -7, -7, -1, -1],
     "beyond_then_back": [128, 129, 5000, 7, 0],
+    "last_short_of_rows": [3, 90, 150, 200, 250],
 }
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
 @pytest.mark.parametrize("case", list(INVALID))
-def test_invalid_offsets_are_clamped(case, trans_b):
+def test_invalid_offsets_are_clamped(case, trans_b, variant):
     """Never out of bounds (checked under compute-sanitizer on the device), and contract 4's result."""
     offs = torch.tensor(INVALID[case], dtype=torch.int32, device="cuda")
-    for k, n in ((128, 256), (72, 40), (30, 50)):  # the tma, tile and any paths
-        a, b = _inputs(128, k, n, 5, torch.bfloat16, trans_b, seed=7)
-        out, kernel = _run(a, b, offs, trans_b)
-        _assert_matches(out, _reference(a, b, offs, trans_b), f"{kernel} ({case}, K {k}, N {n})")
+    k, n = {"tma": (136, 264), "tile": (144, 272), "any": (30, 50)}[variant]  # K, N past a tile multiple
+    a, b = _inputs(300, k, n, 5, torch.bfloat16, trans_b, seed=7)
+    out, kernel = _run(a, b, offs, trans_b, variant)
+    _assert_matches(out, _reference(a, b, offs, trans_b), f"{kernel} ({case}, K {k}, N {n})")
 
 
 def test_eager_op_matches_torch_grouped_mm():
@@ -167,7 +190,7 @@ def test_no_triton_in_this_process():
     """The device run checks the shipped images exactly as the robot runs them: without Triton."""
     if not os.environ.get("ET_TRT_KERNEL_IMAGES"):
         pytest.skip("images compiled in this process (ET_TRT_KERNEL_IMAGES unset)")
-    assert "triton" not in sys.modules
+    assert "triton" not in sys.modules, "Triton was imported by the process that ran the checks"
 
 
 def test_portable_ptx_runs_when_no_cubin_serves():

@@ -49,7 +49,7 @@ class KernelImage:
 class TileConfig:
     """How one variant is compiled for one architecture family."""
 
-    variant: str  # "tma" | "tile" | "any" | a benchmark baseline name
+    variant: str  # "tma" | "tma_small" | "tile" | "any" | a benchmark baseline name
     block_m: int
     block_n: int
     block_k: int
@@ -62,18 +62,23 @@ class TileConfig:
 
 # Per architecture family: the variants in the order the launcher prefers them.
 # Shared memory budgets: sm_90/sm_100 227 KiB, sm_80/sm_87 163 KiB, sm_86/sm_89/sm_120 99 KiB per CTA.
+# "tma_small" serves launches with few rows per group or too few large tiles to fill
+# the GPU (the launcher chooses; measured on the H200, benchmarks/results/NOTES.md).
 _HOPPER_CONFIGS = (
     TileConfig("tma", 128, 256, 64, 4, 8, True, 8),
+    TileConfig("tma_small", 64, 128, 128, 3, 4, True, 8),
     TileConfig("tile", 128, 128, 64, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
 _BLACKWELL_CONFIGS = (
     TileConfig("tma", 128, 256, 64, 3, 8, True, 8),
+    TileConfig("tma_small", 64, 128, 128, 3, 4, True, 8),
     TileConfig("tile", 128, 128, 64, 3, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
 _SMALL_SMEM_CONFIGS = (  # sm_120 (consumer Blackwell): 99 KiB
     TileConfig("tma", 128, 128, 64, 3, 8, True, 8),
+    TileConfig("tma_small", 64, 64, 64, 3, 4, True, 8),
     TileConfig("tile", 128, 128, 32, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
@@ -172,7 +177,8 @@ def compile_image(
     source = triton.compiler.ASTSource(grouped_mm.grouped_mm_kernel, signature, constexprs, attrs)
     target = triton.backends.compiler.GPUTarget("cuda", cap, 32)
     compiled = triton.compile(source, target=target, options={
-        "num_warps": config.num_warps, "num_stages": config.num_stages, "ptx_version": ptx_version})
+        "num_warps": config.num_warps, "num_stages": config.num_stages, "ptx_version": ptx_version,
+        "enable_fp_fusion": True})
     meta = compiled.metadata
     image = KernelImage(
         kernel=name,

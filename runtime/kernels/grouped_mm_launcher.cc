@@ -128,7 +128,7 @@ bool serves(const KernelImageView& image, int cc) {
 
 // Preference rank of a variant; lower is tried first.
 int variant_rank(const std::string& variant) {
-  if (variant == "tma") return 0;
+  if (variant == "tma" || variant == "tma_small") return 0;
   if (variant == "tile") return 1;
   if (variant == "any") return 3;
   return 2;
@@ -144,6 +144,7 @@ struct LoadedKernel {
   int block_m = 0;
   int block_n = 0;
   int max_grid = 0;
+  int sms = 0;
   size_t scratch_stride = 0;  // global scratch bytes per CTA, aligned
   size_t profile_stride = 0;
   int k_n_multiple = 1;  // K and N must be multiples of this
@@ -257,7 +258,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.shared_bytes = image->shared_bytes;
     kernel.block_m = image->block_m;
     kernel.block_n = image->block_n;
-    kernel.k_n_multiple = kernel.variant == "tma" ? 8 : kernel.variant == "any" ? 1 : 16;
+    kernel.k_n_multiple = kernel.variant.rfind("tma", 0) == 0 ? 8 : kernel.variant == "any" ? 1 : 16;
 
     if (image->shared_bytes > smem_optin)
       return failed("kernel " + image->kernel + " needs " + std::to_string(image->shared_bytes) +
@@ -307,6 +308,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
                     " registers, " + std::to_string(image->shared_bytes) + " bytes of shared memory per block)");
     // Persistent kernels loop over tiles: one CTA per resident slot is enough.
     loaded.max_grid = image->persistent ? sms * per_sm : 0;
+    loaded.sms = sms;
     if (!image->persistent && (image->global_scratch_bytes > 0 || image->profile_scratch_bytes > 0))
       return failed("kernel " + image->kernel + " needs scratch memory but is not persistent; its grid is unbounded");
     loaded.scratch_stride = round_up(static_cast<size_t>(image->global_scratch_bytes),
@@ -360,13 +362,25 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return true;
   }
 
+  // Upper bound on output tiles: every non-empty group adds at most one partial
+  // row block, and the tail group one more.
+  auto max_tiles = [&](const LoadedKernel& kernel) {
+    int64_t row_blocks = std::min<int64_t>((rows + kernel.block_m - 1) / kernel.block_m + std::min(groups, rows) + 1, rows);
+    return row_blocks * ((n + kernel.block_n - 1) / kernel.block_n);
+  };
   const LoadedKernel* kernel = nullptr;
+  const LoadedKernel* small = nullptr;
   for (const auto& candidate : state_->kernels) {
-    if (k % candidate.k_n_multiple == 0 && n % candidate.k_n_multiple == 0) {
+    if (k % candidate.k_n_multiple != 0 || n % candidate.k_n_multiple != 0) continue;
+    if (candidate.variant == "tma_small") {
+      if (!small) small = &candidate;
+    } else if (!kernel) {
       kernel = &candidate;
-      break;
     }
   }
+  // Few rows per group, or large tiles that leave multiprocessors idle: more, smaller tiles win.
+  if (small && (!kernel || kernel->variant != "tma" || rows < 64 * groups || max_tiles(*kernel) < kernel->sms))
+    kernel = small;
   if (kernel == nullptr) {
     std::string loaded;
     for (const auto& candidate : state_->kernels) loaded += " " + candidate.name;
@@ -377,9 +391,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return fail(error, "grouped_mm: kernel " + kernel->name + " needs a workspace of " +
                            std::to_string(state_->workspace_bytes) + " bytes");
 
-  // Upper bound on tiles: every group adds at most one partial row block, plus the tail group.
-  int64_t row_blocks = (rows + kernel->block_m - 1) / kernel->block_m + groups + 1;
-  int64_t tiles = row_blocks * ((n + kernel->block_n - 1) / kernel->block_n);
+  int64_t tiles = max_tiles(*kernel);
   unsigned grid = static_cast<unsigned>(kernel->max_grid > 0 ? std::min<int64_t>(tiles, kernel->max_grid)
                                                              : std::min<int64_t>(tiles, 0x7fffffff));
 

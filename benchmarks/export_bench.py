@@ -1,0 +1,76 @@
+"""Export time and .pte size: the example policy and the largest MoE test model.
+
+    python benchmarks/export_bench.py [--runs 3] [--kernel-cache DIR]
+
+Each model is exported `--runs` times through `et-trt export`'s code path
+(torch.export -> partition + preprocess -> to_executorch -> write). The first
+run starts with an empty grouped-GEMM kernel cache (cold: the kernels are
+compiled), the rest reuse it (warm); the table gives the cold time and the
+median of the warm runs, per step, and the .pte size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _largest_test_model() -> tuple[str, str]:
+    """(name, factory spec) of the largest model in tests/moe_models.py, by parameter count."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import moe_models
+
+    best = max(moe_models.MODELS, key=lambda name: moe_models.parameter_count(name))
+    return f"tests/moe_models.py:{best}", f"{REPO / 'tests' / 'moe_models.py'}:export_{best}"
+
+
+def _export_once(module: str, recipe: Path | None, out_dir: Path) -> dict[str, float]:
+    from et_trt_backend import cli
+
+    return cli.export(module, recipe, out_dir / "model.pte")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="exports per model (first cold, rest warm)")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+
+    from et_trt_backend import cli
+
+    models = [("examples/moe_policy.py (recipe.toml)", cli.EXAMPLE_MODULE, cli.EXAMPLE_RECIPE),
+              (*_largest_test_model(), None)]
+    rows = []
+    for name, module, recipe in models:
+        with tempfile.TemporaryDirectory() as tmp:
+            # An empty kernel cache for this model: the first export compiles.
+            os.environ["ET_TRT_KERNEL_CACHE"] = str(Path(tmp) / "kernels")
+            results = []
+            for run in range(args.runs):
+                results.append(_export_once(module, recipe, Path(tmp)))
+                print(f"{name}: run {run + 1}/{args.runs}: {results[-1]['total_s']:.1f} s", file=sys.stderr)
+        warm = results[1:] or results
+        rows.append((name, results[0], {k: statistics.median(r[k] for r in warm) for k in results[0]}))
+
+    steps = ("torch_export_s", "lower_s", "to_executorch_s", "total_s")
+    print(f"\nexport time in seconds (cold = first run, empty kernel cache; warm = median of {max(args.runs - 1, 1)})")
+    header = f"| model | .pte size | {' | '.join(f'{s[:-2]} cold / warm' for s in steps)} |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for name, cold, warm in rows:
+        size = f"{cold['pte_bytes'] / 2**20:.2f} MiB"
+        cells = " | ".join(f"{cold[s]:.1f} / {warm[s]:.1f}" for s in steps)
+        print(f"| {name} | {size} | {cells} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The grouped-GEMM kernel on the CPU machine: AOT images per architecture, their SASS,
+the kernel's semantics in Triton's interpreter, the C++ launcher build, and the
+eager op's fake implementation. The GPU side is tests/test_kernel_gpu.py."""
+
+import collections
+import ctypes.util
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from et_trt_backend import options
+from et_trt_backend.kernels import aot
+
+triton = pytest.importorskip("triton", reason="AOT compilation needs Triton")
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_cache(tmp_path_factory):
+    """One fresh disk cache for this module: every image is compiled here once."""
+    old = os.environ.get(aot.CACHE_ENV)
+    os.environ[aot.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
+    yield
+    if old is None:
+        del os.environ[aot.CACHE_ENV]
+    else:
+        os.environ[aot.CACHE_ENV] = old
+
+
+def sass_ops(image: aot.KernelImage, tmp_path) -> collections.Counter:
+    path = tmp_path / f"{image.kernel}_{image.arch}.cubin"
+    path.write_bytes(image.image)
+    sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+    assert "grouped_mm_kernel" in sass
+    return collections.Counter(m.split(".")[0] for m in re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]+)", sass, re.M))
+
+
+def by_variant(images, fmt="cubin"):
+    return {i.kernel.rsplit("_", 1)[0].removeprefix("grouped_mm_"): i for i in images if i.format == fmt}
+
+
+@pytest.mark.parametrize("arch", options.DEFAULT_KERNEL_ARCHS)
+def test_every_default_arch_compiles(arch):
+    images = aot.grouped_mm_images([arch], "bf16", True)
+    cubins = [i for i in images if i.format == "cubin"]
+    assert [i.kernel for i in cubins] == [aot.kernel_name(c.variant, True) for c in aot.configs_for(arch)]
+    cap = arch.removeprefix("sm_").rstrip("a")
+    for image in cubins:
+        assert image.image[:4] == b"\x7fELF"
+        assert image.arch in (f"sm_{cap}", f"sm_{cap}a")
+        assert image.entry == "grouped_mm_kernel" and image.dtype == "bf16" and image.persistent
+        assert 0 < image.shared_bytes <= (227 if cap in ("90", "100", "110") else 163 if cap in ("80", "87") else 99) * 1024
+        if image.kernel.startswith("grouped_mm_tma"):
+            assert image.global_scratch_bytes > 0 and image.global_scratch_align >= 64  # device-side TMA descriptors
+    # The portable fallback: PTX for sm_80, which any newer GPU's driver can JIT.
+    ptx = [i for i in images if i.format == "ptx"]
+    assert ptx and all(i.arch == "sm_80" for i in ptx)
+
+
+def test_ptx_is_pinned_to_a_version_current_drivers_accept():
+    """CUDA 13.0's driver JITs PTX up to 9.0; Triton 3.9's default is 9.4 (FACTS.md)."""
+    for arch in ("sm_80", "sm_90a", "sm_100a", "sm_120"):
+        for config in aot.configs_for(arch):
+            image = aot.compile_image(arch, "fp16", False, config, fmt="ptx")
+            text = image.image.decode()
+            version = re.search(r"^\.version (\d+)\.(\d+)$", text, re.M)
+            assert version and f"{version[1]}.{version[2]}" == image.ptx_version
+            assert (int(version[1]), int(version[2])) <= (9, 0)
+            assert re.search(r"^\.target sm_\d+a?$", text, re.M)
+
+
+def test_sm90a_cubin_uses_tma_and_wgmma(tmp_path):
+    images = by_variant(aot.grouped_mm_images(["sm_90a"], "bf16", True))
+    for variant in ("tma", "tma_small"):
+        ops = sass_ops(images[variant], tmp_path)
+        assert ops["HGMMA"] > 0, f"{variant}: no wgmma (HGMMA) in the sm_90a SASS"
+        assert ops["UTMALDG"] > 0, f"{variant}: no TMA loads (UTMALDG) in the sm_90a SASS"
+        assert ops["LDL"] == ops["STL"] == 0, f"{variant}: registers spill to local memory"
+    ops = sass_ops(images["tile"], tmp_path)
+    assert ops["HGMMA"] > 0 and ops["LDGSTS"] > 0  # wgmma fed by cp.async
+
+
+def test_sm80_cubin_uses_mma_sync_and_cp_async(tmp_path):
+    for arch in ("sm_80", "sm_87"):
+        ops = sass_ops(by_variant(aot.grouped_mm_images([arch], "fp16", False))["tile"], tmp_path)
+        assert ops["HMMA"] > 0, f"{arch}: no mma.sync (HMMA)"
+        assert ops["LDGSTS"] > 0, f"{arch}: no cp.async (LDGSTS)"
+        assert ops["LDL"] == ops["STL"] == 0
+
+
+def test_blackwell_cubins(tmp_path):
+    ops = sass_ops(by_variant(aot.grouped_mm_images(["sm_100a"], "bf16", True))["tma"], tmp_path)
+    assert ops["UTCHMMA"] > 0 and ops["UTMALDG"] > 0  # tcgen05 MMA fed by TMA
+    ops = sass_ops(by_variant(aot.grouped_mm_images(["sm_120"], "bf16", True))["tma"], tmp_path)
+    assert ops["HMMA"] > 0 and ops["UTMALDG"] > 0  # consumer Blackwell: mma.sync fed by TMA
+
+
+def test_images_come_from_the_disk_cache(monkeypatch):
+    first = aot.grouped_mm_images(["sm_90a"], "fp16", True)
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although the cache holds the image")
+
+    monkeypatch.setattr(triton, "compile", no_compile)
+    assert aot.grouped_mm_images(["sm_90a"], "fp16", True) == first
+
+
+def test_save_and_load_images_round_trip(tmp_path):
+    images = aot.grouped_mm_images(["sm_90a"], "bf16", False)
+    aot.save_images(tmp_path / "images.json", images)
+    assert aot.load_images(tmp_path / "images.json") == images
+
+
+def test_bad_arch_and_dtype_are_named():
+    with pytest.raises(ValueError, match="sm_75"):
+        aot.grouped_mm_images(["sm_75"], "bf16", True)
+    with pytest.raises(ValueError, match="fp32"):
+        aot.grouped_mm_images(["sm_90a"], "fp32", True)
+
+
+# Runs the kernel source in Triton's CPU interpreter (the compiled path needs a GPU):
+# the group walk, offset clamping, tail zeroing and both load paths against float32.
+_INTERPRETER_CHECK = textwrap.dedent("""
+    import torch, triton
+    from et_trt_backend.kernels.grouped_mm import grouped_mm_kernel
+
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))
+    torch.manual_seed(0)
+
+    def reference(a, b, offs, trans_b):
+        out = torch.zeros(a.shape[0], b.shape[1] if trans_b else b.shape[2])
+        start = 0
+        for g, raw in enumerate(offs.tolist()):
+            end = min(max(raw, start), a.shape[0])
+            out[start:end] = a[start:end].float() @ (b[g].float().T if trans_b else b[g].float())
+            start = end
+        return out
+
+    cases = [(70, 40, 56, [10, 10, 60, 65, 65, 65, 66]),           # empty groups, tail rows
+             (50, 16, 24, [-5, 200, 3, 2**31 - 1, 9, 9]),          # invalid offsets
+             (40, 24, 8, [0] * 9 + [40])]                          # one group, chunks of 4
+    for rows, k, n, offs in cases:
+        for trans_b in (False, True):
+            for use_tma in (False, True):
+                g = len(offs)
+                a = torch.randn(rows, k).half()
+                b = torch.randn((g, n, k) if trans_b else (g, k, n)).half()
+                offs_t = torch.tensor(offs, dtype=torch.int32)
+                out = torch.full((rows, n), float("nan")).half()
+                grouped_mm_kernel[(3,)](a, b, offs_t, out, rows, k, n, g, TRANS_B=trans_b, USE_TMA=use_tma,
+                                        BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_CHUNK=4)
+                ref = reference(a, b, offs_t, trans_b)
+                assert not out.isnan().any(), (rows, offs, trans_b, use_tma, "unwritten outputs")
+                err = float((out.float() - ref).norm() / ref.norm())
+                assert err < 1e-2, (rows, offs, trans_b, use_tma, err)
+    print("interpreter ok")
+""")
+
+
+def test_kernel_semantics_in_triton_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", _INTERPRETER_CHECK], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0 and "interpreter ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def launcher_library(tmp_path_factory):
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not installed")
+    build = tmp_path_factory.mktemp("kernels_build")
+    subprocess.run([cmake, "-S", REPO / "runtime" / "kernels", "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, capture_output=True)
+    result = subprocess.run([cmake, "--build", build, "-j2"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "warning" not in result.stdout.lower()
+    return build
+
+
+def test_launcher_builds_without_libcuda(launcher_library):
+    assert (launcher_library / "libet_trt_kernels.a").exists()
+    shared = launcher_library / "libet_trt_grouped_mm.so"
+    needed = subprocess.run(["readelf", "-d", shared], capture_output=True, text=True, check=True).stdout
+    assert "libcuda" not in needed  # loaded with dlopen at run time
+    exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True, check=True).stdout
+    for symbol in ("et_trt_grouped_mm_create", "et_trt_grouped_mm_launch", "et_trt_grouped_mm_destroy"):
+        assert symbol in exported
+
+
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed here")
+def test_launcher_without_a_driver_says_so(launcher_library, monkeypatch):
+    from et_trt_backend.kernels import launcher
+
+    monkeypatch.setenv(launcher.LIBRARY_ENV, str(launcher_library / "libet_trt_grouped_mm.so"))
+    monkeypatch.setattr(launcher, "_lib", None)
+    with pytest.raises(launcher.LauncherError, match="libcuda.so.1"):
+        launcher.GroupedMMLauncher(aot.grouped_mm_images(["sm_90a"], "bf16", True))
+
+
+def test_eager_op_fake_shapes_and_input_errors():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from et_trt_backend.kernels import op  # noqa: F401 (registers torch.ops.et_trt.grouped_mm)
+
+    with FakeTensorMode():
+        a = torch.empty(37, 64, dtype=torch.bfloat16)
+        offs = torch.empty(4, dtype=torch.int32)
+        out = torch.ops.et_trt.grouped_mm(a, torch.empty(4, 96, 64, dtype=torch.bfloat16), offs, True)
+        assert out.shape == (37, 96) and out.dtype == torch.bfloat16
+        out = torch.ops.et_trt.grouped_mm(a, torch.empty(4, 64, 80, dtype=torch.bfloat16), offs, False)
+        assert out.shape == (37, 80)
+        with pytest.raises(ValueError, match="K of a"):
+            torch.ops.et_trt.grouped_mm(a, torch.empty(4, 96, 65, dtype=torch.bfloat16), offs, True)
+        with pytest.raises(ValueError, match="bfloat16 or float16"):
+            torch.ops.et_trt.grouped_mm(a.float(), torch.empty(4, 96, 64), offs, True)
