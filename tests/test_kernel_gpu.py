@@ -18,9 +18,9 @@ pytestmark = [
 ]
 
 
-VARIANTS = ("tma", "tile", "any")  # every path, each on its own launcher
+VARIANTS = ("tma", "tma_small", "tile", "any")  # every path, each on its own launcher
 # K and N each variant takes (grouped_mm_launcher.h).
-_MULTIPLE = {"tma": 8, "tile": 16, "any": 1}
+_MULTIPLE = {"tma": 8, "tma_small": 8, "tile": 16, "any": 1}
 _variant_launchers = {}
 
 
@@ -150,7 +150,7 @@ INVALID = {
 def test_invalid_offsets_are_clamped(case, trans_b, variant):
     """Never out of bounds (checked under compute-sanitizer on the device), and contract 4's result."""
     offs = torch.tensor(INVALID[case], dtype=torch.int32, device="cuda")
-    k, n = {"tma": (136, 264), "tile": (144, 272), "any": (30, 50)}[variant]  # K, N past a tile multiple
+    k, n = {"tma": (136, 264), "tma_small": (136, 264), "tile": (144, 272), "any": (30, 50)}[variant]  # K, N past a tile multiple
     a, b = _inputs(300, k, n, 5, torch.bfloat16, trans_b, seed=7)
     out, kernel = _run(a, b, offs, trans_b, variant)
     _assert_matches(out, _reference(a, b, offs, trans_b), f"{kernel} ({case}, K {k}, N {n})")
