@@ -15,6 +15,7 @@ command -v flatc >/dev/null || need_apt+=(flatbuffers-compiler)
 [ -f /usr/include/flatbuffers/flatbuffers.h ] || need_apt+=(libflatbuffers-dev)
 [ -d /usr/include/gtest ] || need_apt+=(libgtest-dev)
 [ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+[ -f /usr/include/openssl/evp.h ] || need_apt+=(libssl-dev)  # sha256 of the blob payload (runtime/)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

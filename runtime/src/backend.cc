@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "engine_cache.h"
 #include "io_spec.h"
+#include "log.h"
 
 namespace et_trt {
 namespace {
@@ -88,7 +89,7 @@ class TensorRTBackend final : public BackendInterface {
     BlobView blob;
     BlobError blob_error;
     if (!read_blob(data, processed->size(), &blob, &blob_error)) {
-      ET_LOG(Error, "%s: refusing delegate blob: %s", kBackendId, blob_error.message.c_str());
+      log_error(std::string(kBackendId) + ": refusing delegate blob: " + blob_error.message);
       return blob_error.kind == BlobError::Kind::kIncompatible ? Error::DelegateInvalidCompatibility
                                                                : Error::InvalidProgram;
     }
@@ -104,8 +105,7 @@ class TensorRTBackend final : public BackendInterface {
     EngineError engine_error;
     std::unique_ptr<Engine> engine = create_engine(blob, io, options, &engine_error);
     if (engine == nullptr) {
-      ET_LOG(Error, "%s: cannot initialize part '%s': %s", kBackendId, part.c_str(),
-             engine_error.message.c_str());
+      log_error(std::string(kBackendId) + ": cannot initialize part '" + part + "': " + engine_error.message);
       switch (engine_error.kind) {
         case EngineError::Kind::kUnavailable: return Error::NotSupported;
         case EngineError::Kind::kIncompatible: return Error::DelegateInvalidCompatibility;
@@ -138,7 +138,7 @@ class TensorRTBackend final : public BackendInterface {
       std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
       const std::string problem = check_tensor(io.inputs[i], static_cast<blob::DType>(t.scalar_type()), shape);
       if (!problem.empty()) {
-        ET_LOG(Error, "%s: part '%s': %s", kBackendId, handle->part.c_str(), problem.c_str());
+        log_error(std::string(kBackendId) + ": part '" + handle->part + "': " + problem);
         return Error::InvalidArgument;
       }
       inputs.push_back({t.const_data_ptr(), t.nbytes(), std::move(shape)});
@@ -154,7 +154,7 @@ class TensorRTBackend final : public BackendInterface {
     TensorOutputs outputs(io, Span<EValue*>(args.data() + io.inputs.size(), io.outputs.size()));
     std::string error;
     if (!handle->engine->execute(inputs, outputs, &error)) {
-      ET_LOG(Error, "%s: part '%s': %s", kBackendId, handle->part.c_str(), error.c_str());
+      log_error(std::string(kBackendId) + ": part '" + handle->part + "': " + error);
       return Error::Internal;
     }
     return Error::Ok;

@@ -8,6 +8,7 @@
 
 #include "grouped_mm_launcher.h"
 #include "kernel_images.h"
+#include "log.h"
 
 namespace et_trt {
 namespace {
@@ -129,14 +130,14 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                   void* const* outputs, void*, cudaStream_t stream) noexcept override {
     std::string error;
     if (launcher_ == nullptr && !create_launcher(in[0].type, &error)) {
-      ET_LOG(Error, "GroupedMM: %s", error.c_str());
+      log_error("GroupedMM: " + error);
       return -1;
     }
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims;
     const int64_t rows = a.d[0], k = a.d[1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
     if (!launcher_->launch(inputs[0], inputs[1], static_cast<const int32_t*>(inputs[2]), outputs[0], rows, k, n,
                            groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error)) {
-      ET_LOG(Error, "GroupedMM: %s", error.c_str());
+      log_error("GroupedMM: " + error);
       return -1;
     }
     return 0;
@@ -213,7 +214,7 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
     }
     std::string error;
     if (unpack_kernel_images(pack->data(), pack->size, &error) == nullptr) {
-      ET_LOG(Error, "GroupedMM plugin: %s", error.c_str());
+      log_error("GroupedMM plugin: " + error);
       return nullptr;
     }
     return new (std::nothrow) GroupedMMPlugin(trans_b, std::move(pack));

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <executorch/runtime/platform/log.h>
 
+#include "log.h"
+
 #include <cstdlib>
 #include <mutex>
 
@@ -34,7 +36,7 @@ void TensorRTLogger::log(Severity severity, const char* message) noexcept {
   switch (severity) {
     case Severity::kINTERNAL_ERROR:
     case Severity::kERROR:
-      ET_LOG(Error, "TensorRT: %s", message);
+      log_error(std::string("TensorRT: ") + message);
       break;
     case Severity::kWARNING:
       ET_LOG(Info, "TensorRT warning: %s", message);
