@@ -87,3 +87,36 @@ def delegate_blobs(pte: bytes | str | os.PathLike) -> list[tuple[str, bytes]]:
             if delegate.id == BACKEND_ID:
                 blobs.append((plan.name, bytes(program.backend_delegate_data[delegate.processed.index].data)))
     return blobs
+
+
+class EngineBuildUnavailable(RuntimeError):
+    """TensorRT, CUDA or a GPU is missing where build_engine ran; the message says which."""
+
+
+def build_engine(blob: bytes, device: int = 0) -> tuple[bytes, str, str, int]:
+    """(plan, TensorRT version, GPU name, compute capability) of `blob`'s engine, built by the C++
+    runtime exactly as init on the robot builds it (same parser, options, profiles and GroupedMM
+    plugin with the blob's kernel images). For engines embedded at export.
+
+    Raises EngineBuildUnavailable where TensorRT, CUDA or a GPU is missing, RuntimeError otherwise.
+    """
+    lib = load()
+    fn = lib.et_trt_build_engine
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
+                   ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
+    lib.et_trt_free.argtypes = [ctypes.c_void_p]
+    plan, size, capability = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int32()
+    version, gpu = ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)
+    error = ctypes.create_string_buffer(8192)
+    rc = fn(blob, len(blob), device, ctypes.byref(plan), ctypes.byref(size), version, 256, gpu, 256,
+            ctypes.byref(capability), error, len(error))
+    if rc != 0:
+        kind = EngineBuildUnavailable if rc == 1 else RuntimeError
+        raise kind(error.value.decode(errors="replace"))
+    try:
+        data = ctypes.string_at(plan, size.value)
+    finally:
+        lib.et_trt_free(plan)
+    return data, version.value.decode(), gpu.value.decode(), capability.value

@@ -253,3 +253,22 @@ def test_tensorrt_layer_builds_and_reports_missing_libnvinfer(tmp_path, example_
     result = _run([build / "et_trt_runner", example_pte, "--iterations", "1"])
     assert result.returncode == 1
     assert "TensorRT is not installed here: cannot load libnvinfer.so." in result.stderr, result.stderr[-3000:]
+
+
+def test_build_engine_entry_point_verifies_the_blob_and_reports_tensorrt(built_runtime):
+    """The C entry point export-time engine builds use: a corrupted blob is refused; a good one
+    reaches the TensorRT layer, which here says it was not built."""
+    import torch as _torch
+
+    from et_trt_backend.options import CompileOptions
+    from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
+
+    spec = TensorSpec("x", _torch.bfloat16, [DimSpec(None, "tokens", 1, 8, 64)])
+    blob = serialize(BlobContents("velocity", [spec], [TensorSpec("y", _torch.bfloat16, spec.dims)],
+                                  CompileOptions(), b"\x08\x09", [], None, producer_versions(onnx_opset=18)))
+    with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
+        runtime.build_engine(blob)
+    bad = bytearray(blob)
+    bad[-1] ^= 1
+    with pytest.raises(RuntimeError, match="blob refused: blob checksum mismatch"):
+        runtime.build_engine(bytes(bad))

@@ -55,6 +55,18 @@ class Engine {
   virtual bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error) = 0;
 };
 
+// What an engine was built for (table Engine in schema.fbs).
+struct EngineTarget {
+  std::string tensorrt_version;
+  std::string gpu_name;
+  int compute_capability = 0;  // major * 10 + minor
+};
+
+// Builds a serialized engine from a verified blob's ONNX exactly as init
+// would on this machine (export-time builds use it through et_trt_build_engine).
+bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
+                       EngineTarget* target, EngineError* error);
+
 // The engine for a verified blob: the embedded one if it fits this GPU and
 // TensorRT, else a cached or newly built one. `blob` need not outlive it.
 std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const EngineOptions& options,

@@ -367,45 +367,93 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
   return true;
 }
 
+// TensorRT, the driver and the GPU this process runs on.
+struct Machine {
+  TensorRTLibrary* trt = nullptr;
+  const CudaDriver* cuda = nullptr;
+  CUdevice device = 0;
+  std::string gpu_name;
+  int capability = 0;
+};
+
+bool open_machine(int ordinal, Machine* m, EngineError* error) {
+  std::string message;
+  m->trt = TensorRTLibrary::get(&message);
+  if (m->trt == nullptr) {
+    *error = failure(EngineError::Kind::kUnavailable, message);
+    return false;
+  }
+  m->cuda = CudaDriver::get(&message);
+  if (m->cuda == nullptr) {
+    *error = failure(EngineError::Kind::kUnavailable, message);
+    return false;
+  }
+  nvinfer1::IPluginRegistry* registry = m->trt->plugin_registry();
+  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message)) {
+    *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
+    return false;
+  }
+  const CUresult r = m->cuda->cuDeviceGet(&m->device, ordinal);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kUnavailable,
+                     "CUDA device " + std::to_string(ordinal) + ": " + m->cuda->describe("cuDeviceGet", r));
+    return false;
+  }
+  char name[256] = {};
+  int major = 0, minor = 0;
+  m->cuda->cuDeviceGetName(name, sizeof(name) - 1, m->device);
+  m->cuda->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->device);
+  m->cuda->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->device);
+  m->gpu_name = name;
+  m->capability = major * 10 + minor;
+  return true;
+}
+
 }  // namespace
+
+bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
+                       EngineTarget* target, EngineError* error) {
+  Machine m;
+  if (!open_machine(device, &m, error)) return false;
+  if (blob.root->onnx() == nullptr || blob.root->onnx()->size() == 0) {
+    *error = failure(EngineError::Kind::kIncompatible, "the blob has no ONNX to build an engine from");
+    return false;
+  }
+  CUcontext context;
+  const CUresult r = m.cuda->cuDevicePrimaryCtxRetain(&context, m.device);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kFailed, m.cuda->describe("cuDevicePrimaryCtxRetain", r));
+    return false;
+  }
+  std::string message;
+  bool built;
+  {
+    ScopedContext scope(*m.cuda, context);
+    built = build_plan(*m.trt, blob, io, plan, &message);
+  }
+  m.cuda->cuDevicePrimaryCtxRelease(m.device);
+  if (!built) {
+    *error = failure(EngineError::Kind::kFailed, message);
+    return false;
+  }
+  *target = EngineTarget{m.trt->version(), m.gpu_name, m.capability};
+  return true;
+}
 
 std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const EngineOptions& options,
                                       EngineError* error) {
   const blob::Blob& root = *blob.root;
   const std::string part = root.part() ? root.part()->str() : "";
   std::string message;
-  TensorRTLibrary* trt = TensorRTLibrary::get(&message);
-  if (trt == nullptr) {
-    *error = failure(EngineError::Kind::kUnavailable, message);
-    return nullptr;
-  }
-  const CudaDriver* cuda = CudaDriver::get(&message);
-  if (cuda == nullptr) {
-    *error = failure(EngineError::Kind::kUnavailable, message);
-    return nullptr;
-  }
-  nvinfer1::IPluginRegistry* registry = trt->plugin_registry();
-  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message)) {
-    *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
-    return nullptr;
-  }
-
-  CUdevice device;
-  CUresult r = cuda->cuDeviceGet(&device, options.device);
-  if (r != CUDA_SUCCESS) {
-    *error = failure(EngineError::Kind::kUnavailable, "CUDA device " + std::to_string(options.device) + ": " +
-                                                          cuda->describe("cuDeviceGet", r));
-    return nullptr;
-  }
-  char name_buffer[256] = {};
-  int major = 0, minor = 0;
-  cuda->cuDeviceGetName(name_buffer, sizeof(name_buffer) - 1, device);
-  cuda->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
-  cuda->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
-  const std::string gpu_name = name_buffer;
-  const int capability = major * 10 + minor;
+  Machine m;
+  if (!open_machine(options.device, &m, error)) return nullptr;
+  TensorRTLibrary* trt = m.trt;
+  const CudaDriver* cuda = m.cuda;
+  const CUdevice device = m.device;
+  const std::string& gpu_name = m.gpu_name;
+  const int capability = m.capability;
   CUcontext context;
-  r = cuda->cuDevicePrimaryCtxRetain(&context, device);
+  const CUresult r = cuda->cuDevicePrimaryCtxRetain(&context, device);
   if (r != CUDA_SUCCESS) {
     *error = failure(EngineError::Kind::kFailed, cuda->describe("cuDevicePrimaryCtxRetain", r));
     return nullptr;

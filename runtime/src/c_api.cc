@@ -1,0 +1,60 @@
+// C entry points of libet_trt_runtime.so for Python (et_trt_backend.runtime):
+// export-time engine builds go through the same builder as init on the robot.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "blob_reader.h"
+#include "engine.h"
+
+namespace {
+
+void copy_text(const std::string& text, char* out, size_t size) {
+  if (out != nullptr && size > 0) std::snprintf(out, size, "%s", text.c_str());
+}
+
+}  // namespace
+
+extern "C" {
+
+// Builds the engine of a blob on CUDA device `device`, as init would.
+// Returns 0 and a malloc'd plan (free with et_trt_free); 1 when TensorRT, CUDA
+// or a GPU is unavailable; 2 when the blob is refused or the build fails.
+// `error` gets the message.
+__attribute__((visibility("default"))) int32_t et_trt_build_engine(
+    const uint8_t* blob, size_t size, int32_t device, uint8_t** plan, size_t* plan_size, char* tensorrt_version,
+    size_t tensorrt_version_size, char* gpu_name, size_t gpu_name_size, int32_t* compute_capability, char* error,
+    size_t error_size) {
+  std::vector<uint64_t> aligned(size / 8 + 1);
+  if (size > 0) std::memcpy(aligned.data(), blob, size);
+  et_trt::BlobView view;
+  et_trt::BlobError blob_error;
+  if (!et_trt::read_blob(aligned.data(), size, &view, &blob_error)) {
+    copy_text("blob refused: " + blob_error.message, error, error_size);
+    return 2;
+  }
+  std::vector<uint8_t> bytes;
+  et_trt::EngineTarget target;
+  et_trt::EngineError engine_error;
+  if (!et_trt::build_engine_plan(view, et_trt::partition_io(*view.root), device, &bytes, &target, &engine_error)) {
+    copy_text(engine_error.message, error, error_size);
+    return engine_error.kind == et_trt::EngineError::Kind::kUnavailable ? 1 : 2;
+  }
+  *plan = static_cast<uint8_t*>(std::malloc(bytes.size()));
+  if (*plan == nullptr) {
+    copy_text("out of memory for the engine plan", error, error_size);
+    return 2;
+  }
+  std::memcpy(*plan, bytes.data(), bytes.size());
+  *plan_size = bytes.size();
+  copy_text(target.tensorrt_version, tensorrt_version, tensorrt_version_size);
+  copy_text(target.gpu_name, gpu_name, gpu_name_size);
+  *compute_capability = target.compute_capability;
+  return 0;
+}
+
+__attribute__((visibility("default"))) void et_trt_free(void* pointer) { std::free(pointer); }
+
+}  // extern "C"
