@@ -1,0 +1,56 @@
+"""ATen rewrites applied before ExecuTorch's edge decompositions (transform_for_pre_decomposition).
+
+Each rewrite keeps the program's meaning and exists because the edge pipeline
+would otherwise break the program for TensorRT:
+
+- split / chunk -> slices. ExecuTorch 1.5's edge dtype validator takes the
+  first tensor of a split's output list for the list itself and calls len()
+  on it; when that tensor's first dimension is dynamic (tokens x features,
+  split along features, as every fused gate/up projection does) the call
+  guards the symbol to its example value and the exported dynamic token count
+  silently becomes static. Slices return single tensors and avoid that.
+- sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
+  ATen and, having two outputs, cannot be preserved through to_edge;
+  argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+aten = torch.ops.aten
+
+
+def _split_sizes_to_slices(x: torch.Tensor, split_sizes: list[int], dim: int = 0) -> list[torch.Tensor]:
+    pieces, start = [], 0
+    for size in split_sizes:
+        pieces.append(aten.slice.Tensor(x, dim, start, start + size))
+        start = start + size
+    return pieces
+
+
+def _split_to_slices(x: torch.Tensor, split_size: int, dim: int = 0) -> list[torch.Tensor]:
+    total = x.shape[dim]
+    sizes = [min(split_size, total - start) for start in range(0, total, split_size)] or [0]
+    return _split_sizes_to_slices(x, sizes, dim)
+
+
+def _stable_sort(x: torch.Tensor, *, stable: bool | None = None, dim: int = -1, descending: bool = False):
+    indices = aten.argsort.stable(x, stable=bool(stable), dim=dim, descending=descending)
+    return aten.gather.default(x, dim, indices), indices
+
+
+PRE_DECOMPOSITIONS = {
+    aten.split.Tensor: _split_to_slices,
+    aten.split_with_sizes.default: _split_sizes_to_slices,
+    aten.sort.stable: _stable_sort,
+}
+
+
+def rewrite_for_edge(program: ExportedProgram) -> ExportedProgram:
+    """`program` with the rewrites above (a new program; the input is not changed)."""
+    targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
+    if not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
+        return program
+    return program.run_decompositions(dict(PRE_DECOMPOSITIONS))

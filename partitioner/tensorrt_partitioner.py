@@ -1,0 +1,254 @@
+"""TensorRTPartitioner: one TensorRT engine per connected supported region of each model part.
+
+Steps, on the edge program:
+1. Each node gets its part from the recipe (module path -> part name) and a
+   support verdict from et_trt_backend.op_support.
+2. MoE blocks are found (partitioner/moe.py). A block whose region holds an
+   op TensorRT cannot run, or that the recipe splits across parts, stops the
+   export with an error naming the op, its source line and the fix.
+3. Per part, torch.fx's CapabilityBasedPartitioner grows maximal connected
+   regions of supported nodes (it keeps each region free of cycles through
+   outside nodes). Regions never span parts, so each partition has one set of
+   options.
+4. Checks: every MoE block lies in exactly one partition; no op ExecuTorch
+   cannot run (aten._grouped_mm, histc, stable sorts) is left outside.
+5. Weights are tagged into the partition that uses them; each partition tag
+   gets a DelegationSpec with its part's options as compile specs (shape
+   ranges resolved for the dynamic dimensions its inputs carry).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+from typing import Any, Callable, Mapping
+
+import torch
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+from torch.export import ExportedProgram
+from torch.fx import Node
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from et_trt_backend import BACKEND_ID
+from et_trt_backend import op_support
+from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.recipe import DEFAULT_PART, Recipe
+
+from .moe import MoEBlock, find_moe_blocks, module_path
+from .rewrites import rewrite_for_edge
+
+logger = logging.getLogger(__name__)
+
+aten = torch.ops.aten
+
+# Ops with no ExecuTorch portable kernel: left outside a delegate, the program cannot run.
+MUST_DELEGATE = frozenset(
+    {aten._grouped_mm.default, aten.histc.default, aten.argsort.stable, aten.sort.stable, aten.bincount.default}
+)
+
+
+class PartitionError(RuntimeError):
+    """The program cannot be partitioned as asked; the message names the op, its source and the fix."""
+
+
+def source_line(node: Node) -> str:
+    """The user's source line that created `node` (last frame of its stack trace)."""
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    frames = [line.strip() for line in trace if line.strip().startswith("File ")]
+    if not frames:
+        return "source line unknown (no stack trace in the node's metadata)"
+    code = trace[-1].strip() if not trace[-1].strip().startswith("File ") else ""
+    return f"{frames[-1]}{': ' + code if code else ''}"
+
+
+def _op_name(node: Node) -> str:
+    return str(aten_overload(node.target))
+
+
+class _PartSupport(OperatorSupportBase):
+    """Supported nodes of one part, for CapabilityBasedPartitioner."""
+
+    def __init__(self, part: str, parts: Mapping[Node, str], supported: set[Node]):
+        self.part, self.parts, self.supported = part, parts, supported
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: Node) -> bool:
+        return node in self.supported and self.parts.get(node) == self.part
+
+
+class TensorRTPartitioner(Partitioner):
+    """Claims MoE blocks whole, with the supported ops around them, one partition per part region.
+
+    recipe: None (defaults), a Recipe, a dict or a path to a TOML/YAML file
+    (see et_trt_backend.recipe).
+    """
+
+    def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None):
+        super().__init__()
+        self.recipe = Recipe.coerce(recipe)
+
+    # ---- hooks called by to_edge_transform_and_lower ----
+    def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        return rewrite_for_edge(exported_program)
+
+    def ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[Node], bool]]:
+        # Preserve every occurrence: decomposing them gives ops that are neither
+        # core ATen nor lowerable. An unsupported one is reported by partition()
+        # with its source line, which beats a verifier error about a decomposed op.
+        return list(op_support.PRESERVED_OPS), lambda node: True
+
+    # ---- partitioning ----
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        graph = exported_program.graph
+        nodes = [n for n in graph.nodes if n.op == "call_function"]
+        parts = self._assign_parts(nodes)
+        reasons = {n: op_support.unsupported_reason(n) for n in nodes}
+        supported = {n for n, r in reasons.items() if r is None}
+
+        blocks = find_moe_blocks(graph)
+        for block in blocks:
+            self._check_block(block, reasons, parts)
+
+        tags: dict[Node, str] = {}
+        partitions: list[tuple[str, str, list[Node]]] = []  # (tag, part, nodes)
+        for part in sorted(set(parts.values())):
+            proposer = CapabilityBasedPartitioner(
+                exported_program.graph_module,
+                _PartSupport(part, parts, supported),
+                allows_single_node_partition=True,
+            )
+            for proposed in proposer.propose_partitions():
+                members = [n for n in proposed.nodes if n.op == "call_function"]
+                if not any(self._is_compute(n) for n in members):
+                    continue  # shape arithmetic or getitems alone: not worth an engine
+                tag = f"tensorrt_{len(partitions)}"
+                partitions.append((tag, part, members))
+                for n in members:
+                    tags[n] = tag
+
+        self._check_blocks_whole(blocks, tags)
+        self._check_must_delegate(nodes, tags, reasons)
+
+        for node, tag in tags.items():
+            node.meta["delegation_tag"] = tag
+        tag_constant_data(exported_program)
+
+        dims = self.recipe.check_shape_ranges(exported_program)
+        specs = {}
+        for tag, part, members in partitions:
+            options = self.recipe.resolve_shape_ranges(
+                self.recipe.options_of(part), dims, self._input_symbols(members, tags, tag)
+            )
+            specs[tag] = DelegationSpec(BACKEND_ID, options.to_compile_specs(part))
+        self._log_summary(partitions, blocks, tags, nodes)
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=specs)
+
+    # ---- steps ----
+    def _assign_parts(self, nodes: list[Node]) -> dict[Node, str]:
+        """Recipe part of every node; nodes without a module stack follow their producers, else users."""
+        parts: dict[Node, str] = {}
+        pending = []
+        for node in nodes:
+            path = module_path(node)
+            if path is None:
+                pending.append(node)
+            else:
+                parts[node] = self.recipe.part_for(path)
+        for _ in range(2):  # producers first (topological), then users for what is left
+            still = []
+            for node in pending:
+                near = [parts[n] for n in node.all_input_nodes if n in parts] or [
+                    parts[u] for u in node.users if u in parts
+                ]
+                if near:
+                    parts[node] = near[0]
+                else:
+                    still.append(node)
+            pending = still
+        for node in pending:
+            parts[node] = DEFAULT_PART
+        return parts
+
+    @staticmethod
+    def _is_compute(node: Node) -> bool:
+        return node.target is not aten.sym_size.int and isinstance(
+            aten_overload(node.target), torch._ops.OpOverload
+        )
+
+    def _check_block(self, block: MoEBlock, reasons: Mapping[Node, str | None], parts: Mapping[Node, str]) -> None:
+        name = block.module or "<the exported module>"
+        for node in sorted(block.nodes, key=lambda n: n.name):
+            reason = reasons.get(node)
+            if reason:
+                raise PartitionError(
+                    f"MoE block {name!r} holds {_op_name(node)}, which the TensorRT lowering cannot run: {reason}.\n"
+                    f"  at {source_line(node)}\n"
+                    "A MoE block is delegated whole (routing, both grouped GEMMs, activation, combine), so every op "
+                    "in it must be supported. Rewrite that line with supported ops (et_trt_backend/op_support lists "
+                    "them per op family) or move it out of the MoE module."
+                )
+        block_parts = sorted({parts[n] for n in block.nodes if n in parts})
+        if len(block_parts) > 1:
+            raise PartitionError(
+                f"the recipe splits MoE block {name!r} across parts {', '.join(block_parts)}; a MoE block runs as "
+                f"one engine with one set of options. Name the block itself (or a module above it) in the recipe "
+                f"instead of modules inside it."
+            )
+
+    @staticmethod
+    def _check_blocks_whole(blocks: list[MoEBlock], tags: Mapping[Node, str]) -> None:
+        for block in blocks:
+            block_tags = {tags.get(n) for n in block.nodes if TensorRTPartitioner._is_compute(n)}
+            if len(block_tags) != 1 or None in block_tags:
+                outside = [n for n in block.nodes if tags.get(n) is None]
+                where = f" ({_op_name(outside[0])} at {source_line(outside[0])})" if outside else ""
+                raise PartitionError(
+                    f"MoE block {block.module or '<the exported module>'!r} would be split across "
+                    f"{len(block_tags - {None})} delegates{where}: a path leaves the block through an op outside it "
+                    "and comes back. Keep the block's computation inside its module."
+                )
+
+    @staticmethod
+    def _check_must_delegate(nodes: list[Node], tags: Mapping[Node, str], reasons: Mapping[Node, str | None]) -> None:
+        for node in nodes:
+            if aten_overload(node.target) in MUST_DELEGATE and node not in tags:
+                reason = reasons.get(node) or "it lies in a part of the graph no partition could take"
+                raise PartitionError(
+                    f"{_op_name(node)} at {source_line(node)} would be left outside TensorRT, and ExecuTorch has no "
+                    f"kernel for it; the program could not run. Why it was not delegated: {reason}."
+                )
+
+    @staticmethod
+    def _input_symbols(members: list[Node], tags: Mapping[Node, str], tag: str) -> set[str]:
+        """Shape symbols of the tensors flowing into a partition."""
+        symbols: set[str] = set()
+        for node in members:
+            for arg in node.all_input_nodes:
+                if tags.get(arg) == tag:
+                    continue
+                val = arg.meta.get("val")
+                for t in val if isinstance(val, (list, tuple)) else [val]:
+                    if isinstance(t, torch.Tensor):
+                        for size in t.shape:
+                            if isinstance(size, torch.SymInt):
+                                symbols.update(str(s) for s in size.node.expr.free_symbols)
+        return symbols
+
+    @staticmethod
+    def _log_summary(partitions, blocks, tags, nodes) -> None:
+        outside = collections.Counter(
+            _op_name(n) for n in nodes if n not in tags and TensorRTPartitioner._is_compute(n)
+        )
+        logger.info("TensorRTPartitioner: %d partition(s), %d MoE block(s)", len(partitions), len(blocks))
+        for tag, part, members in partitions:
+            moe = [b.module or "<root>" for b in blocks if tags.get(b.grouped_mms[0]) == tag]
+            logger.info(
+                "  %s: part %r, %d ops%s", tag, part, sum(map(TensorRTPartitioner._is_compute, members)),
+                f", MoE blocks {moe}" if moe else "",
+            )
+        if outside:
+            logger.info("  left to ExecuTorch: %s", dict(outside))
