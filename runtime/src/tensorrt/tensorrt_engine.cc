@@ -164,7 +164,10 @@ class TensorRTEngine final : public Engine {
       if (!to_device(const_cast<void*>(inputs[i].data), inputs[i].nbytes, &input_staging_[i], true, &device, error)) {
         return false;
       }
-      execution_->setTensorAddress(name, device);
+      if (!execution_->setTensorAddress(name, device)) {
+        *error = "TensorRT refused the address of input '" + io_.inputs[i].name + "'";
+        return false;
+      }
     }
     std::vector<void*> host_outputs(io_.outputs.size(), nullptr);
     std::vector<size_t> output_bytes(io_.outputs.size(), 0);
@@ -192,7 +195,10 @@ class TensorRTEngine final : public Engine {
       if (!to_device(data, bytes, &output_staging_[i], false, &device, error)) return false;
       if (device != data) host_outputs[i] = data;
       output_bytes[i] = bytes;
-      execution_->setTensorAddress(name, device);
+      if (!execution_->setTensorAddress(name, device)) {
+        *error = "TensorRT refused the address of output '" + io_.outputs[i].name + "'";
+        return false;
+      }
     }
     if (!execution_->enqueueV3(reinterpret_cast<cudaStream_t>(stream_))) {
       *error = "TensorRT could not enqueue the engine (see TensorRT's message above)";
@@ -464,7 +470,7 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   // 1. The engine embedded at export, if it was built for this GPU and TensorRT.
   if (const blob::Engine* embedded = root.engine()) {
     const std::string built_for = embedded->gpu_name() ? embedded->gpu_name()->str() : "";
-    if (embedded->tensorrt_version()->str() == trt->version() && built_for == gpu_name &&
+    if (trt->same_version(embedded->tensorrt_version()->str()) && built_for == gpu_name &&
         embedded->compute_capability() == capability) {
       if (engine->load(*trt, embedded->plan()->data(), embedded->plan()->size(), &message)) {
         ET_LOG(Info, "et-trt: '%s' runs the engine embedded at export", part.c_str());

@@ -76,6 +76,10 @@ TensorRTLibrary* TensorRTLibrary::get(std::string* error) {
       return;
     }
     library.version_ = std::to_string(major()) + "." + std::to_string(minor()) + "." + std::to_string(patch());
+    // The build number too, as Python's tensorrt.__version__ has it ("10.13.0.35").
+    if (auto build = reinterpret_cast<VersionFn>(dlsym(nvinfer, "getInferLibBuildVersion"))) {
+      library.version_ += "." + std::to_string(build());
+    }
   });
   if (!load_error.empty()) {
     *error = load_error;

@@ -29,8 +29,13 @@ class TensorRTLibrary {
   std::unique_ptr<nvonnxparser::IParser> create_parser(nvinfer1::INetworkDefinition& network);
   nvinfer1::IPluginRegistry* plugin_registry();
 
-  // Version of the loaded libnvinfer, e.g. "10.13.0".
+  // Version of the loaded libnvinfer, e.g. "10.13.0.35" (with the build number).
   const std::string& version() const { return version_; }
+  // Whether an engine recorded as built by `version` ("10.13.0" or
+  // "10.13.0.35") was built by this library.
+  bool same_version(const std::string& version) const {
+    return version == version_ || version_.rfind(version + ".", 0) == 0;
+  }
   TensorRTLogger& logger() { return logger_; }
 
  private:
