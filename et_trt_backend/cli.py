@@ -62,10 +62,12 @@ def export(module: str, recipe: Path | None, output: Path) -> dict[str, Any]:
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
+    import et_trt_backend.backend  # noqa: F401  (ExecuTorch finds TensorRTBackend by class name)
     from et_trt_partitioner import TensorRTPartitioner
 
     if recipe is not None and not recipe.is_file():
         raise UsageError(f"--recipe {recipe}: no such file")
+    partitioner = TensorRTPartitioner(str(recipe) if recipe else None)  # validates the recipe first
     timings = {}
     start = time.perf_counter()
     logger.info("exporting the program from %s", module)
@@ -79,7 +81,7 @@ def export(module: str, recipe: Path | None, output: Path) -> dict[str, Any]:
 
     step = time.perf_counter()
     logger.info("partitioning and lowering with recipe %s", recipe or "(defaults)")
-    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner(str(recipe) if recipe else None)])
+    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
     timings["lower_s"] = time.perf_counter() - step
 
     step = time.perf_counter()
@@ -154,14 +156,19 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         print(f"    options: {json.dumps(options, sort_keys=True)}")
     else:
         print(f"    options: precision {options['precision']}, engine_build {options['engine_build']}")
-    if c.kernels:
+    if not c.kernels:
+        print("    kernel images: none (no GroupedMM, or the grouped-GEMM kernel is off)")
+    elif detail:
         print(f"    kernel images ({len(c.kernels)}):")
         for k in c.kernels:
-            print(f"      {k.arch:8} {k.format:5} {k.kernel} {k.dtype} {_size(len(k.image))}"
-                  + (f", {k.num_warps} warps, {k.shared_bytes} B shared, tile {k.block_m}x{k.block_n}x{k.block_k}"
-                     f"{', persistent' if k.persistent else ''}, PTX {k.ptx_version}" if detail else ""))
+            print(f"      {k.arch:8} {k.format:5} {k.kernel} {k.dtype} {_size(len(k.image))}, {k.num_warps} warps, "
+                  f"{k.shared_bytes} B shared, tile {k.block_m}x{k.block_n}x{k.block_k}"
+                  f"{', persistent' if k.persistent else ''}, PTX {k.ptx_version}")
     else:
-        print("    kernel images: none (no GroupedMM, or the grouped-GEMM kernel is off)")
+        archs = {fmt: sorted({k.arch for k in c.kernels if k.format == fmt}, key=_arch_number)
+                 for fmt in ("cubin", "ptx")}
+        print(f"    kernel images: {len(c.kernels)}, {_size(sum(len(k.image) for k in c.kernels))}; "
+              + "; ".join(f"{fmt} {', '.join(a)}" for fmt, a in archs.items() if a))
     if c.engine is None:
         print("    engine: not embedded; the robot builds it from the ONNX at first load (then caches it)")
     else:
@@ -181,6 +188,11 @@ def _onnx_ops(onnx_bytes: bytes) -> tuple[collections.Counter, int | None]:
     )
     opset = next((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), None)
     return ops, opset
+
+
+def _arch_number(arch: str) -> int:
+    digits = re.sub(r"\D", "", arch)
+    return int(digits) if digits else 0
 
 
 def _dims(dims) -> str:
@@ -259,14 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from et_trt_backend.lowering.errors import LoweringError
     from et_trt_backend.options import OptionsError
     from et_trt_backend.preflight import PreflightError
     from et_trt_backend.serialization.blob import BlobError
     from et_trt_backend.serialization.pte import PteError
+    from et_trt_partitioner import PartitionError
 
+    # Errors that explain themselves (what is wrong, where, the fix): no traceback.
     try:
         return args.run(args)
-    except (UsageError, OptionsError, PreflightError, BlobError, PteError) as e:
+    except (UsageError, OptionsError, PreflightError, BlobError, PteError, PartitionError, LoweringError) as e:
         print(f"et-trt {args.command}: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
 

@@ -1,0 +1,163 @@
+"""The et-trt command: export the example policy, inspect and check .pte files, refuse bad input clearly."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import onnx
+import pytest
+from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+from onnx import helper
+
+from et_trt_backend import BACKEND_ID, cli
+from et_trt_backend.serialization import blob
+from et_trt_backend.serialization.pte import read_delegates, read_partitions
+
+
+def run(capsys, *argv):
+    """(exit code, stdout, stderr) of `et-trt argv`."""
+    code = cli.main(["-q", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def policy_pte(tmp_path_factory) -> Path:
+    """The example policy exported by `et-trt export` with its defaults (example policy and recipe)."""
+    path = tmp_path_factory.mktemp("export") / "policy.pte"
+    assert cli.main(["-q", "export", "--output", str(path)]) == 0
+    return path
+
+
+def rewrite_blob(pte: bytes, change) -> bytes:
+    """The .pte with its first TensorRT blob replaced by change(blob bytes), through ExecuTorch's serializer."""
+    pte_file = deserialize_pte_binary(pte)
+    program = pte_file.program
+    delegate = next(d for d in program.execution_plan[0].delegates if d.id == BACKEND_ID)
+    entry = program.backend_delegate_data[delegate.processed.index]
+    entry.data = change(entry.data)
+    return bytes(serialize_pte_binary(pte_file))
+
+
+# ---- export --------------------------------------------------------------------------
+@pytest.mark.slow
+def test_export_writes_one_partition_per_part(policy_pte):
+    partitions = read_partitions(policy_pte.read_bytes())
+    assert sorted(p.contents.part for p in partitions) == ["decoder", "velocity"]
+    by_part = {p.contents.part: p.contents for p in partitions}
+    # The example recipe's per-part options reached each blob.
+    assert by_part["velocity"].options.precision == "fp16"
+    assert by_part["decoder"].options.shape_ranges["tokens"].max == 512
+    assert not list(policy_pte.parent.glob("*.partial")), "the temporary file must be renamed away"
+
+
+@pytest.mark.slow
+def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsys):
+    code, out, _ = run(capsys, "inspect", policy_pte)
+    assert code == 0
+    assert out.startswith("2 TensorRT partition(s)")
+    for part in ("decoder", "velocity"):
+        assert re.search(rf"\[\d\] part '{part}': plan 'forward' delegate \d, blob", out)
+    assert "et_trt::GroupedMM" in out and "TopK" in out
+    assert '"precision": "fp16"' in out and '"kernel_archs": ["sm_87", "sm_90a", "sm_110"]' in out
+    assert re.search(r"sm_90a\s+cubin grouped_mm_\w+ bf16", out)
+    assert out.count("engine: not embedded") == 2  # no TensorRT here: the robot builds the engine
+    assert "tokens 2..64..512" in out  # the decoder's dynamic token range
+
+
+@pytest.mark.slow
+def test_dump_onnx_writes_each_partitions_model(policy_pte, tmp_path, capsys):
+    code, out, _ = run(capsys, "inspect", policy_pte, "--dump-onnx", tmp_path / "onnx")
+    assert code == 0
+    dumped = sorted((tmp_path / "onnx").glob("*.onnx"))
+    assert [p.name for p in dumped] == ["0_decoder.onnx", "1_velocity.onnx"]
+    blobs = {p.contents.part: p.contents.onnx for p in read_partitions(policy_pte.read_bytes())}
+    for path in dumped:
+        assert path.read_bytes() == blobs[path.stem.split("_", 1)[1]]
+        onnx.checker.check_model(onnx.load(path))
+
+
+@pytest.mark.slow
+def test_check_passes_the_example_policy(policy_pte, capsys):
+    code, out, _ = run(capsys, "check", policy_pte)
+    assert code == 0, out
+    assert "2 partition(s), 0 violation(s)" in out
+
+
+@pytest.mark.slow
+def test_check_names_a_violating_node(policy_pte, tmp_path, capsys):
+    def add_unique(data: bytes) -> bytes:
+        contents = blob.deserialize(data)
+        model = onnx.load_from_string(contents.onnx)
+        first_input = model.graph.input[0].name
+        model.graph.node.append(helper.make_node("Unique", [first_input], ["injected"], name="injected_unique"))
+        return blob.serialize(dataclasses.replace(contents, onnx=model.SerializeToString()))
+
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(rewrite_blob(policy_pte.read_bytes(), add_unique))
+    code, out, _ = run(capsys, "check", bad)
+    assert code == 1
+    assert "[supported_ops] Unique node 'injected_unique'" in out and "1 violation(s)" in out
+
+
+@pytest.mark.slow
+def test_corrupted_blob_is_refused_naming_the_delegate(policy_pte, tmp_path, capsys):
+    def flip(data: bytes) -> bytes:
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
+
+    bad = tmp_path / "corrupt.pte"
+    bad.write_bytes(rewrite_blob(policy_pte.read_bytes(), flip))
+    for command in ("inspect", "check"):
+        code, out, err = run(capsys, command, bad)
+        assert code == 1
+        assert re.search(r"plan 'forward' delegate \d: blob crc32 mismatch", err), err
+
+
+@pytest.mark.slow
+def test_delegates_are_read_with_executorch_and_match_the_blobs(policy_pte):
+    delegates = read_delegates(policy_pte.read_bytes())
+    assert [d.backend_id for d in delegates] == [BACKEND_ID, BACKEND_ID]
+    for d in delegates:
+        contents = blob.deserialize(d.data)
+        assert d.compile_specs["et_trt.part"].decode() == contents.part
+
+
+# ---- bad input ---------------------------------------------------------------------------
+def test_not_a_pte(tmp_path, capsys):
+    path = tmp_path / "x.pte"
+    path.write_bytes(b"definitely not a program")
+    code, _, err = run(capsys, "inspect", path)
+    assert code == 1 and "not a readable ExecuTorch program" in err
+    code, _, err = run(capsys, "check", tmp_path / "missing.pte")
+    assert code == 2 and "no such file" in err
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("no_colon", "pkg.mod:factory"),
+    ("missing_module_xyz:f", "cannot import missing_module_xyz"),
+    ("/nonexistent/model.py:f", "no file"),
+    ("json:not_there", "no callable 'not_there'"),
+])
+def test_bad_module_spec(spec, words, tmp_path, capsys):
+    code, _, err = run(capsys, "export", "--module", spec, "--output", tmp_path / "x.pte")
+    assert code == 2 and words in err
+    assert not (tmp_path / "x.pte").exists()
+
+
+def test_factory_must_return_an_exported_program(tmp_path, capsys):
+    module = tmp_path / "factory.py"
+    module.write_text("import torch\ndef make():\n    return torch.nn.Linear(2, 2)\n")
+    code, _, err = run(capsys, "export", "--module", f"{module}:make", "--output", tmp_path / "x.pte")
+    assert code == 2 and "returned Linear" in err and "torch.export.ExportedProgram" in err
+    assert not (tmp_path / "x.pte").exists()
+
+
+def test_bad_recipe_is_refused_before_export(tmp_path, capsys):
+    code, _, err = run(capsys, "export", "--recipe", tmp_path / "none.toml", "--output", tmp_path / "x.pte")
+    assert code == 2 and "no such file" in err
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text('[parts.decoder]\nprecison = "fp16"\n')
+    code, _, err = run(capsys, "export", "--recipe", recipe, "--output", tmp_path / "x.pte")
+    assert code == 1 and "precison" in err
+    assert not (tmp_path / "x.pte").exists()
