@@ -10,6 +10,7 @@ them (grouped GEMM weights are not transposed: GroupedMM takes trans_b).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 
@@ -23,7 +24,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec
 
 from . import rewrites, translations
 from .errors import LoweringError
-from .to_aten import to_aten_program
+from .to_aten import aten_target, to_aten_program
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +170,25 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
             "(the profile's opt), and a [%d, rows, %d] intermediate",
             node.name, why, groups, groups * grouped, grouped, rows_opt, groups, n)
     return uses
+
+
+@functools.cache
+def _onnx_registry():
+    from torch.onnx._internal.exporter import _decomp, _registration
+
+    registry = _registration.ONNXRegistry.from_torchlib()
+    decompositions = _decomp.create_onnx_friendly_decomposition_table(
+        _decomp.get_onnx_implemented_overloads(registry))
+    return registry, decompositions
+
+
+def has_translation(target) -> bool:
+    """Whether the lowering translates `target` (an ATen, edge or dim-order overload) to ONNX:
+    by a rewrite, an et-trt translation, torchlib, or a decomposition into those."""
+    target = aten_target(target)
+    registry, decompositions = _onnx_registry()
+    return (target in rewrites.REWRITTEN_TARGETS or target in translations.translation_table(True)
+            or registry.is_registered(target) or target in decompositions)
 
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:

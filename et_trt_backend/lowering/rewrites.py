@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import operator
+import re
 
-import sympy
 import torch
 from torch._guards import detect_fake_mode
 
@@ -50,11 +50,22 @@ _SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsor
 _FLOOR_DIVS = {aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode}
 
 
+# Targets the rewrites replace (when their pattern matches; else LoweringError).
+REWRITTEN_TARGETS = frozenset(
+    _SORTS | {aten.bincount.default, aten.index_add.default, aten.scatter_add.default, aten._grouped_mm.default}
+)
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
+
+
 def source_line(node: torch.fx.Node) -> str:
-    """The user's source line a node came from (last frame of its stack trace)."""
-    trace = node.meta.get("stack_trace") or ""
-    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().startswith("File ")]
-    return lines[-1] if lines else "(no source line recorded)"
+    """The user's source line a node came from: "file:line (function): code"."""
+    frames = list(_FRAME.finditer(node.meta.get("stack_trace") or ""))
+    if not frames:
+        return "(no source line recorded)"
+    f = frames[-1]  # the innermost frame is the user's line
+    return f"{f['file']}:{f['line']} ({f['func']}): {f['code'].strip()}"
 
 
 class RewriteContext:
@@ -120,31 +131,37 @@ def _sort_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, bool]:
 
 
 def rewrite_sorts(ctx: RewriteContext) -> None:
+    """Sorts of expert ids -> counting sort; other short static sorts -> one TopK (aten.sort.default).
+
+    TopK does not promise a stable order among equal keys; the counting sort is stable.
+    """
     for node in list(ctx.graph.nodes):
         if node.target not in _SORTS:
             continue
         ids, dim, descending = _sort_args(node)
         shape = ids.meta["val"].shape
-        bins = value_bins(ids)
-        if len(shape) == 1 and dim in (0, -1) and not descending and bins is not None:
-            with ctx.graph.inserting_before(node):
-                sorted_ = ctx.call(lowering_ops.counting_sort.default, (ids, bins))
-                if node.target in (aten.argsort.default, aten.argsort.stable):
-                    replacement = ctx.call(operator.getitem, (sorted_, 1))
-                    node.replace_all_uses_with(replacement)
-                else:
-                    node.replace_all_uses_with(sorted_)
-            ctx.graph.erase_node(node)
-            logger.info("sort %s: counting sort over %d bins", node.name, bins)
-            continue
         size = shape[dim] if shape else 1
-        if not isinstance(size, int) or size > TOPK_MAX_K:
+        bins = value_bins(ids)
+        if len(shape) == 1 and not descending and bins is not None:
+            sort, args = lowering_ops.counting_sort.default, (ids, bins)
+            logger.info("sort %s: counting sort over %d bins", node.name, bins)
+        elif isinstance(size, int) and size <= TOPK_MAX_K:
+            sort, args = aten.sort.default, (ids, dim, descending)
+        else:
             raise LoweringError(
                 f"{node.target} ({node.name}) at {source_line(node)}: sorts {size} rows; TensorRT's TopK "
                 f"needs a static K <= {TOPK_MAX_K}. et-trt rewrites an ascending 1-D sort into a counting "
                 "sort only when its values are top-k expert indices (integers in [0, E)); sort those, "
                 "or keep this sort out of the TensorRT partition"
             )
+        if node.target is sort:
+            continue
+        with ctx.graph.inserting_before(node):
+            replacement = ctx.call(sort, args)
+            if node.target in (aten.argsort.default, aten.argsort.stable):
+                replacement = ctx.call(operator.getitem, (replacement, 1))
+        node.replace_all_uses_with(replacement)
+        ctx.graph.erase_node(node)
 
 
 def rewrite_bincounts(ctx: RewriteContext) -> None:

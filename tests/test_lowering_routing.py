@@ -1,0 +1,178 @@
+"""Routing rewrites: counting sort, bounded bincount, top-k combine, GroupedMM semantics, errors.
+
+Programs here are plain torch.export programs (ATen), which lower_to_onnx takes
+as well as edge programs; each ONNX is run by onnx's reference evaluator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
+from et_trt_backend.lowering import ops as lowering_ops
+from et_trt_backend.options import CompileOptions
+
+torch.manual_seed(0)
+
+
+class _SortExperts(torch.nn.Module):
+    def __init__(self, k: int, stable: bool = True):
+        super().__init__()
+        self.k, self.stable = k, stable
+
+    def forward(self, scores):
+        ids = torch.topk(scores, self.k, dim=-1).indices.reshape(-1)
+        if self.stable:
+            return torch.argsort(ids, stable=True)
+        return torch.sort(ids)[0]
+
+
+def _onnx(module, *args, dynamic_shapes=None, **options) -> onnx.ModelProto:
+    program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+    return lower_to_onnx(program, CompileOptions(**options)).onnx
+
+
+def _run(model: onnx.ModelProto, *inputs: np.ndarray) -> list[np.ndarray]:
+    names = [i.name for i in model.graph.input]
+    return reference.evaluator(model).run(None, dict(zip(names, inputs)))
+
+
+def _tensor_bytes(model: onnx.ModelProto, skip_ops: set[str]) -> dict[str, int]:
+    """Bytes of every tensor the graph computes (static shapes), except outputs of `skip_ops`."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    info = {v.name: v.type.tensor_type for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    sizes = {}
+    for node in inferred.graph.node:
+        if node.op_type in skip_ops:
+            continue
+        for name in node.output:
+            tensor_type = info[name]
+            dims = [d.dim_value for d in tensor_type.shape.dim]
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).itemsize
+            sizes[name] = int(np.prod(dims, dtype=np.int64)) * itemsize
+    return sizes
+
+
+def test_counting_sort_is_a_stable_sort_of_expert_ids():
+    model = _onnx(_SortExperts(k=4), torch.randn(50, 16), dynamic_shapes=({0: torch.export.Dim("tokens", max=1000)},))
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("TopK") == 1 and "CumSum" in ops  # the router's TopK only
+    for tokens in (1, 3, 333):
+        scores = torch.randn(tokens, 16)
+        scores[: tokens // 2, :4] += 10.0  # pile rows onto experts 0-3, leave others empty
+        (perm,) = _run(model, scores.numpy())
+        ids = torch.topk(scores, 4, dim=-1).indices.reshape(-1)
+        np.testing.assert_array_equal(perm, torch.argsort(ids, stable=True).numpy())
+
+
+def test_counting_sort_memory_at_70000_rows_and_128_experts():
+    """The figure in translations.counting_sort's docstring, computed from the ONNX graph."""
+    tokens, experts, k = 8750, 128, 8  # 70,000 routed rows
+    model = _onnx(_SortExperts(k), torch.randn(tokens, experts))
+    sizes = _tensor_bytes(model, skip_ops={"TopK", "Reshape", "Constant"})
+    rows_by_bins = sorted((b for b in sizes.values() if b >= tokens * k * experts), reverse=True)
+    assert rows_by_bins == [tokens * k * experts * 4] * 2 + [tokens * k * experts]  # f32 one-hot, cumsum; bool
+    mb = 1e6
+    assert round(sum(rows_by_bins) / mb, 2) == 80.64
+    assert round(sum(sizes.values()) / mb, 2) == 83.72
+    # And it sorts correctly at that size.
+    scores = torch.randn(tokens, experts)
+    (perm,) = _run(model, scores.numpy())
+    ids = torch.topk(scores, k, dim=-1).indices.reshape(-1)
+    np.testing.assert_array_equal(perm, torch.argsort(ids, stable=True).numpy())
+
+
+def test_short_float_sort_becomes_one_topk():
+    class SortScores(torch.nn.Module):
+        def forward(self, x):
+            return torch.argsort(x, stable=True)
+
+    model = _onnx(SortScores(), torch.randn(300))
+    assert [n.op_type for n in model.graph.node].count("TopK") == 1
+    x = torch.randn(300)
+    np.testing.assert_array_equal(_run(model, x.numpy())[0], torch.argsort(x).numpy())
+
+
+def test_long_sort_of_unknown_values_is_refused_with_its_source_line():
+    class SortScores(torch.nn.Module):
+        def forward(self, x):
+            return torch.argsort(x, stable=True)  # the line the error must name
+
+    where = r"test_lowering_routing.py:\d+ \(forward\): return torch.argsort"
+    with pytest.raises(LoweringError, match=where + ".*sorts 5000 rows"):
+        _onnx(SortScores(), torch.randn(5000))
+
+
+def test_index_add_with_other_indices_is_refused():
+    class Scatter(torch.nn.Module):
+        def forward(self, x, index):
+            return torch.zeros(4, 8).index_add(0, index, x)
+
+    with pytest.raises(LoweringError, match="accumulating scatter.*index_add"):
+        _onnx(Scatter(), torch.randn(6, 8), torch.tensor([0, 1, 1, 2, 3, 3]))
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_dense_grouped_mm_follows_the_contract_for_any_offsets(trans_b):
+    class GroupedMM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 24, 16) if trans_b else torch.randn(4, 16, 24))
+
+        def forward(self, a, offs):
+            return lowering_ops.grouped_mm(a, self.w, offs, trans_b)
+
+    module = GroupedMM()
+    model = _onnx(module, torch.randn(10, 16), torch.tensor([2, 5, 7, 10], dtype=torch.int32),
+                  grouped_gemm_kernel=False)
+    assert "GroupedMM" not in [n.op_type for n in model.graph.node]
+    for offs in ([2, 5, 7, 10], [3, 1, 12, 2], [-4, 0, 6, 6], [0, 0, 0, 0], [10, 10, 10, 10]):
+        a = torch.randn(10, 16)
+        offs = torch.tensor(offs, dtype=torch.int32)
+        expected = lowering_ops.grouped_mm(a, module.w.detach(), offs, trans_b)
+        (got,) = _run(model, a.numpy(), offs.numpy())
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+        # and the reference GroupedMM (the custom op's test implementation) agrees
+        np.testing.assert_allclose(
+            reference.grouped_mm_reference(a.numpy(), module.w.detach().numpy(), offs.numpy(), trans_b),
+            expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_mm_kernel_form_stores_weights_once_untransposed():
+    class Experts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 32, 16, dtype=torch.bfloat16))  # [G, N, K]
+
+        def forward(self, a, offs):
+            return torch._grouped_mm(a, self.w.transpose(-2, -1), offs=offs)
+
+    model = _onnx(Experts(), torch.randn(8, 16, dtype=torch.bfloat16), torch.tensor([2, 4, 6, 8], dtype=torch.int32))
+    (node,) = [n for n in model.graph.node if n.op_type == "GroupedMM"]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert node.domain == "et_trt"
+    assert attrs == {"trans_b": 1, "plugin_version": b"1", "plugin_namespace": b"et_trt"}
+    (weight,) = [t for t in model.graph.initializer if t.name == node.input[1]]
+    assert list(weight.dims) == [4, 32, 16]
+    assert "Transpose" not in [n.op_type for n in model.graph.node]
+    assert sum(int(np.prod(t.dims)) for t in model.graph.initializer if len(t.dims) == 3) == 4 * 32 * 16
+
+
+def test_bincount_of_expert_ids_gets_a_static_size():
+    class Counts(torch.nn.Module):
+        def forward(self, scores):
+            ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
+            return torch.cumsum(torch.bincount(ids, minlength=8), 0)
+
+    try:
+        program = torch.export.export(Counts(), (torch.randn(20, 8),))
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"torch.export cannot trace bincount here: {type(e).__name__}")
+    model = lower_to_onnx(program, CompileOptions()).onnx
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [8]
+    scores = torch.randn(20, 8)
+    ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
+    np.testing.assert_array_equal(_run(model, scores.numpy())[0], torch.cumsum(torch.bincount(ids, minlength=8), 0))
