@@ -92,6 +92,16 @@ def test_ops_in_subgraphs_are_checked():
     assert violation.node == "'inner' in main/branch.then_branch"
 
 
+def test_ops_in_local_functions_are_checked():
+    function = helper.make_function("local", "Wrapped", ["a"], ["b"], [helper.make_node("Unique", ["a"], ["b"])],
+                                    [helper.make_opsetid("", 18)])
+    m = model([helper.make_node("Wrapped", ["x"], ["y"], name="call", domain="local")],
+              [vi("x", F, [4])], [vi("y", F, None)])
+    m.functions.append(function)
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    assert [v.op_type for v in check(m) if v.rule == "supported_ops"] == ["Unique"]
+
+
 # ---- dtypes ---------------------------------------------------------------------------
 def test_bf16_per_op():
     assert rules_hit(unary("Sigmoid", B)) == []

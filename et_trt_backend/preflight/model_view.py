@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import numpy_helper, shape_inference
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
