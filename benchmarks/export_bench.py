@@ -18,23 +18,27 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _largest_test_model() -> tuple[str, str]:
-    """(name, factory spec) of the largest model in tests/moe_models.py, by parameter count."""
+def _largest_test_model() -> tuple[str, Callable[[], object]]:
+    """(name, program factory) of the largest MoE model of tests/moe_models.py, by parameter count."""
     sys.path.insert(0, str(REPO / "tests"))
     import moe_models
 
-    best = max(moe_models.MODELS, key=lambda name: moe_models.parameter_count(name))
-    return f"tests/moe_models.py:{best}", f"{REPO / 'tests' / 'moe_models.py'}:export_{best}"
-
-
-def _export_once(module: str, recipe: Path | None, out_dir: Path) -> dict[str, float]:
-    from et_trt_backend import cli
-
-    return cli.export(module, recipe, out_dir / "model.pte")
+    candidates = {
+        "MoEStack(experts=8, shared)": lambda: moe_models.MoEStack(experts=8, shared=True),
+        "GroupedMoE(experts=8, groups=(4, 2), shared)": lambda: moe_models.GroupedMoE(
+            experts=8, groups=(4, 2), scoring="sigmoid", shared=True),
+        "transformers DeepseekV3MoE": lambda: moe_models.hf_moe_block("deepseek_v3"),
+        "transformers Qwen3MoeSparseMoeBlock": lambda: moe_models.hf_moe_block("qwen3_moe"),
+    }
+    sizes = {name: sum(p.numel() for p in build().parameters()) for name, build in candidates.items()}
+    name = max(sizes, key=sizes.get)
+    build = candidates[name]
+    return f"tests/moe_models.py {name}, {sizes[name]} params", lambda: moe_models.export(moe_models.bf16(build()))
 
 
 def main() -> int:
@@ -46,16 +50,16 @@ def main() -> int:
 
     from et_trt_backend import cli
 
-    models = [("examples/moe_policy.py (recipe.toml)", cli.EXAMPLE_MODULE, cli.EXAMPLE_RECIPE),
+    models = [("examples/moe_policy.py, recipe.toml", cli.load_factory(cli.EXAMPLE_MODULE), cli.EXAMPLE_RECIPE),
               (*_largest_test_model(), None)]
     rows = []
-    for name, module, recipe in models:
+    for name, factory, recipe in models:
         with tempfile.TemporaryDirectory() as tmp:
             # An empty kernel cache for this model: the first export compiles.
             os.environ["ET_TRT_KERNEL_CACHE"] = str(Path(tmp) / "kernels")
             results = []
             for run in range(args.runs):
-                results.append(_export_once(module, recipe, Path(tmp)))
+                results.append(cli.export(factory, recipe, Path(tmp) / "model.pte", name=name))
                 print(f"{name}: run {run + 1}/{args.runs}: {results[-1]['total_s']:.1f} s", file=sys.stderr)
         warm = results[1:] or results
         rows.append((name, results[0], {k: statistics.median(r[k] for r in warm) for k in results[0]}))

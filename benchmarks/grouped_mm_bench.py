@@ -75,12 +75,13 @@ def time_interleaved(graphs: dict, calls: int, rounds: int) -> dict:
 
 
 def launch_fn(launcher: GroupedMMLauncher, a, w, offs, out):
+    """w is [experts, N, K] for trans_b launchers, else [experts, K, N]."""
     rows, k = a.shape
-    n = w.shape[1]
+    n = w.shape[1] if launcher.trans_b else w.shape[2]
 
     def run():
-        launcher.launch(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, w.shape[0], True,
-                        torch.cuda.current_stream().cuda_stream)
+        launcher.launch(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, w.shape[0],
+                        launcher.trans_b, torch.cuda.current_stream().cuda_stream)
 
     return run
 
@@ -103,7 +104,8 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
     outs = []
     for label, launcher in launchers.items():
         out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        fn = launch_fn(launcher, a, w, offs, out)
+        # Weights stored [experts, K, N] for the launchers built for that layout.
+        fn = launch_fn(launcher, a, w if launcher.trans_b else w.transpose(1, 2).contiguous(), offs, out)
         fn()
         torch.cuda.synchronize()
         err = rel_err(out, ref)

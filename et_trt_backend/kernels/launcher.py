@@ -72,6 +72,7 @@ class GroupedMMLauncher:
 
     def __init__(self, images: Sequence[KernelImage]):
         lib = _library()
+        self.trans_b = bool(images) and images[0].kernel.endswith("_nk")
         self._keep = [i.image for i in images]  # the C side borrows the bytes during create
         array = (_Image * len(images))(*[
             _Image(i.kernel.encode(), i.arch.encode(), 1 if i.format == "ptx" else 0,
