@@ -19,12 +19,12 @@ OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
 ARCH = "sm_90a"
 # Tuning candidates for sm_90a, timed at the large shapes beside the default.
 CANDIDATES = {
-    # The large default again: a repeat that shows the measurement's spread.
+    # The defaults again: repeats that show the measurement's spread.
     "large_repeat_128x256x64_s4_w8": aot.TileConfig("tma", 128, 256, 64, 4, 8, True, 8),
-    # 256 weight bytes per TMA row instead of 128 (DRAM locality of the [G, N, K] weights).
-    "large_128x256x128_s2_w8": aot.TileConfig("tma", 128, 256, 128, 2, 8, True, 8),
-    # One CTA per ~219-row expert at 3500 tokens: each weight tile read by one CTA.
-    "large_256x128x64_s4_w8": aot.TileConfig("tma", 256, 128, 64, 4, 8, True, 8),
+    "small_repeat_64x128x128_s3_w4": aot.TileConfig("tma", 64, 128, 128, 3, 4, True, 8),
+    # Runners-up (benchmarks/results/NOTES.md has the others tried).
+    "large_64x256x64_s5_w4": aot.TileConfig("tma", 64, 256, 64, 5, 4, True, 8),
+    "small_64x64x64_s6_w4": aot.TileConfig("tma", 64, 64, 64, 6, 4, True, 8),  # 2 CTAs per SM
 }
 # Weights pre-transposed to [G, K, N] (trans_b false): what a lowering could store instead.
 KN_CANDIDATES = {
