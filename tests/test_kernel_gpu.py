@@ -182,8 +182,24 @@ def test_errors_are_clear():
         launcher.launch(a.data_ptr(), b.data_ptr(), offs.data_ptr(), a.data_ptr(), 16, 32, 32, 2, True, 0)
     with pytest.raises(LauncherError, match="16-byte aligned"):
         launcher.launch(a.data_ptr() + 2, b.data_ptr(), offs.data_ptr(), a.data_ptr(), 16, 32, 32, 2, False, 0)
+    with pytest.raises(LauncherError, match="32-bit indexing"):
+        launcher.launch(a.data_ptr(), b.data_ptr(), offs.data_ptr(), a.data_ptr(), 2**31, 32, 32, 2, False, 0)
+    with pytest.raises(LauncherError, match="negative size"):
+        launcher.launch(a.data_ptr(), b.data_ptr(), offs.data_ptr(), a.data_ptr(), -1, 32, 32, 2, False, 0)
     with pytest.raises(ValueError, match="offs must be int32"):
         op.grouped_mm(a, b, offs.long(), False)
+
+
+@pytest.mark.parametrize("k, groups", [(0, 3), (64, 0)], ids=["k_zero", "no_groups"])
+def test_no_products_writes_zeros(k, groups):
+    """K = 0 or no groups: every row is zero (a zero fill, no kernel)."""
+    a, b = _inputs(50, max(k, 1), 40, max(groups, 1), torch.bfloat16, False, seed=5)
+    a, b = a[:, :k].contiguous(), b[:groups, :k].contiguous()
+    offs = torch.tensor([20, 40, 50][:groups], dtype=torch.int32, device="cuda")
+    if groups == 0:
+        offs = torch.zeros(1, dtype=torch.int32, device="cuda")[:0]
+    out, kernel = _run(a, b, offs, False)
+    assert kernel == "memset" and (out == 0).all()
 
 
 def test_no_triton_in_this_process():

@@ -182,7 +182,7 @@ def compile_image(
     meta = compiled.metadata
     image = KernelImage(
         kernel=name,
-        arch=f"sm_{cap}a" if (fmt == "cubin" or config.use_tma) and cap >= 90 else f"sm_{cap}",
+        arch=f"sm_{cap}a" if cap >= 90 else f"sm_{cap}",  # Triton targets sm_90+ as "a" (arch-specific)
         format=fmt,
         image=compiled.asm["cubin"] if fmt == "cubin" else compiled.asm["ptx"].encode(),
         entry=meta.name,

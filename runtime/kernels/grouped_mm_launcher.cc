@@ -342,25 +342,29 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
   if (rows < 0 || k < 0 || n < 0 || groups < 0) return fail(error, "grouped_mm: negative size " + shape);
-  constexpr int64_t kIndexLimit = int64_t{1} << 31;
+  // The kernels index rows, columns and one expert's weights with 32-bit integers,
+  // plus up to one tile (< 1024) past the end.
+  constexpr int64_t kIndexLimit = (int64_t{1} << 31) - 1024;
   if (rows >= kIndexLimit || k >= kIndexLimit || n >= kIndexLimit || groups >= kIndexLimit || k * n >= kIndexLimit)
-    return fail(error, "grouped_mm: sizes " + shape + " exceed the kernel's 32-bit indexing (rows, K, N, K*N < 2^31)");
+    return fail(error, "grouped_mm: sizes " + shape + " exceed the kernel's 32-bit indexing (rows, K, N and K*N must be"
+                       " below 2^31 - 1024); split the call");
   if (trans_b != state_->trans_b)
     return fail(error, std::string("grouped_mm: called with trans_b=") + (trans_b ? "true" : "false") +
                            " but the kernel images are for trans_b=" + (state_->trans_b ? "true" : "false") +
                            "; compile images for this layout");
   if (rows == 0 || n == 0) return true;
-  if (a == nullptr || b == nullptr || offs == nullptr || out == nullptr)
-    return fail(error, "grouped_mm: null pointer among a, b, offs, out " + shape);
-  auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
-  if (misaligned(a) || misaligned(b) || misaligned(offs) || misaligned(out))
-    return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
-  if (k == 0 || groups == 0) {  // no products: every row is zero
+  if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
+  if (k == 0 || groups == 0) {  // no products (a, b, offs may be empty): every row is zero
     CUresult status = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(out), 0, static_cast<size_t>(rows * n * 2), stream);
     if (status != CUDA_SUCCESS) return fail(error, "grouped_mm: zero fill failed: " + describe(cu, status));
     state_->last_kernel = "memset";
     return true;
   }
+  if (a == nullptr || b == nullptr || offs == nullptr)
+    return fail(error, "grouped_mm: null pointer among a, b, offs " + shape);
+  auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (misaligned(a) || misaligned(b) || misaligned(offs) || misaligned(out))
+    return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
 
   // Upper bound on output tiles: every non-empty group adds at most one partial
   // row block, and the tail group one more.

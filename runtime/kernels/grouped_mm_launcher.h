@@ -77,7 +77,7 @@ class GroupedMMLauncher {
 
   // Enqueues out = grouped_mm(a, b, offs) on `stream`. Never blocks. Returns
   // false and sets *error on: negative sizes, trans_b or dtype other than the
-  // images', sizes the kernels cannot index (rows, K or N >= 2^31), unaligned
+  // images', sizes the kernels cannot index (rows, K, N or K*N >= 2^31 - 1024), unaligned
   // pointers, or a failed launch. rows == 0 or n == 0 is a no-op; k == 0 or
   // groups == 0 writes zeros. Scratch memory the kernels need is owned by the
   // launcher (allocated at create), so one launcher must not run on two streams
