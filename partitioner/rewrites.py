@@ -9,6 +9,9 @@ would otherwise break the program for TensorRT:
   split along features, as every fused gate/up projection does) the call
   guards the symbol to its example value and the exported dynamic token count
   silently becomes static. Slices return single tensors and avoid that.
+- one_hot -> (ids[..., None] == arange(num_classes)). one_hot's decomposition
+  carries an _assert_async on the index range, a data check TensorRT cannot
+  express; the comparison gives the same counts for valid ids.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -41,7 +44,15 @@ def _stable_sort(x: torch.Tensor, *, stable: bool | None = None, dim: int = -1, 
     return aten.gather.default(x, dim, indices), indices
 
 
+def _one_hot(ids: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    if num_classes < 0:
+        raise ValueError("one_hot needs num_classes: without it the width depends on the data")
+    classes = aten.arange.start(0, num_classes, dtype=ids.dtype, device=ids.device)
+    return aten._to_copy.default(aten.eq.Tensor(aten.unsqueeze.default(ids, -1), classes), dtype=torch.int64)
+
+
 PRE_DECOMPOSITIONS = {
+    aten.one_hot.default: _one_hot,
     aten.split.Tensor: _split_to_slices,
     aten.split_with_sizes.default: _split_sizes_to_slices,
     aten.sort.stable: _stable_sort,

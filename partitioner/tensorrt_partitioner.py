@@ -181,7 +181,7 @@ class TensorRTPartitioner(Partitioner):
 
     def _check_block(self, block: MoEBlock, reasons: Mapping[Node, str | None], parts: Mapping[Node, str]) -> None:
         name = block.module or "<the exported module>"
-        for node in sorted(block.nodes, key=lambda n: n.name):
+        for node in (n for n in reasons if n in block.nodes):  # graph order: report the first offender
             reason = reasons.get(node)
             if reason:
                 raise PartitionError(

@@ -1,0 +1,210 @@
+"""Reusable MoE test models, written the way public MoE code writes its torch._grouped_mm path.
+
+- `GroupedMoE`: one configurable MoE block (router scoring, top-k, group-limited
+  routing, counting and sorting style, combine style, shared expert).
+- `MoEStack`: several MoE blocks with an op between them that TensorRT does not
+  lower, to show how partitions split around it.
+- `hf_moe_block`: an unmodified sparse-MoE block from `transformers`, built from a
+  tiny random config with the "grouped_mm" experts implementation.
+- `edge_program`: the edge program a partitioner sees inside
+  to_edge_transform_and_lower, for tests that inspect partitioning without
+  lowering.
+
+All models are bf16: torch.export accepts `_grouped_mm` only in bf16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+DTYPE = torch.bfloat16
+
+
+class GroupedMoE(nn.Module):
+    """A MoE FFN block with grouped GEMM experts.
+
+    scoring: "softmax" | "sigmoid"          (sigmoid renormalises the top-k weights)
+    groups: (n_group, topk_group) | None   DeepSeek-V3 style group-limited routing
+    counts: "histc" | "one_hot"            tokens per expert
+    sort: "argsort_stable" | "sort" | "sort_stable"
+    combine: "index_put" | "index_add" | "scatter_add"
+    shared: add a dense shared expert (DeepSeek/Qwen style)
+    """
+
+    def __init__(
+        self,
+        hidden: int = 32,
+        ffn: int = 32,
+        experts: int = 4,
+        top_k: int = 2,
+        scoring: str = "softmax",
+        groups: tuple[int, int] | None = None,
+        counts: str = "histc",
+        sort: str = "argsort_stable",
+        combine: str = "index_put",
+        shared: bool = False,
+    ):
+        super().__init__()
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.gate_up_proj = nn.Parameter(torch.randn(experts, 2 * ffn, hidden) / math.sqrt(hidden))
+        self.down_proj = nn.Parameter(torch.randn(experts, hidden, ffn) / math.sqrt(ffn))
+        self.shared_expert = nn.Sequential(nn.Linear(hidden, ffn), nn.SiLU(), nn.Linear(ffn, hidden)) if shared else None
+        self.experts, self.top_k, self.scoring, self.groups = experts, top_k, scoring, groups
+        self.counts, self.sort, self.combine = counts, sort, combine
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.gate(x).float()
+        scores = logits.softmax(-1) if self.scoring == "softmax" else logits.sigmoid()
+        choice = scores
+        if self.groups is not None:
+            n_group, topk_group = self.groups
+            group_scores = choice.view(-1, n_group, self.experts // n_group).topk(2, dim=-1)[0].sum(-1)
+            group_idx = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = group_mask.unsqueeze(-1).expand(-1, n_group, self.experts // n_group).reshape(-1, self.experts)
+            choice = choice.masked_fill(~score_mask.bool(), float("-inf"))
+        if self.top_k == 1 and self.groups is None:
+            weights, ids = choice.max(dim=-1, keepdim=True)  # top-1 routers often use max
+        else:
+            ids = torch.topk(choice, self.top_k, dim=-1)[1]
+            weights = scores.gather(1, ids)
+        if self.scoring == "sigmoid":
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return weights.to(x.dtype), ids
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        shape = hidden_states.shape
+        x = hidden_states.reshape(-1, shape[-1])
+        weights, ids = self.route(x)
+        flat = ids.reshape(-1)
+        if self.sort == "argsort_stable":
+            order = torch.argsort(flat, stable=True)
+        elif self.sort == "sort_stable":
+            order = torch.sort(flat, stable=True)[1]
+        else:
+            order = torch.sort(flat)[1]
+        if self.counts == "histc":
+            counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts - 1)
+        else:
+            counts = F.one_hot(flat, self.experts).sum(0)
+        offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        token = order // self.top_k
+        rows = x[token]
+        gate, up = torch._grouped_mm(rows, self.gate_up_proj.transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
+        rows = torch._grouped_mm(F.silu(gate) * up, self.down_proj.transpose(-2, -1), offs=offsets)
+        rows = rows * weights.reshape(-1)[order].unsqueeze(-1)
+        if self.combine == "index_add":
+            out = torch.zeros_like(x).index_add_(0, token, rows)
+        elif self.combine == "scatter_add":
+            out = torch.zeros_like(x).scatter_add(0, token.unsqueeze(-1).expand(-1, x.shape[-1]), rows)
+        else:
+            unsorted = torch.empty_like(rows)
+            unsorted[order] = rows
+            out = unsorted.view(-1, self.top_k, x.shape[-1]).sum(1)
+        if self.shared_expert is not None:
+            out = out + self.shared_expert(x)
+        return out.reshape(shape)
+
+
+class MoEStack(nn.Module):
+    """Norm -> MoE -> flip (no TensorRT lowering) -> MoE: two MoE blocks that cannot share an engine."""
+
+    def __init__(self, hidden: int = 32, **moe_kwargs):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.moe0 = GroupedMoE(hidden, **moe_kwargs)
+        self.moe1 = GroupedMoE(hidden, **moe_kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.moe0(self.norm(x))
+        x = x.flip(0)  # core ATen with a portable kernel, but not in op_support: stays in ExecuTorch
+        return x + self.moe1(x)
+
+
+class MoEWithUnsupportedOp(GroupedMoE):
+    """A MoE block whose router computes in float64, a dtype TensorRT does not have."""
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights, ids = super().route(x)
+        return (weights.double() * 2.0).to(x.dtype), ids  # the offending line
+
+
+def bf16(module: nn.Module, seed: int = 0) -> nn.Module:
+    """`module` with seeded random weights, in bf16 and eval mode."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.2)
+    return module.to(DTYPE).eval()
+
+
+def export(module: nn.Module, tokens: int = 6, hidden: int = 32, dynamic: bool = True, batch: bool = False):
+    """torch.export of `module` on [tokens, hidden] (or [1, tokens, hidden]) bf16 input."""
+    shape = (1, tokens, hidden) if batch else (tokens, hidden)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1)).to(DTYPE)
+    dims = None
+    if dynamic:
+        dims = ({1 if batch else 0: torch.export.Dim("tokens", min=2, max=256)},)
+    with torch.no_grad():
+        return torch.export.export(module, (x,), dynamic_shapes=dims)
+
+
+# ---- transformers blocks -----------------------------------------------------
+HF_HIDDEN = 32
+
+
+def hf_moe_block(name: str, top_k: int = 2) -> nn.Module:
+    """An unmodified transformers sparse-MoE block from a tiny random config (grouped_mm experts)."""
+    common = dict(hidden_size=HF_HIDDEN, experts_implementation="grouped_mm", num_experts_per_tok=top_k)
+    if name == "mixtral":
+        from transformers.models.mixtral.modeling_mixtral import MixtralConfig, MixtralSparseMoeBlock
+
+        block = MixtralSparseMoeBlock(MixtralConfig(intermediate_size=32, num_local_experts=4, **common))
+    elif name == "qwen2_moe":  # shared expert with a sigmoid gate
+        from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeConfig, Qwen2MoeSparseMoeBlock
+
+        block = Qwen2MoeSparseMoeBlock(
+            Qwen2MoeConfig(moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, **common)
+        )
+    elif name == "qwen3_moe":
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeConfig, Qwen3MoeSparseMoeBlock
+
+        block = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(moe_intermediate_size=32, num_experts=8, **common))
+    elif name == "olmoe":
+        from transformers.models.olmoe.modeling_olmoe import OlmoeConfig, OlmoeSparseMoeBlock
+
+        block = OlmoeSparseMoeBlock(OlmoeConfig(intermediate_size=32, num_experts=4, **common))
+    elif name == "deepseek_v3":  # sigmoid router, group-limited routing, shared experts
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Config, DeepseekV3MoE
+
+        block = DeepseekV3MoE(
+            DeepseekV3Config(moe_intermediate_size=32, n_routed_experts=8, n_group=4, topk_group=2, n_shared_experts=1, **common)
+        )
+    elif name == "gpt_oss":  # transposed expert weights with biases
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssConfig, GptOssMLP
+
+        block = GptOssMLP(GptOssConfig(intermediate_size=32, num_local_experts=4, **common))
+    else:
+        raise ValueError(f"unknown transformers MoE block {name!r}")
+    return bf16(block)
+
+
+# ---- partitioning without lowering --------------------------------------------
+def edge_program(exported, partitioner):
+    """The edge program `partitioner` receives inside to_edge_transform_and_lower (no lowering).
+
+    Uses ExecuTorch's own step that prepares it (pre-decomposition transforms,
+    decompositions with the partitioner's preserved ops), so tests see exactly
+    what partition() sees.
+    """
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.program._program import _gen_edge_manager_for_partitioners
+
+    manager = _gen_edge_manager_for_partitioners(
+        {"forward": [partitioner]}, {"forward": exported}, EdgeCompileConfig(), None
+    )
+    return manager.exported_program()

@@ -1,0 +1,240 @@
+"""TensorRTPartitioner on the example policy and on MoE blocks written the way public MoE code writes them."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import moe_models
+from et_trt_backend import op_support
+from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.options import CompileOptions, ShapeRange
+from et_trt_partitioner import PartitionError, TensorRTPartitioner
+from et_trt_partitioner.moe import find_moe_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+import moe_policy  # noqa: E402
+
+aten = torch.ops.aten
+
+# Ops of the MoE routing and expert path: none may be left to ExecuTorch.
+MOE_OPS = {
+    aten._grouped_mm.default,
+    aten.topk.default,
+    aten.max.dim,
+    aten.sort.default,
+    aten.argsort.stable,
+    aten.histc.default,
+    aten.cumsum.default,
+    aten.index_put.default,
+    aten.scatter_add.default,
+    aten.scatter.value,
+    aten.gather.default,
+}
+
+
+def edge_of(exported):
+    """The edge program TensorRTPartitioner receives (its pre-partition steps do not depend on the recipe)."""
+    return moe_models.edge_program(exported, TensorRTPartitioner())
+
+
+class Partitioned:
+    """An edge program after partition(), with helpers to read the result."""
+
+    def __init__(self, edge_program, recipe=None):
+        self.partitioner = TensorRTPartitioner(recipe)
+        self.program = copy.deepcopy(edge_program)  # partition() tags nodes; keep shared fixtures clean
+        self.result = self.partitioner.partition(self.program)
+        self.calls = [n for n in self.program.graph.nodes if n.op == "call_function"]
+
+    def tag(self, node):
+        return node.meta.get("delegation_tag")
+
+    def outside(self) -> Counter:
+        """Ops left to ExecuTorch (ignoring getitem and shape arithmetic)."""
+        return Counter(
+            aten_overload(n.target)
+            for n in self.calls
+            if self.tag(n) is None and isinstance(aten_overload(n.target), torch._ops.OpOverload)
+            and n.target is not aten.sym_size.int
+        )
+
+    def ops_in(self, tag) -> Counter:
+        return Counter(aten_overload(n.target) for n in self.calls if self.tag(n) == tag)
+
+    def options(self, tag) -> tuple[CompileOptions, str]:
+        return CompileOptions.from_compile_specs(self.result.partition_tags[tag].compile_specs)
+
+    def assert_moe_blocks_whole(self, expected_blocks: int) -> None:
+        blocks = find_moe_blocks(self.program.graph)
+        assert len(blocks) == expected_blocks
+        for block in blocks:
+            tags = {self.tag(n) for n in block.nodes if n.target is not aten.sym_size.int}
+            assert len(tags) == 1 and None not in tags, f"block {block.module!r} split over {tags}"
+            assert len(block.grouped_mms) == 2
+        left = set(self.outside()) & MOE_OPS
+        assert not left, f"MoE ops left outside TensorRT: {left}"
+
+    def assert_weights_tagged(self) -> None:
+        signature = self.program.graph_signature
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder" and node.name in signature.inputs_to_parameters:
+                user_tags = {self.tag(u) for u in node.users}
+                if None not in user_tags:
+                    assert self.tag(node) in user_tags, f"weight {node.name} not tagged into its partition"
+
+
+# ---- the example policy ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def policy_program():
+    return moe_policy.export_policy()
+
+
+@pytest.fixture(scope="module")
+def policy_edge(policy_program):
+    return edge_of(policy_program)
+
+
+@pytest.fixture(scope="module")
+def policy(policy_edge):
+    return Partitioned(policy_edge, ROOT / "examples" / "recipe.toml")
+
+
+def test_policy_has_one_partition_per_part(policy):
+    assert len(policy.result.partition_tags) == 2
+    by_part = {policy.options(tag)[1]: tag for tag in policy.result.partition_tags}
+    assert set(by_part) == {"decoder", "velocity"}
+    decoder, _ = policy.options(by_part["decoder"])
+    velocity, _ = policy.options(by_part["velocity"])
+    assert (decoder.precision, decoder.optimization_level) == ("bf16", 3)
+    assert (velocity.precision, velocity.optimization_level) == ("fp16", 5)
+    assert decoder.kernel_archs == ("sm_87", "sm_90a", "sm_110")
+    # Each part's partition holds that part's MoE blocks: 2 in the decoder, 1 in the head.
+    assert policy.ops_in(by_part["decoder"])[aten._grouped_mm.default] == 4
+    assert policy.ops_in(by_part["velocity"])[aten._grouped_mm.default] == 2
+    for tag in by_part.values():
+        assert policy.result.partition_tags[tag].backend_id == "TensorRTBackend"
+
+
+def test_policy_moe_blocks_whole_and_nothing_left_outside(policy):
+    policy.assert_moe_blocks_whole(expected_blocks=3)
+    assert not policy.outside(), f"ops left to ExecuTorch: {policy.outside()}"
+    policy.assert_weights_tagged()
+
+
+def test_policy_shape_ranges(policy):
+    ranges = {policy.options(tag)[1]: policy.options(tag)[0].shape_ranges for tag in policy.result.partition_tags}
+    # decoder: from the recipe; velocity: from the export's Dim("tokens", min=2, max=512), opt = max.
+    assert ranges["decoder"]["tokens"].to_json() == {"min": 2, "opt": 64, "max": 512}
+    assert ranges["velocity"]["tokens"].to_json() == {"min": 2, "opt": 512, "max": 512}
+
+
+def test_dynamic_token_count_survives_edge_lowering(policy):
+    # ExecuTorch's edge validator would specialise it through a split (see partitioner/rewrites.py).
+    observations = next(n for n in policy.program.graph.nodes if n.name == "observations")
+    assert isinstance(observations.meta["val"].shape[0], torch.SymInt)
+    assert [(int(r.lower), int(r.upper)) for r in policy.program.range_constraints.values()] == [(2, 512)]
+
+
+def test_policy_without_recipe_is_one_partition(policy_edge):
+    single = Partitioned(policy_edge)
+    assert len(single.result.partition_tags) == 1
+    options, part = single.options(next(iter(single.result.partition_tags)))
+    assert part == "default"
+    assert options == CompileOptions(shape_ranges={"tokens": ShapeRange(2, 512, 512)})
+    single.assert_moe_blocks_whole(expected_blocks=3)
+
+
+def test_ops_to_not_decompose_preserves_with_a_check_function(policy_program):
+    ops, check = TensorRTPartitioner().ops_to_not_decompose(policy_program)
+    assert aten._grouped_mm.default in ops and set(ops) == set(op_support.PRESERVED_OPS)
+    assert callable(check)
+
+
+# ---- MoE variants written like public libraries -----------------------------------
+VARIANTS = {
+    "softmax-top2-index_put": dict(),
+    "sigmoid-top1-max-router": dict(top_k=1, scoring="sigmoid"),
+    "softmax-top8-index_add": dict(experts=8, top_k=8, combine="index_add"),
+    "group-limited-sigmoid-shared": dict(experts=8, groups=(4, 2), scoring="sigmoid", shared=True),
+    "one_hot-counts-sort-scatter_add": dict(counts="one_hot", sort="sort", combine="scatter_add"),
+    "sort-stable": dict(sort="sort_stable", shared=True),
+}
+
+
+CASES = [(name, True) for name in VARIANTS] + [
+    ("softmax-top2-index_put", False),
+    ("group-limited-sigmoid-shared", False),
+]
+
+
+@pytest.mark.parametrize("name, dynamic", CASES, ids=[f"{n}-{'dynamic' if d else 'static'}" for n, d in CASES])
+def test_moe_variant_is_one_partition(name, dynamic):
+    module = moe_models.bf16(moe_models.GroupedMoE(**VARIANTS[name]))
+    part = Partitioned(edge_of(moe_models.export(module, dynamic=dynamic)))
+    assert len(part.result.partition_tags) == 1
+    part.assert_moe_blocks_whole(expected_blocks=1)
+    assert not part.outside()
+    part.assert_weights_tagged()
+    options, _ = part.options(next(iter(part.result.partition_tags)))
+    assert ("tokens" in options.shape_ranges) == dynamic
+
+
+@pytest.fixture(scope="module")
+def stack_edge():
+    return edge_of(moe_models.export(moe_models.bf16(moe_models.MoEStack())))
+
+
+def test_unsupported_op_between_blocks_splits_partitions(stack_edge):
+    part = Partitioned(stack_edge)
+    assert len(part.result.partition_tags) == 2
+    assert part.outside() == Counter({aten.flip.default: 1})
+    part.assert_moe_blocks_whole(expected_blocks=2)
+    blocks = find_moe_blocks(part.program.graph)
+    assert {b.module for b in blocks} == {"moe0", "moe1"}
+    assert len({part.tag(b.grouped_mms[0]) for b in blocks}) == 2
+
+
+def test_recipe_parts_get_their_own_partitions_and_options(stack_edge):
+    recipe = {"parts": {"moe0": {"precision": "fp16"}, "moe1": {"precision": "fp32", "tf32": False}}}
+    part = Partitioned(stack_edge, recipe)
+    options = {part.options(t)[1]: part.options(t)[0] for t in part.result.partition_tags}
+    # norm (default part), moe0, moe1: partitions never mix parts.
+    assert set(options) == {"default", "moe0", "moe1"}
+    assert (options["moe0"].precision, options["moe1"].precision, options["moe1"].tf32) == ("fp16", "fp32", False)
+    part.assert_moe_blocks_whole(expected_blocks=2)
+
+
+def test_unsupported_op_inside_moe_block_is_named_with_its_source_line():
+    module = moe_models.bf16(moe_models.MoEWithUnsupportedOp())
+    with pytest.raises(PartitionError) as error:
+        Partitioned(edge_of(moe_models.export(module)))
+    message = str(error.value)
+    assert "MoE block" in message and "float64" in message
+    assert "aten._to_copy" in message or "dim_order" in message
+    assert "moe_models.py" in message and "line" in message
+    assert "Rewrite that line" in message
+
+
+def test_recipe_that_splits_a_moe_block_is_refused(stack_edge):
+    recipe = {"parts": {"moe0.gate": {"precision": "fp16"}}}
+    with pytest.raises(PartitionError, match="splits MoE block 'moe0'"):
+        Partitioned(stack_edge, recipe)
+
+
+class HistcOutsideTensorRT(torch.nn.Module):
+    def forward(self, x):
+        ids = (x.float().abs() * 3).floor().clamp(0, 3)
+        return torch.histc(ids.double(), bins=4, min=0, max=3)  # float64: not lowerable
+
+
+def test_op_without_executorch_kernel_is_never_left_outside():
+    exported = torch.export.export(HistcOutsideTensorRT(), (torch.randn(8),))
+    with pytest.raises(PartitionError, match=r"aten.histc.default at .*ExecuTorch has no kernel"):
+        Partitioned(edge_of(exported))
