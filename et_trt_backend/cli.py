@@ -57,8 +57,8 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
-def export(module: str, recipe: Path | None, output: Path) -> dict[str, Any]:
-    """Export the program `module`'s factory returns to `output`; returns timings and sizes."""
+def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "") -> dict[str, Any]:
+    """Export the program `factory` returns to `output`; returns step timings and the .pte size."""
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
@@ -70,11 +70,12 @@ def export(module: str, recipe: Path | None, output: Path) -> dict[str, Any]:
     partitioner = TensorRTPartitioner(str(recipe) if recipe else None)  # validates the recipe first
     timings = {}
     start = time.perf_counter()
-    logger.info("exporting the program from %s", module)
-    program = load_factory(module)()
+    name = name or getattr(factory, "__name__", "the factory")
+    logger.info("exporting the program from %s", name)
+    program = factory()
     if not isinstance(program, torch.export.ExportedProgram):
         raise UsageError(
-            f"{module} returned {type(program).__name__}; it must return a torch.export.ExportedProgram "
+            f"{name} returned {type(program).__name__}; it must return a torch.export.ExportedProgram "
             "(call torch.export.export(model, example_inputs, dynamic_shapes=...) in it)"
         )
     timings["torch_export_s"] = time.perf_counter() - start
@@ -107,8 +108,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         recipe = EXAMPLE_RECIPE
     if args.module is None and not EXAMPLES_DIR.is_dir():
         raise UsageError(f"the example policy ships with the source tree ({EXAMPLES_DIR}); pass --module")
-    output = args.output or Path(Path(module.rpartition(":")[0]).stem.rpartition(".")[2] + ".pte")
-    result = export(module, recipe, output)
+    source = module.rpartition(":")[0]
+    output = args.output or Path((Path(source).stem if source.endswith(".py") else source.rpartition(".")[2]) + ".pte")
+    result = export(load_factory(module), recipe, output, name=module)
     print(f"{output}: {_size(result['pte_bytes'])}, exported in {result['total_s']:.1f} s")
     _print_summary(output.read_bytes())
     return 0

@@ -123,6 +123,32 @@ def test_delegates_are_read_with_executorch_and_match_the_blobs(policy_pte):
         assert d.compile_specs["et_trt.part"].decode() == contents.part
 
 
+@pytest.mark.slow
+def test_export_of_a_module_with_a_recipe(tmp_path, monkeypatch, capsys):
+    """--module pkg.mod:factory and --recipe; the .pte is named after the module by default."""
+    package = tmp_path / "site" / "my_robot"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "policies.py").write_text(
+        "import moe_models\n"
+        "def exported_moe():\n"
+        "    return moe_models.export(moe_models.bf16(moe_models.GroupedMoE(experts=4)))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # moe_models
+    recipe = tmp_path / "dense.toml"
+    recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "export", "--module", "my_robot.policies:exported_moe", "--recipe", recipe)
+    assert code == 0
+    assert out.startswith("policies.pte: ")
+    [partition] = read_partitions((tmp_path / "policies.pte").read_bytes())
+    assert partition.contents.options.grouped_gemm_kernel is False and partition.contents.kernels == []
+    assert "kernel images: none" in out
+    ops = onnx.load_from_string(partition.contents.onnx).graph.node
+    assert not [n for n in ops if n.op_type == "GroupedMM"], "grouped_gemm_kernel = false lowers densely"
+
+
 # ---- bad input ---------------------------------------------------------------------------
 def test_not_a_pte(tmp_path, capsys):
     path = tmp_path / "x.pte"
