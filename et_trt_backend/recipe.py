@@ -192,7 +192,14 @@ class Recipe:
         for pattern, values in parts_values.items():
             where = f"[parts.{pattern}]"
             _check_json(values, where)
-            parts[str(pattern)] = parse_options(values, base=default, where=where)
+            try:
+                parts[str(pattern)] = parse_options(values, base=default, where=where)
+            except OptionsError as e:
+                nested = isinstance(values, Mapping) and any(isinstance(v, Mapping) for k, v in values.items()
+                                                             if k != "shape_ranges")
+                hint = (' (to name a nested module, quote its dotted path: [parts."decoder.layers"])'
+                        if nested else "")
+                raise RecipeError(f"{e}{hint}") from None
         return cls(default, parts)
 
     @classmethod

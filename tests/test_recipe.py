@@ -1,0 +1,241 @@
+"""Recipes: parsing (dict, TOML, YAML), part matching, validation errors and shape ranges."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
+from et_trt_backend.recipe import DEFAULT_PART, Recipe, RecipeError, dynamic_dims, symbol_range
+from et_trt_partitioner import TensorRTPartitioner
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+import moe_policy  # noqa: E402
+
+EXAMPLE = {
+    "default": {"precision": "bf16", "engine_build": "auto"},
+    "parts": {
+        "velocity": {"precision": "fp16", "optimization_level": 5, "workspace_bytes": "1GiB"},
+        "decoder": {
+            "precision": "bf16",
+            "optimization_level": 3,
+            "workspace_bytes": "2GiB",
+            "kernel_archs": ["sm_87", "sm_90a", "sm_110"],
+            "shape_ranges": {"tokens": {"min": 2, "opt": 64, "max": 512}},
+        },
+    },
+}
+
+
+# ---- parsing ------------------------------------------------------------------
+def test_example_toml_equals_dict():
+    from_file = Recipe.from_file(ROOT / "examples" / "recipe.toml")
+    from_dict = Recipe.from_dict(EXAMPLE)
+    assert from_file.default == from_dict.default
+    assert from_file.parts == from_dict.parts
+    assert from_file.parts["velocity"].workspace_bytes == 1 << 30
+    assert from_file.parts["decoder"].shape_ranges == {"tokens": ShapeRange(2, 64, 512)}
+
+
+def test_yaml_equals_dict(tmp_path):
+    import yaml
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(EXAMPLE))
+    assert Recipe.from_file(path).parts == Recipe.from_dict(EXAMPLE).parts
+
+
+def test_parts_inherit_default():
+    recipe = Recipe.from_dict({"default": {"precision": "fp16", "optimization_level": 1}, "parts": {"a": {"tf32": False}}})
+    assert recipe.parts["a"] == CompileOptions(precision="fp16", optimization_level=1, tf32=False)
+    assert recipe.default == CompileOptions(precision="fp16", optimization_level=1)
+
+
+def test_empty_and_none_recipes_are_defaults():
+    assert Recipe.coerce(None).default == CompileOptions()
+    assert Recipe.from_dict({}).parts == {}
+    recipe = Recipe.from_dict(EXAMPLE)
+    assert Recipe.coerce(recipe) is recipe
+
+
+# ---- matching -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "path, part",
+    [
+        ("decoder.layers.1.moe.experts", "decoder.layers.1"),  # literal beats glob
+        ("decoder.layers.0.moe", "decoder.layers.*"),  # glob beats shorter prefix
+        ("decoder.embed", "decoder"),
+        ("decoder", "decoder"),
+        ("decoderx", DEFAULT_PART),  # whole segments only
+        ("velocity.block", DEFAULT_PART),
+        ("", DEFAULT_PART),
+    ],
+)
+def test_most_specific_part_wins(path, part):
+    recipe = Recipe.from_dict(
+        {"parts": {"decoder": {}, "decoder.layers.*": {"precision": "fp16"}, "decoder.layers.1": {"precision": "fp32"}}}
+    )
+    assert recipe.part_for(path) == part
+    name, options = recipe.options_for(path)
+    assert name == part and options == recipe.options_of(part)
+
+
+def test_glob_star_does_not_cross_dots():
+    recipe = Recipe.from_dict({"parts": {"*.moe": {"precision": "fp16"}}})
+    assert recipe.part_for("block.moe.router") == "*.moe"
+    assert recipe.part_for("a.block.moe") == DEFAULT_PART
+
+
+def test_ambiguous_parts_are_refused():
+    recipe = Recipe.from_dict({"parts": {"decoder.*": {}, "*.layers": {}}})
+    with pytest.raises(RecipeError, match=r"matches parts '\*.layers', 'decoder.\*' equally"):
+        recipe.part_for("decoder.layers.0")
+
+
+# ---- errors ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"defaults": {}}, "unknown recipe section(s) 'defaults'; a recipe has 'default' and 'parts'"),
+        ({"parts": {"velocity": {"precison": "fp16"}}}, "[parts.velocity]: unknown option(s) 'precison'; valid keys: precision, tf32"),
+        ({"default": {"precision": "int8"}}, "[default]: option 'precision': 'int8' is not one of bf16, fp16, fp32"),
+        ({"default": {"optimization_level": 9}}, "option 'optimization_level': builder optimization level must be 0-5"),
+        ({"default": {"optimization_level": "3"}}, "option 'optimization_level': expected an integer 0-5, got str"),
+        ({"default": {"tf32": 1}}, "option 'tf32': expected true or false"),
+        ({"default": {"workspace_bytes": "lots"}}, "option 'workspace_bytes': cannot read size 'lots'"),
+        ({"default": {"workspace_bytes": -5}}, "option 'workspace_bytes': size must be positive"),
+        ({"default": {"kernel_archs": ["sm_75"]}}, "option 'kernel_archs': 'sm_75' is not one of"),
+        ({"default": {"kernel_archs": []}}, "option 'kernel_archs': give at least one architecture"),
+        ({"default": {"engine_build": "sometimes"}}, "option 'engine_build': 'sometimes' is not one of auto, always, never"),
+        ({"default": {"timing_cache": 3}}, "option 'timing_cache': expected a path (string)"),
+        ({"default": {"shape_ranges": {"tokens": {"min": 8, "max": 4}}}}, "option 'shape_ranges.tokens': need 0 <= min <= opt <= max"),
+        ({"default": {"shape_ranges": {"tokens": {"min": 1}}}}, "option 'shape_ranges.tokens': needs keys min and max"),
+        ({"default": {"timing_cache": object()}}, "[default]: values must be JSON-serializable"),
+        ({"parts": {"a": {"kernel_archs": {"sm_90a"}}}}, "[parts.a]: values must be JSON-serializable"),
+        ({"parts": ["velocity"]}, "[parts] must be a table of part name -> options"),
+        ({"parts": {"a..b": {}}}, "part 'a..b': a part is a module path"),
+        ({"parts": {"decoder": {"layers": {"precision": "fp16"}}}}, 'quote its dotted path: [parts."decoder.layers"]'),
+        (["not", "a", "table"], "a recipe is a table with [default] and [parts.<name>], got list"),
+    ],
+)
+def test_recipe_errors_name_the_problem(data, message):
+    with pytest.raises(OptionsError) as error:
+        Recipe.from_dict(data)
+    assert message in str(error.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(RecipeError, match="does not exist"):
+        Recipe.from_file(tmp_path / "nope.toml")
+
+
+def test_unknown_file_type(tmp_path):
+    path = tmp_path / "recipe.json"
+    path.write_text("{}")
+    with pytest.raises(RecipeError, match=r"use a \.toml, \.yaml or \.yml file"):
+        Recipe.from_file(path)
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text('[default]\nprecision = "bf16\n')
+    with pytest.raises(RecipeError, match=r"recipe.toml cannot be parsed: .*line 2"):
+        Recipe.from_file(path)
+
+
+def test_yaml_syntax_error_names_file(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("default: [precision: bf16\n")
+    with pytest.raises(RecipeError, match=r"recipe.yaml cannot be parsed"):
+        Recipe.from_file(path)
+
+
+def test_file_option_error_names_file(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("parts:\n  velocity:\n    precision: int4\n")
+    with pytest.raises(RecipeError, match=r"recipe.yaml: \[parts.velocity\]: option 'precision'"):
+        Recipe.from_file(path)
+
+
+def test_wrong_recipe_type():
+    with pytest.raises(RecipeError, match="recipe must be None, a Recipe, a dict or a file path, got int"):
+        Recipe.coerce(42)
+
+
+def test_partitioner_refuses_a_bad_recipe_before_export(tmp_path):
+    # The error comes at construction, before anything is lowered or written.
+    with pytest.raises(OptionsError, match="unknown option"):
+        TensorRTPartitioner({"default": {"precisoin": "fp16"}})
+
+
+# ---- shape ranges ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def program():
+    return moe_policy.export_policy()
+
+
+def test_dynamic_dims_know_dim_name_and_input_axis(program):
+    (dim,) = dynamic_dims(program).values()
+    assert dim.names == ("tokens", "observations:0")
+    assert (dim.min, dim.max) == (2, 512)
+
+
+def test_unbounded_dims_need_a_range():
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    exported = torch.export.export(Twice(), (torch.randn(4, 3),), dynamic_shapes=({0: torch.export.Dim("n")},))
+    dims = dynamic_dims(exported)
+    (symbol,) = dims
+    assert dims[symbol].max is None
+    with pytest.raises(RecipeError, match=r"'n' has no upper bound.*torch.export.Dim\('n', max=\.\.\.\)"):
+        Recipe().resolve_shape_ranges(CompileOptions(), dims, {symbol})
+    given = Recipe.from_dict({"default": {"shape_ranges": {"x:0": {"min": 1, "opt": 8, "max": 64}}}})
+    resolved = given.resolve_shape_ranges(given.default, dims, {symbol})
+    assert resolved.shape_ranges == {"n": ShapeRange(1, 8, 64)}  # keyed by the Dim name
+
+
+@pytest.mark.parametrize("name", ["tokens", "observations:0"])
+def test_either_name_selects_the_dim(program, name):
+    recipe = Recipe.from_dict({"default": {"shape_ranges": {name: {"min": 4, "opt": 32, "max": 256}}}})
+    dims = recipe.check_shape_ranges(program)
+    resolved = recipe.resolve_shape_ranges(recipe.default, dims, set(dims))
+    assert resolved.shape_ranges == {"tokens": ShapeRange(4, 32, 256)}
+
+
+def test_defaults_come_from_range_constraints(program):
+    recipe = Recipe()
+    dims = recipe.check_shape_ranges(program)
+    assert recipe.resolve_shape_ranges(recipe.default, dims, set(dims)).shape_ranges == {
+        "tokens": ShapeRange(2, 512, 512)
+    }
+    assert recipe.resolve_shape_ranges(recipe.default, dims, set()).shape_ranges == {}
+
+
+def test_unknown_dim_name_lists_valid_names(program):
+    recipe = Recipe.from_dict({"parts": {"decoder": {"shape_ranges": {"token": {"min": 2, "max": 8}}}}})
+    with pytest.raises(RecipeError, match=r"\[parts.decoder\] shape_ranges.token: no dynamic dimension is named 'token'; "
+                       r"valid names: observations:0, tokens"):
+        recipe.check_shape_ranges(program)
+
+
+def test_range_outside_the_export_is_refused(program):
+    recipe = Recipe.from_dict({"default": {"shape_ranges": {"tokens": {"min": 1, "max": 4096}}}})
+    with pytest.raises(RecipeError, match=r"range 1..4096 lies outside the exported range 2..512 of tokens"):
+        recipe.check_shape_ranges(program)
+
+
+def test_symbol_range_of_derived_sizes(program):
+    observations = next(n for n in program.graph.nodes if n.name == "observations")
+    tokens = observations.meta["val"].shape[0]
+    symbol = str(tokens.node.expr)
+    ranges = {symbol: ShapeRange(2, 64, 512)}
+    assert symbol_range(tokens * 2, ranges) == ShapeRange(4, 128, 1024)
+    assert symbol_range(7, ranges) == ShapeRange(7, 7, 7)
+    with pytest.raises(RecipeError, match="no shape range"):
+        symbol_range(tokens, {})
