@@ -1,5 +1,9 @@
 """TensorRTPartitioner: claims MoE regions and the supported ops around them."""
 
+# ExecuTorch finds a partition's backend among the loaded BackendDetails
+# subclasses by name; importing the partitioner must load TensorRTBackend.
+from et_trt_backend import backend as _backend  # noqa: F401
+
 from .tensorrt_partitioner import PartitionError, TensorRTPartitioner
 
 __all__ = ["PartitionError", "TensorRTPartitioner"]
