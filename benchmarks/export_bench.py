@@ -1,11 +1,11 @@
 """Export time and .pte size: the example policy and the largest MoE test model.
 
-    python benchmarks/export_bench.py [--runs 3] [--kernel-cache DIR]
+    python benchmarks/export_bench.py [--runs 3] [--verbose]
 
 Each model is exported `--runs` times through `et-trt export`'s code path
 (torch.export -> partition + preprocess -> to_executorch -> write). The first
-run starts with an empty grouped-GEMM kernel cache (cold: the kernels are
-compiled), the rest reuse it (warm); the table gives the cold time and the
+run starts with empty kernel caches (et-trt's and Triton's: the kernels are
+compiled), the rest reuse them (warm); the table gives the cold time and the
 median of the warm runs, per step, and the .pte size.
 """
 
@@ -48,8 +48,9 @@ def _bench(name: str, factory, recipe: Path | None, runs: int) -> tuple[dict, di
     from et_trt_backend import cli
 
     with tempfile.TemporaryDirectory() as tmp:
-        # An empty kernel cache for this model: the first export compiles the kernels.
+        # Empty kernel caches (et-trt's and Triton's) for this model: the first export compiles.
         os.environ["ET_TRT_KERNEL_CACHE"] = str(Path(tmp) / "kernels")
+        os.environ["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
         results = []
         for run in range(runs):
             results.append(cli.export(factory, recipe, Path(tmp) / "model.pte", name=name))
@@ -79,7 +80,7 @@ def main() -> int:
             failures.append(f"{name}: {type(e).__name__}: {e}")
 
     steps = ("torch_export_s", "lower_s", "to_executorch_s", "total_s")
-    print(f"\nexport time in seconds (cold = first run, empty kernel cache; warm = median of {max(args.runs - 1, 1)})")
+    print(f"\nexport time in seconds (cold = first run, empty kernel caches; warm = median of {max(args.runs - 1, 1)})")
     header = f"| model | .pte size | {' | '.join(f'{s[:-2]} cold / warm' for s in steps)} |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))

@@ -94,8 +94,11 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     # Write beside the target, then rename: never leave half a file at `output`.
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, output)
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
     timings["total_s"] = time.perf_counter() - start
     logger.info("wrote %s (%s) in %.1f s", output, _size(len(data)), timings["total_s"])
     return {**timings, "pte_bytes": len(data)}
