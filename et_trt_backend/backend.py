@@ -47,10 +47,6 @@ class TensorRTBackend(BackendDetails):
         preflight.enforce(lowered.onnx, options.preflight, where=f"part {part!r}")
 
         kernels, producer_extra = _kernel_images(lowered, options)
-        engine = engine_build.maybe_build_engine(onnx_bytes, lowered.inputs, options, part,
-                                                 plugin_needed=bool(lowered.grouped_mms))
-        if engine is not None:
-            producer_extra["tensorrt"] = engine.tensorrt_version
         contents = blob.BlobContents(
             part=part,
             inputs=lowered.inputs,
@@ -58,9 +54,13 @@ class TensorRTBackend(BackendDetails):
             options=options,
             onnx=onnx_bytes,
             kernels=kernels,
-            engine=engine,
+            engine=None,
             producer=blob.producer_versions(ONNX_OPSET, **producer_extra),
         )
+        contents.engine = engine_build.maybe_build_engine(contents, options)
+        if contents.engine is not None:
+            contents.producer = blob.producer_versions(
+                ONNX_OPSET, **producer_extra, tensorrt=contents.engine.tensorrt_version)
         data = blob.serialize(contents)
         logger.info("part %r: blob %.1f KiB in %.1f s", part, len(data) / 1024, time.perf_counter() - start)
         return PreprocessResult(processed_bytes=data)

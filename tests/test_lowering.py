@@ -9,8 +9,6 @@ kernel form and the dense form.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import onnx
 import pytest
@@ -18,19 +16,15 @@ import sympy
 import torch
 import torch.nn.functional as F
 from executorch.exir import to_edge_transform_and_lower
-from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from executorch.exir.backend.utils import tag_constant_data
+from executorch.exir.backend.partitioner import Partitioner
 
-import et_trt_backend
 from et_trt_backend.backend import TensorRTBackend  # noqa: F401  (registers the backend by name)
 from et_trt_backend.lowering import reference
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import blob
+from et_trt_partitioner import TensorRTPartitioner
 
 torch.manual_seed(0)
-aten = torch.ops.aten
-_PRESERVED = [aten._grouped_mm.default, aten.argsort.stable, aten.histc.default, aten.index_add.default,
-              aten.empty_like.default]
 
 
 class _MoE(torch.nn.Module):
@@ -64,56 +58,59 @@ class _MoE(torch.nn.Module):
         return rows[inverse].view(x.shape[0], self.k, -1).sum(1)
 
 
-class _TagAll(Partitioner):
-    """Delegates the whole graph as one partition (the partitioner's job, kept minimal here)."""
-
-    def __init__(self, options: CompileOptions):
-        super().__init__()
-        self._spec = DelegationSpec(et_trt_backend.BACKEND_ID, options.to_compile_specs("moe"))
-
-    def ops_to_not_decompose(self, ep):
-        return _PRESERVED, lambda node: True
-
-    def partition(self, ep):
-        for node in ep.graph_module.graph.nodes:
-            if node.op == "call_function":
-                node.meta["delegation_tag"] = "moe"
-        tag_constant_data(ep)
-        return PartitionResult(tagged_exported_program=ep, partition_tags={"moe": self._spec})
-
-
 def lower(model, tokens: int, dynamic: bool, options: CompileOptions):
     """(edge program, blob contents) of every partition of `model` lowered through preprocess."""
     x = torch.randn(tokens, 32, dtype=torch.bfloat16)
     shapes = ({0: torch.export.Dim("tokens", min=1, max=4096)},) if dynamic else None
-    ep = torch.export.export(model, (x,), dynamic_shapes=shapes)
-    edge = to_edge_transform_and_lower(ep, partitioner=[_TagAll(options)])
+    recipe = {"default": {k: v for k, v in options.to_json().items() if k != "shape_ranges"}}
+    return lower_program(torch.export.export(model, (x,), dynamic_shapes=shapes), TensorRTPartitioner(recipe))
+
+
+def lower_program(ep: torch.export.ExportedProgram, partitioner: Partitioner):
+    """(edge program, blob contents) of every partition of `ep` lowered through preprocess."""
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     gm = edge.exported_program().graph_module
     return [(m.original_module, blob.deserialize(m.processed_bytes))
             for name, m in gm.named_children() if name.startswith("lowered_module")]
 
 
+class _Float32Twin(torch.fx.Interpreter):
+    """Runs a graph in float32: bf16/fp16 tensors entering an op are upcast, casts to them become
+    float32. Ops on constants only (weights, lifted constants) run as written, the way the ONNX
+    exporter folds them into initializers before the ONNX twin is upcast."""
+
+    LOW = (torch.bfloat16, torch.float16)
+
+    def __init__(self, gm, constant_nodes):
+        super().__init__(gm)
+        self.constant_nodes = constant_nodes
+
+    def run_node(self, node):
+        if node.op != "call_function" or node in self.constant_nodes:
+            return super().run_node(node)
+        args, kwargs = self.fetch_args_kwargs_from_env(node)
+        upcast = lambda v: torch.float32 if v in self.LOW else (  # noqa: E731
+            v.float() if isinstance(v, torch.Tensor) and v.dtype in self.LOW else v)
+        args, kwargs = torch.utils._pytree.tree_map(upcast, (args, kwargs))
+        return node.target(*args, **kwargs)
+
+
 def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The partition's edge program, run in float32 (weights and bf16/fp16 casts upcast)."""
-    gm = copy.deepcopy(program.graph_module)
-    low = (torch.bfloat16, torch.float16)
-    upcast = lambda v: torch.float32 if v in low else v  # noqa: E731
-    for node in gm.graph.nodes:
-        node.args = torch.utils._pytree.tree_map(upcast, node.args)
-        node.kwargs = torch.utils._pytree.tree_map(upcast, node.kwargs)
-    gm.recompile()
+    """The partition's edge program, run as a float32 twin (see _Float32Twin)."""
     sig = program.graph_signature
     named = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+    constants = {**program.state_dict, **program.constants}
+    constant_nodes = set()
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in named:
+            constant_nodes.add(node)
+        elif node.op == "call_function" and node.all_input_nodes and set(node.all_input_nodes) <= constant_nodes:
+            constant_nodes.add(node)
     user = iter(inputs)
-    args = []
-    for spec in sig.input_specs:
-        if spec.arg.name in named:
-            value = {**program.state_dict, **program.constants}[named[spec.arg.name]]
-            args.append(value.float() if value.dtype in low else value)
-        else:
-            args.append(next(user))
+    args = [constants[named[spec.arg.name]] if spec.arg.name in named else next(user) for spec in sig.input_specs]
     with torch.no_grad():
-        return list(torch.fx.Interpreter(gm).run(*args))
+        outputs = _Float32Twin(program.graph_module, constant_nodes).run(*args)
+    return [out.float() for out in outputs]
 
 
 def _shape(spec: blob.TensorSpec, tokens: int) -> list[int]:

@@ -65,33 +65,41 @@ class _DynamicDim:
     max: int
 
 
-def _dim_names(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, str]:
-    """Each input symbol's user-facing name: its torch.export Dim name, else "input:axis"."""
-    names: dict[sympy.Symbol, str] = {}
+def _dim_names(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, list[str]]:
+    """Each input symbol's names, as recipes name it: its torch.export Dim name when the program
+    records it, then "input:axis" of the exported model's inputs, then of this partition's."""
+    names: dict[sympy.Symbol, list[str]] = {}
     user_inputs = set(program.graph_signature.user_inputs)
     for node in program.graph.nodes:
         if node.op != "placeholder" or node.name not in user_inputs:
             continue
-        for axis, size in enumerate(node.meta["val"].shape):
+        value = node.meta["val"]
+        if not isinstance(value, torch.Tensor):
+            raise LoweringError(
+                f"partition input '{node.name}' is a {type(value).__name__} ({value}), not a tensor; a "
+                "TensorRT engine takes tensors only. The partitioner should compute such sizes inside the "
+                "partition (e.g. keep sym_size with the tensor it reads)"
+            )
+        for axis, size in enumerate(value.shape):
             if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
                 continue
             symbol = size.node.expr
-            if symbol in names:
-                continue
             shape_env = size.node.shape_env
-            debug = {}
-            for source in shape_env.var_to_sources.get(symbol, []):
-                debug_name = shape_env.source_name_to_debug_name.get(source.name)
-                if debug_name:
-                    debug[symbol] = debug_name
-            names[symbol] = debug.get(symbol, f"{node.name}:{axis}")
+            sources = shape_env.var_to_sources.get(symbol, [])
+            found = [shape_env.source_name_to_debug_name.get(src.name) for src in sources]
+            found += [f"{src.base.local_name}:{src.idx}" for src in sources
+                      if hasattr(src, "idx") and hasattr(getattr(src, "base", None), "local_name")]
+            found.append(f"{node.name}:{axis}")
+            names.setdefault(symbol, [])
+            names[symbol] += [n for n in found if n and n not in names[symbol]]
     return names
 
 
-def _ranges(program, names: dict[sympy.Symbol, str], options: CompileOptions) -> dict[sympy.Symbol, _DynamicDim]:
+def _ranges(program, names: dict[sympy.Symbol, list[str]], options: CompileOptions) -> dict[sympy.Symbol, _DynamicDim]:
     ranges = {}
-    for symbol, name in names.items():
-        given = options.shape_ranges.get(name)
+    for symbol, aliases in names.items():
+        name = aliases[0]
+        given = next((options.shape_ranges[a] for a in aliases if a in options.shape_ranges), None)
         if given is not None:
             ranges[symbol] = _DynamicDim(name, given.min, given.opt, given.max)
             continue
@@ -102,12 +110,13 @@ def _ranges(program, names: dict[sympy.Symbol, str], options: CompileOptions) ->
                 f"torch.export.Dim('{name}', max=...) or the recipe option shape_ranges.{name} = "
                 "{min = ..., opt = ..., max = ...}"
             )
-        lo, hi = int(bounds.lower), int(bounds.upper)
+        lo, hi = max(int(bounds.lower), 1), int(bounds.upper)
         ranges[symbol] = _DynamicDim(name, lo, hi, hi)
-    unused = sorted(set(options.shape_ranges) - set(names.values()))
+    known = {a for aliases in names.values() for a in aliases}
+    unused = sorted(set(options.shape_ranges) - known)
     if unused:
-        logger.warning("shape_ranges %s name no dynamic dimension of this partition (it has %s)",
-                       unused, sorted(names.values()) or "none")
+        logger.info("shape_ranges %s name no dynamic dimension of this partition (it has %s)",
+                    unused, sorted(known) or "none")
     return ranges
 
 

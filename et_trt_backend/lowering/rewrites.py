@@ -102,15 +102,21 @@ class RewriteContext:
 
 
 def value_bins(node) -> int | None:
-    """E when `node` holds integers in [0, E) (top-k indices over E entries), else None."""
+    """E when `node` holds integers in [0, E) (top-k / max / argmax indices over E entries), else None."""
     while isinstance(node, torch.fx.Node):
+        if node.target is aten.argmax.default and node.args[1:2] not in ((), (None,)):
+            size = node.args[0].meta["val"].shape[node.args[1]]
+            return size if isinstance(size, int) else None
         if node.target in _VALUE_PRESERVING:
             node = node.args[0]
         elif node.target is operator.getitem and node.args[1] in (0, 1):
             source, item = node.args
-            if source.target is aten.topk.default and item == 1:
+            if source.target in (aten.topk.default, aten.max.dim) and item == 1:
+                # indices along `dim` of a top-k / max: integers in [0, size of dim)
                 values = source.args[0].meta["val"]
-                dim = source.args[2] if len(source.args) > 2 else source.kwargs.get("dim", -1)
+                default_dim = -1 if source.target is aten.topk.default else 0
+                dim_index = 2 if source.target is aten.topk.default else 1
+                dim = source.args[dim_index] if len(source.args) > dim_index else source.kwargs.get("dim", default_dim)
                 size = values.shape[dim]
                 return size if isinstance(size, int) else None
             if source.target in _SORTS | {lowering_ops.counting_sort.default} and item == 0:

@@ -142,6 +142,12 @@ def cumsum(self, dim: int, dtype: int = -1):
     return op.Cast(summed, to=out_type)
 
 
+def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """aten.topk as a TopK that always sorts: TensorRT supports only sorted=1, and sorted results
+    are a valid answer to sorted=False (whose order is unspecified)."""
+    return op.TopK(self, op.Constant(value_ints=[k]), axis=dim, largest=int(largest), sorted=1)
+
+
 def translation_table(grouped_gemm_kernel: bool) -> dict:
     """custom_translation_table for torch.onnx.export."""
 
@@ -156,4 +162,5 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,
+        torch.ops.aten.topk.default: topk,
     }

@@ -1,0 +1,96 @@
+"""Each partition's ONNX matches the PyTorch partition, for the MoE test models and the example
+policy, partitioned by TensorRTPartitioner (the real pipeline: to_edge_transform_and_lower ->
+preprocess -> blob), with dynamic and static token counts.
+
+Comparison in float32 twins (see test_lowering.py): fresh random inputs per token count.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import onnx
+import pytest
+import torch
+
+import moe_models
+from et_trt_backend.options import ShapeRange
+from et_trt_partitioner import TensorRTPartitioner
+from test_lowering import assert_onnx_matches_partition, lower_program
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TOKENS = (1, 7, 100, 4096)
+# Dense GroupedMM keeps the reference evaluator fast; the kernel form is covered below and in
+# test_lowering.py (both forms share every other op).
+DENSE = {"default": {"grouped_gemm_kernel": False}}
+
+
+def _export(module, tokens: int = 6, dynamic: bool = True, batch: bool = False, hidden: int = 32):
+    shape = (1, tokens, hidden) if batch else (tokens, hidden)
+    x = torch.randn(*shape).to(moe_models.DTYPE)
+    dims = ({1 if batch else 0: torch.export.Dim("tokens", min=1, max=4096)},) if dynamic else None
+    with torch.no_grad():
+        return torch.export.export(module, (x,), dynamic_shapes=dims)
+
+
+def _check(ep, recipe=DENSE, tokens=TOKENS):
+    parts = lower_program(ep, TensorRTPartitioner(recipe))
+    assert parts, "nothing was delegated"
+    for program, contents in parts:
+        for count in tokens:
+            assert_onnx_matches_partition(program, contents, count)
+    return parts
+
+
+GROUPED_MOE = {
+    "argsort-index_add-histc": dict(sort="argsort_stable", combine="index_add"),
+    "sort-scatter_add-one_hot": dict(sort="sort", combine="scatter_add", counts="one_hot"),
+    "sort_stable-index_put": dict(sort="sort_stable", combine="index_put"),
+    "sigmoid-grouped-shared": dict(experts=8, scoring="sigmoid", groups=(4, 2), shared=True),
+}
+
+
+@pytest.mark.parametrize("config", GROUPED_MOE.values(), ids=GROUPED_MOE.keys())
+def test_grouped_moe_dynamic_tokens(config):
+    (_, contents), = _check(_export(moe_models.bf16(moe_models.GroupedMoE(**config))))
+    (tokens, hidden), = [spec.dims for spec in contents.inputs]
+    assert (tokens.size, tokens.name, tokens.min, tokens.max) == (None, "tokens", 2, 4096)
+    assert hidden.size == 32
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "gpt_oss"])
+def test_transformers_moe_blocks(name):
+    _check(_export(moe_models.hf_moe_block(name), batch=True), tokens=(1, 7, 100))
+
+
+def test_moe_stack_partitions_each_match():
+    # Static tokens: with dynamic ones the second partition takes the token count as a SymInt
+    # input, which no TensorRT engine can take (the lowering refuses it with a clear error).
+    parts = _check(_export(moe_models.bf16(moe_models.MoEStack()), tokens=7, dynamic=False), tokens=(7,))
+    assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+
+
+def test_static_tokens_and_the_kernel_form():
+    recipe = {"default": {"grouped_gemm_kernel": True, "kernel_archs": ["sm_90a"]}}
+    model = moe_models.bf16(moe_models.GroupedMoE(combine="index_add"))
+    (_, contents), = _check(_export(model, tokens=7, dynamic=False), recipe=recipe, tokens=(7,))
+    assert all(d.size is not None for spec in contents.inputs + contents.outputs for d in spec.dims)
+    graph = onnx.ModelProto.FromString(contents.onnx).graph
+    assert [n.op_type for n in graph.node].count("GroupedMM") == 2
+    assert {k.arch for k in contents.kernels} >= {"sm_90a"}
+
+
+@pytest.mark.slow
+def test_example_policy_with_its_recipe():
+    from examples import moe_policy
+
+    parts = lower_program(moe_policy.export_policy(), TensorRTPartitioner(ROOT / "examples" / "recipe.toml"))
+    by_part = {contents.part: (program, contents) for program, contents in parts}
+    assert set(by_part) == {"decoder", "velocity"}
+    decoder = by_part["decoder"][1]
+    tokens = decoder.inputs[0].dims[0]
+    assert (tokens.name, tokens.min, tokens.opt, tokens.max) == ("tokens", 2, 64, 512)
+    assert decoder.options.shape_ranges["tokens"] == ShapeRange(2, 64, 512)
+    for program, contents in parts:
+        for count in (2, 7, 100, 512):
+            assert_onnx_matches_partition(program, contents, count)
