@@ -130,6 +130,7 @@ class TensorRTPartitioner(Partitioner):
                 for n in members:
                     tags[n] = tag
 
+        self._release_shared_sizes(partitions, tags)
         self._check_blocks_whole(blocks, tags)
         self._check_must_delegate(nodes, tags, reasons)
 
@@ -200,6 +201,27 @@ class TensorRTPartitioner(Partitioner):
             )
 
     @staticmethod
+    def _release_shared_sizes(partitions: list[tuple[str, str, list[Node]]], tags: dict[Node, str]) -> None:
+        """Sizes (SymInts) read outside their partition are left to ExecuTorch.
+
+        A delegate returning a SymInt for another to read ties the two
+        together for nothing; computed by ExecuTorch from a tensor both can
+        see (usually a model input), every reader gets it as an argument.
+        Only sizes read from tensors outside the partition can move out
+        (moving one that reads an inner tensor would make the partition
+        leave and re-enter itself).
+        """
+        for tag, _, members in partitions:
+            for node in list(members):
+                if not isinstance(node.meta.get("val"), torch.SymInt):
+                    continue
+                read_outside = any(tags.get(u) != tag for u in node.users)
+                inputs_outside = all(tags.get(a) != tag for a in node.all_input_nodes)
+                if read_outside and inputs_outside:
+                    members.remove(node)
+                    del tags[node]
+
+    @staticmethod
     def _check_blocks_whole(blocks: list[MoEBlock], tags: Mapping[Node, str]) -> None:
         for block in blocks:
             block_tags = {tags.get(n) for n in block.nodes if TensorRTPartitioner._is_compute(n)}
@@ -224,18 +246,18 @@ class TensorRTPartitioner(Partitioner):
 
     @staticmethod
     def _input_symbols(members: list[Node], tags: Mapping[Node, str], tag: str) -> set[str]:
-        """Shape symbols of the tensors flowing into a partition."""
+        """Shape symbols of the tensors (and sizes) flowing into a partition."""
         symbols: set[str] = set()
         for node in members:
             for arg in node.all_input_nodes:
                 if tags.get(arg) == tag:
                     continue
                 val = arg.meta.get("val")
-                for t in val if isinstance(val, (list, tuple)) else [val]:
-                    if isinstance(t, torch.Tensor):
-                        for size in t.shape:
-                            if isinstance(size, torch.SymInt):
-                                symbols.update(str(s) for s in size.node.expr.free_symbols)
+                for v in val if isinstance(val, (list, tuple)) else [val]:
+                    sizes = v.shape if isinstance(v, torch.Tensor) else [v]
+                    for size in sizes:
+                        if isinstance(size, torch.SymInt):
+                            symbols.update(str(s) for s in size.node.expr.free_symbols)
         return symbols
 
     @staticmethod

@@ -81,6 +81,25 @@ class Partitioned:
         left = set(self.outside()) & MOE_OPS
         assert not left, f"MoE ops left outside TensorRT: {left}"
 
+    def assert_sizes_stay_local(self) -> None:
+        """No partition returns a SymInt; every SymInt it reads is also a dimension of a tensor it reads."""
+        for tag in self.result.partition_tags:
+            members = {n for n in self.calls if self.tag(n) == tag}
+            for node in members:
+                if isinstance(node.meta.get("val"), torch.SymInt):
+                    assert all(self.tag(u) == tag for u in node.users), f"{tag} returns size {node.name}"
+            inputs = {a for n in members for a in n.all_input_nodes if a not in members}
+            carried = {
+                s.node.expr
+                for a in inputs
+                if isinstance(a.meta.get("val"), torch.Tensor)
+                for s in a.meta["val"].shape
+                if isinstance(s, torch.SymInt)
+            }
+            for a in inputs:
+                if isinstance(a.meta.get("val"), torch.SymInt):
+                    assert a.meta["val"].node.expr in carried, f"{tag} reads size {a.name} of no input tensor"
+
     def assert_weights_tagged(self) -> None:
         signature = self.program.graph_signature
         for node in self.program.graph.nodes:
@@ -126,6 +145,7 @@ def test_policy_moe_blocks_whole_and_nothing_left_outside(policy):
     policy.assert_moe_blocks_whole(expected_blocks=3)
     assert not policy.outside(), f"ops left to ExecuTorch: {policy.outside()}"
     policy.assert_weights_tagged()
+    policy.assert_sizes_stay_local()
 
 
 def test_policy_shape_ranges(policy):
@@ -182,6 +202,7 @@ def test_moe_variant_is_one_partition(name, dynamic):
     part.assert_moe_blocks_whole(expected_blocks=1)
     assert not part.outside()
     part.assert_weights_tagged()
+    part.assert_sizes_stay_local()
     options, _ = part.options(next(iter(part.result.partition_tags)))
     assert ("tokens" in options.shape_ranges) == dynamic
 
@@ -199,6 +220,8 @@ def test_unsupported_op_between_blocks_splits_partitions(stack_edge):
     blocks = find_moe_blocks(part.program.graph)
     assert {b.module for b in blocks} == {"moe0", "moe1"}
     assert len({part.tag(b.grouped_mms[0]) for b in blocks}) == 2
+    # Both MoE blocks reshape with the token count: ExecuTorch computes it once and passes it to each.
+    part.assert_sizes_stay_local()
 
 
 def test_recipe_parts_get_their_own_partitions_and_options(stack_edge):

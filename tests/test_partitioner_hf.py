@@ -37,5 +37,6 @@ def test_transformers_moe_block_is_one_delegate(name, top_k, dynamic):
         assert ops[op] >= 1, f"{op} missing from the delegate"
     assert ops[aten.topk.default] == (3 if name == "deepseek_v3" else 1)  # group scores, groups, experts
     part.assert_weights_tagged()
+    part.assert_sizes_stay_local()
     options, _ = part.options(tag)
     assert ("tokens" in options.shape_ranges) == dynamic
