@@ -53,7 +53,15 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                               public nvinfer1::IPluginV3OneRuntime {
  public:
   GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> pack)
-      : trans_b_(trans_b ? 1 : 0), pack_(std::move(pack)) {}
+      : trans_b_(trans_b ? 1 : 0), pack_(std::move(pack)) {
+    // Offer TensorRT only the dtypes there are images for (a weakly typed
+    // build may otherwise pick one the plugin cannot run).
+    std::string error;
+    if (const blob::Blob* images = unpack_kernel_images(pack_->data(), pack_->size, &error)) {
+      has_bf16_ = !kernel_image_views(*images, "bf16", trans_b).empty();
+      has_fp16_ = !kernel_image_views(*images, "fp16", trans_b).empty();
+    }
+  }
 
   // ---- IPluginV3 ----
   nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override {
@@ -102,7 +110,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     const PluginTensorDesc& desc = io[pos].desc;
     if (desc.format != TensorFormat::kLINEAR) return false;
     if (pos == 2) return desc.type == DataType::kINT32;
-    if (pos == 0) return desc.type == DataType::kBF16 || desc.type == DataType::kHALF;
+    if (pos == 0) return (desc.type == DataType::kBF16 && has_bf16_) || (desc.type == DataType::kHALF && has_fp16_);
     return desc.type == io[0].desc.type;  // b and out in a's dtype
   }
 
@@ -175,6 +183,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
   int32_t trans_b_;
   std::shared_ptr<const KernelPack> pack_;
+  bool has_bf16_ = false, has_fp16_ = false;
   std::unique_ptr<kernels::GroupedMMLauncher> launcher_;
   PluginField fields_[2];
   PluginFieldCollection collection_{};

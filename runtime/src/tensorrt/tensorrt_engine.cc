@@ -284,12 +284,10 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     *error = "TensorRT could not create a builder";
     return false;
   }
-#if NV_TENSORRT_MAJOR < 11
-  // The ONNX carries each tensor's type; TensorRT 10 must be told to keep them.
-  const auto flags = 1U << static_cast<uint32_t>(nvinfer1::NetworkDefinitionCreationFlag::kSTRONGLY_TYPED);
-#else
-  const nvinfer1::NetworkDefinitionCreationFlags flags = 0;  // strongly typed is the only mode
-#endif
+  // TensorRT 10: a weakly typed network with the precision flag, as the
+  // export-time build does. TensorRT 11 networks are strongly typed only: the
+  // ONNX's tensor types are the precision.
+  const nvinfer1::NetworkDefinitionCreationFlags flags = 0;
   std::unique_ptr<nvinfer1::INetworkDefinition> network(builder->createNetworkV2(flags));
   if (network == nullptr) {
     *error = "TensorRT could not create a network";
@@ -316,6 +314,10 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     config->setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, options.workspace_bytes());
   }
   config->setBuilderOptimizationLevel(options.optimization_level());
+#if NV_TENSORRT_MAJOR < 11
+  if (options.precision() == blob::Precision::BF16) config->setFlag(nvinfer1::BuilderFlag::kBF16);
+  if (options.precision() == blob::Precision::FP16) config->setFlag(nvinfer1::BuilderFlag::kFP16);
+#endif
   if (options.tf32()) {
     config->setFlag(nvinfer1::BuilderFlag::kTF32);
   } else {
