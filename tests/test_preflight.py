@@ -358,3 +358,39 @@ def test_check_does_not_modify_the_model():
     before = m.SerializeToString()
     check(m)
     assert m.SerializeToString() == before
+
+
+# ---- the real lowering passes ------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name, kernel", [
+    ("index_add + one_hot counts", True),
+    ("scatter_add + unstable sort", False),
+    ("sigmoid, group-limited, shared expert", True),
+    ("transformers DeepseekV3MoE", True),
+])
+def test_lowered_moe_models_have_no_violations(model_name, kernel):
+    import moe_models
+    from executorch.exir import to_edge_transform_and_lower
+
+    import et_trt_backend.backend  # noqa: F401  (registers the backend)
+    from et_trt_backend.serialization import blob
+    from et_trt_partitioner import TensorRTPartitioner
+
+    builders = {
+        "index_add + one_hot counts": lambda: moe_models.GroupedMoE(combine="index_add", counts="one_hot"),
+        "scatter_add + unstable sort": lambda: moe_models.GroupedMoE(combine="scatter_add", sort="sort"),
+        "sigmoid, group-limited, shared expert": lambda: moe_models.GroupedMoE(
+            experts=8, groups=(4, 2), scoring="sigmoid", shared=True, sort="sort_stable"),
+        "transformers DeepseekV3MoE": lambda: moe_models.hf_moe_block("deepseek_v3"),
+    }
+    program = moe_models.export(moe_models.bf16(builders[model_name]()))
+    # "warn": the lowering must not stop at its own pre-flight; this test asserts the result.
+    recipe = {"default": {"preflight": "warn", "grouped_gemm_kernel": kernel, "kernel_archs": ["sm_90a"]}}
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner(recipe)])
+    blobs = [blob.deserialize(m.processed_bytes) for name, m in edge.exported_program().graph_module.named_children()
+             if name.startswith("lowered_module")]
+    assert len(blobs) == 1
+    model = onnx.load_from_string(blobs[0].onnx)
+    op_types = {node.op_type for node in model.graph.node}
+    assert ("GroupedMM" in op_types) == kernel and "TopK" in op_types
+    assert check(model) == []
