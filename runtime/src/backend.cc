@@ -141,6 +141,12 @@ class TensorRTBackend final : public BackendInterface {
         log_error(std::string(kBackendId) + ": part '" + handle->part + "': " + problem);
         return Error::InvalidArgument;
       }
+      // TensorRT binds dense row-major memory.
+      if (!executorch::runtime::tensor_is_contiguous(t)) {
+        log_error(std::string(kBackendId) + ": part '" + handle->part + "': input '" + io.inputs[i].name +
+                  "' is not contiguous (row-major); make it contiguous before the call");
+        return Error::InvalidArgument;
+      }
       inputs.push_back({t.const_data_ptr(), t.nbytes(), std::move(shape)});
     }
     for (size_t i = 0; i < io.outputs.size(); ++i) {
