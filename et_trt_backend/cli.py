@@ -153,7 +153,7 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         print(f"    {kind}:")
         for spec in specs:
             print(f"      {spec.name}: {str(spec.dtype).removeprefix('torch.')} [{_dims(spec.dims)}]")
-    ops, opset = _onnx_ops(c.onnx)
+    ops, opset = _onnx_ops(partition)
     print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
           + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
     options = c.options.to_json()
@@ -184,10 +184,20 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         print("    producer: " + ", ".join(f"{k} {v}" for k, v in c.producer.items() if v not in ("", 0)))
 
 
-def _onnx_ops(onnx_bytes: bytes) -> tuple[collections.Counter, int | None]:
+def load_onnx(partition):
+    """The partition's ONNX model; BlobError if the blob's ONNX bytes do not parse."""
     import onnx
 
-    model = onnx.load_from_string(onnx_bytes)
+    from et_trt_backend.serialization.blob import BlobError
+
+    try:
+        return onnx.load_from_string(partition.contents.onnx)
+    except Exception as e:  # protobuf raises DecodeError and others
+        raise BlobError(f"part {partition.contents.part!r}: the blob's ONNX does not parse ({e})") from e
+
+
+def _onnx_ops(partition) -> tuple[collections.Counter, int | None]:
+    model = load_onnx(partition)
     ops = collections.Counter(
         node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}" for node in model.graph.node
     )
@@ -206,8 +216,6 @@ def _dims(dims) -> str:
 
 # ---- check -----------------------------------------------------------------------
 def _cmd_check(args: argparse.Namespace) -> int:
-    import onnx
-
     from et_trt_backend import preflight
     from et_trt_backend.serialization.pte import read_partitions
 
@@ -217,7 +225,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 0
     total = 0
     for i, partition in enumerate(partitions):
-        violations = preflight.check(onnx.load_from_string(partition.contents.onnx))
+        violations = preflight.check(load_onnx(partition))
         total += len(violations)
         status = "ok" if not violations else f"{len(violations)} violation(s)"
         print(f"[{i}] part {partition.contents.part!r}: {status}")

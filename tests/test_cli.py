@@ -115,6 +115,18 @@ def test_corrupted_blob_is_refused_naming_the_delegate(policy_pte, tmp_path, cap
 
 
 @pytest.mark.slow
+def test_unparseable_onnx_in_a_valid_blob_is_reported(policy_pte, tmp_path, capsys):
+    def break_onnx(data: bytes) -> bytes:
+        return blob.serialize(dataclasses.replace(blob.deserialize(data), onnx=b"\xff\xff not protobuf"))
+
+    bad = tmp_path / "bad_onnx.pte"
+    bad.write_bytes(rewrite_blob(policy_pte.read_bytes(), break_onnx))
+    for command in ("inspect", "check"):
+        code, _, err = run(capsys, command, bad)
+        assert code == 1 and "the blob's ONNX does not parse" in err, err
+
+
+@pytest.mark.slow
 def test_delegates_are_read_with_executorch_and_match_the_blobs(policy_pte):
     delegates = read_delegates(policy_pte.read_bytes())
     assert [d.backend_id for d in delegates] == [BACKEND_ID, BACKEND_ID]
