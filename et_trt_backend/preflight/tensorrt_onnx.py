@@ -163,7 +163,6 @@ ATTRIBUTE_VALUES: dict[tuple[str, str], tuple[frozenset, object]] = {
     ("Resize", "antialias"): (frozenset({0}), 0),
     ("LSTM", "input_forget"): (frozenset({0}), 0),
     ("LSTM", "layout"): (frozenset({0}), 0),
-    ("TopK", "sorted"): (frozenset({1}), 1),
 }
 # Pooling dilations must be absent or all ones.
 ONES_ATTRIBUTES = {("AveragePool", "dilations"), ("LpPool", "dilations"), ("MaxPool", "dilations")}

@@ -21,7 +21,7 @@ def check(view: ModelView) -> Iterator[Violation]:
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         for (op, name), (allowed, default) in trt.ATTRIBUTE_VALUES.items():
-            if op == node.op_type and op != "TopK":  # TopK's is the topk rule's
+            if op == node.op_type:
                 value = attrs.get(name, default)
                 if value not in allowed:
                     yield Violation.at(

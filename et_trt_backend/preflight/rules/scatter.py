@@ -24,12 +24,15 @@ def check(view: ModelView) -> Iterator[Violation]:
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         reduction = attrs.get("reduction")
-        if node.op_type == "ScatterND" and reduction is not None:
+        if node.op_type == "ScatterND" and reduction == b"none":
+            yield Violation.at(
+                RULE, ref, "ScatterND with reduction='none' written out: TensorRT's parser refuses the `reduction` "
+                "attribute even when it is 'none'; omit it",
+            )
+        elif node.op_type == "ScatterND" and reduction is not None:
             yield Violation.at(
                 RULE, ref, f"ScatterND with reduction={reduction.decode()!r}: TensorRT's parser refuses the "
-                f"`reduction` attribute; {_FIX}" if reduction != b"none" else
-                "ScatterND with reduction='none' written out: TensorRT's parser refuses the `reduction` attribute "
-                "even when it is 'none'; omit it",
+                f"`reduction` attribute; {_FIX}",
             )
         if node.op_type == "ScatterElements" and reduction not in (None, b"none"):
             yield Violation.at(

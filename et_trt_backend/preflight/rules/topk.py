@@ -40,11 +40,11 @@ def check(view: ModelView) -> Iterator[Violation]:
         # K is computed at run time: safe only if the sorted axis is statically small.
         axis_size = _axis_size(view, node.input[0] if node.input else "", attrs.get("axis", -1))
         if not isinstance(axis_size, int) or axis_size > trt.TOPK_MAX_K:
-            size = "dynamic" if axis_size is None or isinstance(axis_size, str) else axis_size
+            size = {None: "unknown size", str: f"dynamic size {axis_size!r}"}.get(
+                axis_size if axis_size is None else type(axis_size), f"size {axis_size}")
             yield Violation.at(
-                RULE, ref, f"TopK with K computed at run time over an axis of size {size} "
-                f"({axis_size if isinstance(axis_size, str) else 'unbounded'}): TensorRT needs K <= "
-                f"{trt.TOPK_MAX_K}, which nothing in the model guarantees; {_FIX}",
+                RULE, ref, f"TopK with K computed at run time over an axis of {size}: TensorRT needs "
+                f"K <= {trt.TOPK_MAX_K}, which nothing in the model guarantees; {_FIX}",
             )
 
 
