@@ -48,7 +48,6 @@ def example_pte(tmp_path_factory) -> pathlib.Path:
     if not hasattr(partitioner, "TensorRTPartitioner"):
         pytest.skip("et_trt_partitioner.TensorRTPartitioner has not landed: no example .pte to run")
     TensorRTPartitioner = partitioner.TensorRTPartitioner
-    import et_trt_backend.backend  # noqa: F401  (ExecuTorch finds preprocess by class name)
 
     spec = importlib.util.spec_from_file_location("moe_policy", REPO / "examples" / "moe_policy.py")
     moe_policy = importlib.util.module_from_spec(spec)
