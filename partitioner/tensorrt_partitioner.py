@@ -103,6 +103,8 @@ class TensorRTPartitioner(Partitioner):
 
     # ---- partitioning ----
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        # Every check runs before the first tag is written: an error leaves the program untouched.
+        dims = self.recipe.check_shape_ranges(exported_program)
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
         parts = self._assign_parts(nodes)
@@ -134,17 +136,16 @@ class TensorRTPartitioner(Partitioner):
         self._check_blocks_whole(blocks, tags)
         self._check_must_delegate(nodes, tags, reasons)
 
-        for node, tag in tags.items():
-            node.meta["delegation_tag"] = tag
-        tag_constant_data(exported_program)
-
-        dims = self.recipe.check_shape_ranges(exported_program)
         specs = {}
         for tag, part, members in partitions:
             options = self.recipe.resolve_shape_ranges(
                 self.recipe.options_of(part), dims, self._input_symbols(members, tags, tag)
             )
             specs[tag] = DelegationSpec(BACKEND_ID, options.to_compile_specs(part))
+
+        for node, tag in tags.items():
+            node.meta["delegation_tag"] = tag
+        tag_constant_data(exported_program)
         self._log_summary(partitions, blocks, tags, nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=specs)
 

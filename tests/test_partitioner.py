@@ -13,7 +13,7 @@ import torch
 import moe_models
 from et_trt_backend import op_support
 from et_trt_backend.op_support._common import aten_overload
-from et_trt_backend.options import CompileOptions, ShapeRange
+from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_partitioner import PartitionError, TensorRTPartitioner
 from et_trt_partitioner.moe import find_moe_blocks
 
@@ -261,3 +261,40 @@ def test_op_without_executorch_kernel_is_never_left_outside():
     exported = torch.export.export(HistcOutsideTensorRT(), (torch.randn(8),))
     with pytest.raises(PartitionError, match=r"aten.histc.default at .*ExecuTorch has no kernel"):
         Partitioned(edge_of(exported))
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_model_without_moe_is_one_partition():
+    exported = torch.export.export(_Mlp(), (torch.randn(4, 8),), dynamic_shapes=({0: torch.export.Dim("n", max=64)},))
+    part = Partitioned(edge_of(exported))
+    assert len(part.result.partition_tags) == 1 and not part.outside()
+    part.assert_weights_tagged()
+
+
+def test_nothing_supported_means_no_partition():
+    class Flip(torch.nn.Module):
+        def forward(self, x):
+            return x.flip(0)
+
+    part = Partitioned(edge_of(torch.export.export(Flip(), (torch.randn(4),))))
+    assert part.result.partition_tags == {}
+    assert part.outside() == Counter({aten.flip.default: 1})
+
+
+def test_errors_leave_the_program_untagged():
+    exported = torch.export.export(_Mlp(), (torch.randn(4, 8),), dynamic_shapes=({0: torch.export.Dim("n")},))
+    edge = edge_of(exported)
+    with pytest.raises(OptionsError, match="'n' has no upper bound"):
+        TensorRTPartitioner().partition(edge)  # unbounded dim and no range in the recipe
+    assert not any("delegation_tag" in n.meta for n in edge.graph.nodes)
+    bounded = Partitioned(edge, {"default": {"shape_ranges": {"n": {"min": 2, "opt": 16, "max": 128}}}})
+    (tag,) = bounded.result.partition_tags
+    assert bounded.options(tag)[0].shape_ranges == {"n": ShapeRange(2, 16, 128)}

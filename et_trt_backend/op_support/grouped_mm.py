@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from ._common import FLOAT_DTYPES, Rule, arg_tensor, dtype_name, first_reason, is_static
+from ._common import FLOAT_DTYPES, Rule, arg_tensor, dtype_name, is_static
 
 aten = torch.ops.aten
 
@@ -43,9 +43,9 @@ def _grouped_mm(node: Node) -> str | None:
         return "the reduction dimension K of a must be static"
     if a.dtype not in FLOAT_DTYPES or b.dtype != a.dtype:
         return f"a and b must share one of bf16/fp16/fp32, got {dtype_name(a.dtype)} and {dtype_name(b.dtype)}"
-    return first_reason(
-        None if is_static(offs.shape[0]) and offs.shape[0] == b.shape[0] else "offs must have one entry per expert",
-    )
+    if not (is_static(offs.shape[0]) and offs.shape[0] == b.shape[0]):
+        return "offs must have one entry per expert"
+    return None
 
 
 RULES: dict[torch._ops.OpOverload, Rule] = {
