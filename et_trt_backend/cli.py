@@ -225,7 +225,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 0
     total = 0
     for i, partition in enumerate(partitions):
-        violations = preflight.check(load_onnx(partition))
+        model = load_onnx(partition)
+        violations = preflight.check(model) + preflight.check_io(
+            model, partition.contents.inputs, partition.contents.outputs)
         total += len(violations)
         status = "ok" if not violations else f"{len(violations)} violation(s)"
         print(f"[{i}] part {partition.contents.part!r}: {status}")

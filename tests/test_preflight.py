@@ -360,6 +360,35 @@ def test_check_does_not_modify_the_model():
     assert m.SerializeToString() == before
 
 
+# ---- IO specs against the graph --------------------------------------------------------------
+def test_io_specs_must_describe_the_graph():
+    from et_trt_backend.preflight import check_io
+    from et_trt_backend.serialization.blob import DimSpec, TensorSpec
+
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+              [vi("x", B, ["tokens", 8])], [vi("y", B, ["tokens", 4])],
+              [helper.make_tensor("w", B, [8, 4], np.zeros(32, np.uint16).tobytes(), raw=True)])
+    tokens = DimSpec(None, "tokens", 1, 64, 512)
+
+    def spec(name="x", dtype=torch.bfloat16, dims=(tokens, DimSpec(8, "", 8, 8, 8))):
+        return TensorSpec(name, dtype, list(dims))
+
+    out = TensorSpec("y", torch.bfloat16, [tokens, DimSpec(4, "", 4, 4, 4)])
+    assert check_io(m, [spec()], [out]) == []
+    cases = [
+        ([spec(name="w")], "not the graph's inputs"),
+        ([spec(), spec(name="z")], "not the graph's inputs"),
+        ([spec(dtype=torch.float16)], "torch.float16, the graph says BF16"),
+        ([spec(dims=[tokens])], "rank 1, the graph 2"),
+        ([spec(dims=[tokens, DimSpec(9, "", 9, 9, 9)])], "axis 1: IO spec size 9, graph size 8"),
+        ([spec(dims=[tokens, DimSpec(None, "k", 1, 8, 8)])], "axis 1: dynamic in the IO spec (k) but static"),
+    ]
+    for inputs, words in cases:
+        violations = check_io(m, inputs, [out])
+        assert len(violations) == 1 and words in violations[0].message, (words, violations)
+        assert violations[0].rule == "io_specs"
+
+
 # ---- the real lowering passes ------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("model_name, kernel", [
@@ -394,3 +423,4 @@ def test_lowered_moe_models_have_no_violations(model_name, kernel):
     op_types = {node.op_type for node in model.graph.node}
     assert ("GroupedMM" in op_types) == kernel and "TopK" in op_types
     assert check(model) == []
+    assert preflight.check_io(model, blobs[0].inputs, blobs[0].outputs) == []

@@ -13,13 +13,16 @@ import logging
 import onnx
 
 from et_trt_backend.options import PREFLIGHT_POLICIES
+from et_trt_backend.preflight.io_specs import check_io
 from et_trt_backend.preflight.model_view import SOURCE_KEY, TORCH_STACK_TRACE_KEY, ModelView, source_of
 from et_trt_backend.preflight.rules import RULES
 from et_trt_backend.preflight.violation import Violation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PreflightError", "SOURCE_KEY", "TORCH_STACK_TRACE_KEY", "Violation", "check", "enforce", "source_of"]
+__all__ = [
+    "PreflightError", "SOURCE_KEY", "TORCH_STACK_TRACE_KEY", "Violation", "check", "check_io", "enforce", "source_of",
+]
 
 
 class PreflightError(ValueError):
