@@ -239,3 +239,14 @@ def test_symbol_range_of_derived_sizes(program):
     assert symbol_range(7, ranges) == ShapeRange(7, 7, 7)
     with pytest.raises(RecipeError, match="no shape range"):
         symbol_range(tokens, {})
+
+
+def test_toml_dotted_and_glob_part_names(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text(
+        '[parts."decoder.layers.*"]\nprecision = "fp16"\n\n'
+        '[parts."decoder.layers.1".shape_ranges.tokens]\nmin = 2\nmax = 64\n'
+    )
+    recipe = Recipe.from_file(path)
+    assert recipe.options_for("decoder.layers.0.moe") == ("decoder.layers.*", CompileOptions(precision="fp16"))
+    assert recipe.options_for("decoder.layers.1")[1].shape_ranges == {"tokens": ShapeRange(2, 64, 64)}
