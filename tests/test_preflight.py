@@ -260,10 +260,21 @@ def test_scatter_elements_reduction():
 
 
 # ---- data-dependent shapes ---------------------------------------------------------------------
-def test_nonzero_has_a_data_dependent_size():
-    m = model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [vi("x", F, [8])], [vi("y", I64, None)])
-    assert [v.rule for v in check(m)] == ["data_dependent"]
-    assert rules_hit(unary("Relu", F)) == []
+def test_data_dependent_size_must_not_reach_an_output():
+    # NonZero -> Transpose -> output: the output's row count depends on the values.
+    m = model([helper.make_node("NonZero", ["x"], ["nz"], name="nz"),
+               helper.make_node("Transpose", ["nz"], ["y"], name="t")],
+              [vi("x", F, ["tokens"])], [vi("y", I64, None)])
+    [violation] = check(m)
+    assert violation.rule == "data_dependent" and violation.node == "'nz'" and "'y'" in violation.message
+
+
+def test_data_dependent_size_inside_the_engine_is_allowed():
+    # NonZero's count summed to a scalar: TensorRT handles the inner size, the output is [].
+    m = model([helper.make_node("NonZero", ["x"], ["nz"], name="nz"),
+               helper.make_node("ReduceSum", ["nz"], ["y"], name="sum", keepdims=0)],
+              [vi("x", F, ["tokens"])], [vi("y", I64, None)])
+    assert check(m) == []
 
 
 # ---- GroupedMM ---------------------------------------------------------------------------------

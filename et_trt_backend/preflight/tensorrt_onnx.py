@@ -140,7 +140,7 @@ STATIC_SHAPE_INPUTS: dict[str, list[tuple[int, str]]] = {"EyeLike": [(0, "input"
 TOPK_MAX_K = 3840
 
 # Supported ops whose output size depends on the input values (data-dependent
-# shapes): the engine cannot size such outputs before it runs.
+# shapes); TensorRT sizes them while the engine runs.
 DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression"})
 
 # Our grouped-GEMM custom op (contract 4); the parser finds the plugin by
