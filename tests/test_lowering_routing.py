@@ -19,15 +19,23 @@ torch.manual_seed(0)
 
 
 class _SortExperts(torch.nn.Module):
-    def __init__(self, k: int, stable: bool = True):
+    """argsort (or sort) of top-k expert ids; `transposed` flattens them expert-slot-major, which
+    leaves their range known but not their per-token structure (the general counting sort)."""
+
+    def __init__(self, k: int, stable: bool = True, transposed: bool = False):
         super().__init__()
-        self.k, self.stable = k, stable
+        self.k, self.stable, self.transposed = k, stable, transposed
 
     def forward(self, scores):
-        ids = torch.topk(scores, self.k, dim=-1).indices.reshape(-1)
+        ids = torch.topk(scores, self.k, dim=-1).indices
+        ids = (ids.t() if self.transposed else ids).reshape(-1)
         if self.stable:
             return torch.argsort(ids, stable=True)
         return torch.sort(ids)[0]
+
+    def reference(self, scores):
+        ids = torch.topk(scores, self.k, dim=-1).indices
+        return torch.argsort((ids.t() if self.transposed else ids).reshape(-1), stable=True)
 
 
 def _onnx(module, *args, dynamic_shapes=None, **options) -> onnx.ModelProto:
@@ -40,13 +48,17 @@ def _run(model: onnx.ModelProto, *inputs: np.ndarray) -> list[np.ndarray]:
     return reference.evaluator(model).run(None, dict(zip(names, inputs)))
 
 
-def _tensor_bytes(model: onnx.ModelProto, skip_ops: set[str]) -> dict[str, int]:
-    """Bytes of every tensor the graph computes (static shapes), except outputs of `skip_ops`."""
+def _sort_tensor_bytes(model: onnx.ModelProto) -> dict[str, int]:
+    """Bytes of every tensor the graph computes from the expert ids (static shapes): not the
+    router's TopK outputs nor the reshapes that flatten its ids, nor constants."""
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     info = {v.name: v.type.tensor_type for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    router = set()
     sizes = {}
     for node in inferred.graph.node:
-        if node.op_type in skip_ops:
+        if node.op_type in ("TopK", "Constant") or (
+                node.op_type in ("Transpose", "Reshape") and node.input[0] in router):
+            router.update(node.output)
             continue
         for name in node.output:
             tensor_type = info[name]
@@ -56,33 +68,36 @@ def _tensor_bytes(model: onnx.ModelProto, skip_ops: set[str]) -> dict[str, int]:
     return sizes
 
 
-def test_counting_sort_is_a_stable_sort_of_expert_ids():
-    model = _onnx(_SortExperts(k=4), torch.randn(50, 16), dynamic_shapes=({0: torch.export.Dim("tokens", max=1000)},))
+@pytest.mark.parametrize("transposed", [False, True], ids=["per-token", "general"])
+def test_counting_sort_is_a_stable_sort_of_expert_ids(transposed):
+    module = _SortExperts(k=4, transposed=transposed)
+    model = _onnx(module, torch.randn(50, 16), dynamic_shapes=({0: torch.export.Dim("tokens", max=1000)},))
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("TopK") == 1 and "CumSum" in ops  # the router's TopK only
+    assert ("Equal" in ops) == transposed  # the general form compares ids with every bin
     for tokens in (1, 3, 333):
         scores = torch.randn(tokens, 16)
         scores[: tokens // 2, :4] += 10.0  # pile rows onto experts 0-3, leave others empty
         (perm,) = _run(model, scores.numpy())
-        ids = torch.topk(scores, 4, dim=-1).indices.reshape(-1)
-        np.testing.assert_array_equal(perm, torch.argsort(ids, stable=True).numpy())
+        np.testing.assert_array_equal(perm, module.reference(scores).numpy())
 
 
-def test_counting_sort_memory_at_70000_rows_and_128_experts():
-    """The figure in translations.counting_sort's docstring, computed from the ONNX graph."""
+@pytest.mark.parametrize(("transposed", "wide_tensors", "total_mb"), [
+    (False, [8750 * 128 * 4] * 3, 15.68),  # [T, E] float32 zeros, indicator (scattered ones), cumsum
+    (True, [70000 * 128 * 4] * 2 + [70000 * 128], 83.44),  # [N, E] float32 one-hot, cumsum; bool compare
+], ids=["per-token", "general"])
+def test_counting_sort_memory_at_70000_rows_and_128_experts(transposed, wide_tensors, total_mb):
+    """The figures in translations.counting_sort's docstring, computed from the ONNX graph."""
     tokens, experts, k = 8750, 128, 8  # 70,000 routed rows
-    model = _onnx(_SortExperts(k), torch.randn(tokens, experts))
-    sizes = _tensor_bytes(model, skip_ops={"TopK", "Reshape", "Constant"})
-    rows_by_bins = sorted((b for b in sizes.values() if b >= tokens * k * experts), reverse=True)
-    assert rows_by_bins == [tokens * k * experts * 4] * 2 + [tokens * k * experts]  # f32 one-hot, cumsum; bool
-    mb = 1e6
-    assert round(sum(rows_by_bins) / mb, 2) == 80.64
-    assert round(sum(sizes.values()) / mb, 2) == 83.72
+    module = _SortExperts(k, transposed=transposed)
+    model = _onnx(module, torch.randn(tokens, experts))
+    sizes = _sort_tensor_bytes(model)
+    assert sorted((b for b in sizes.values() if b >= tokens * experts * 4), reverse=True) == wide_tensors
+    assert round(sum(sizes.values()) / 1e6, 2) == total_mb
     # And it sorts correctly at that size.
     scores = torch.randn(tokens, experts)
     (perm,) = _run(model, scores.numpy())
-    ids = torch.topk(scores, k, dim=-1).indices.reshape(-1)
-    np.testing.assert_array_equal(perm, torch.argsort(ids, stable=True).numpy())
+    np.testing.assert_array_equal(perm, module.reference(scores).numpy())
 
 
 def test_short_float_sort_becomes_one_topk():

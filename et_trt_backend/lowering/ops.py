@@ -36,11 +36,13 @@ def _(a, b, offs, trans_b):
 
 
 @torch.library.custom_op("et_trt_lowering::counting_sort", mutates_args=())
-def counting_sort(ids: torch.Tensor, num_bins: int) -> tuple[torch.Tensor, torch.Tensor]:
+def counting_sort(ids: torch.Tensor, num_bins: int, row_width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Stable ascending sort of a 1-D tensor of integers in [0, num_bins): (values, indices).
 
-    Equal to torch.sort(ids, stable=True) for such input; the ONNX form is a
-    counting sort built from one-hot, cumsum and a scatter without reduction.
+    Equal to torch.sort(ids, stable=True) for such input. row_width k > 1
+    promises that ids is [T, k] rows of distinct values, flattened (top-k
+    expert ids); the ONNX form then counts per row, in T x E instead of
+    T*k x E memory (translations.counting_sort).
     """
     one_hot = torch.nn.functional.one_hot(ids.long(), num_bins)
     rank = (one_hot.cumsum(0) * one_hot).sum(1) - 1
@@ -52,7 +54,7 @@ def counting_sort(ids: torch.Tensor, num_bins: int) -> tuple[torch.Tensor, torch
 
 
 @counting_sort.register_fake
-def _(ids, num_bins):
+def _(ids, num_bins, row_width):
     return torch.empty_like(ids), torch.empty_like(ids, dtype=torch.long)
 
 

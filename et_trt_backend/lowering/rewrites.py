@@ -42,9 +42,14 @@ TOPK_MAX_K = 3840
 _VALUE_PRESERVING = {
     aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.clone.default,
     aten.alias.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
-    aten.unsqueeze.default, aten.expand.default, aten.permute.default, aten.transpose.int,
+    aten.unsqueeze.default, aten.expand.default, aten.permute.default, aten.transpose.int, aten.t.default,
     aten.select.int, aten.slice.Tensor, aten.flatten.using_ints, aten._to_copy.default,
     aten.contiguous.default, aten.detach.default,
+}
+# Ops that keep a tensor's elements in row-major order (reshapes and casts).
+_FLATTENING = {
+    aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.flatten.using_ints,
+    aten._to_copy.default, aten.clone.default, aten.alias.default, aten.contiguous.default,
 }
 _SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
 _FLOOR_DIVS = {aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode}
@@ -128,6 +133,20 @@ def value_bins(node) -> int | None:
     return None
 
 
+def row_width(node) -> int:
+    """k when `node` is top-k indices [..., k] (distinct within each row) flattened to 1-D, else 1."""
+    while isinstance(node, torch.fx.Node) and node.target in _FLATTENING:
+        node = node.args[0]
+    if not (isinstance(node, torch.fx.Node) and node.target is operator.getitem and node.args[1] == 1
+            and node.args[0].target is aten.topk.default):
+        return 1
+    topk = node.args[0]
+    values = topk.args[0].meta["val"]
+    dim = topk.args[2] if len(topk.args) > 2 else topk.kwargs.get("dim", -1)
+    k = node.meta["val"].shape[-1]
+    return k if dim in (-1, values.dim() - 1) and isinstance(k, int) else 1
+
+
 def _sort_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, bool]:
     schema_args = node.target._schema.arguments
     bound = {a.name: a.default_value for a in schema_args if a.has_default_value()}
@@ -149,8 +168,9 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
         size = shape[dim] if shape else 1
         bins = value_bins(ids)
         if len(shape) == 1 and not descending and bins is not None:
-            sort, args = lowering_ops.counting_sort.default, (ids, bins)
-            logger.info("sort %s: counting sort over %d bins", node.name, bins)
+            width = row_width(ids)
+            sort, args = lowering_ops.counting_sort.default, (ids, bins, width)
+            logger.info("sort %s: counting sort over %d bins (rows of %d)", node.name, bins, width)
         elif isinstance(size, int) and size <= TOPK_MAX_K:
             sort, args = aten.sort.default, (ids, dim, descending)
         else:

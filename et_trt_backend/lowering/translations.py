@@ -89,35 +89,54 @@ def grouped_mm_dense(a, b, offs, trans_b: bool):
     return op.ReduceSum(masked, [0], keepdims=0)
 
 
-def counting_sort(ids, num_bins: int):
+def counting_sort(ids, num_bins: int, row_width: int):
     """Stable ascending sort of ids in [0, num_bins): (values, indices), as a counting sort.
 
-    one_hot [N, E] -> inclusive cumsum over rows gives each row's rank among
-    rows of its bin; exclusive cumsum of the bin counts gives each bin's first
-    slot; dest = start[bin] + rank is a permutation, so scattering row numbers
-    to dest (ScatterElements without reduction) yields the sort's indices.
-    Counts run in float32 (TensorRT's CumSum takes no integers), exact below
-    2^24 rows.
+    Each id's destination is start[bin] + its rank among earlier rows of the
+    same bin; start is the exclusive cumsum of the bin counts, and the ranks
+    come from a cumsum over rows of a [rows, bins] indicator. dest is a
+    permutation, so scattering row numbers to it (ScatterElements without
+    reduction) yields the sort's indices. Counts run in float32 (TensorRT's
+    CumSum takes no integers), exact below 2^24 rows.
+
+    With row_width k > 1 the ids are [T, k] rows of distinct values (top-k
+    expert ids, flattened). An expert then appears at most once per token, so
+    an id's rank is the number of earlier tokens that chose its expert: the
+    indicator is [T, E] (a scatter of ones, no reduction), k times smaller
+    than the [T*k, E] one-hot of the general form.
 
     Memory at 70,000 rows and 128 bins, computed from the ONNX graph by
     tests/test_lowering_routing.py::test_counting_sort_memory_at_70000_rows_and_128_experts
-    (tensor sizes after shape inference): the one-hot and its cumsum, [N, E]
-    float32, 35.84 MB each (both live at the GatherElements: 71.68 MB peak), the
-    bool compare feeding the one-hot 8.96 MB, everything else O(N + E), 3.08 MB;
-    83.72 MB in all if nothing were freed or fused. For comparison, the routed
+    (sizes of every tensor computed from the ids, after shape inference,
+    nothing freed or fused). Top-k ids, 8,750 tokens x k = 8: the [T, E]
+    float32 zeros, indicator and cumsum are 4.48 MB each (indicator and cumsum
+    live together: 8.96 MB peak), everything else O(T*k + E), 2.24 MB:
+    15.68 MB in all. The general form (row_width 1): one-hot and cumsum
+    [N, E] float32 35.84 MB each (71.68 MB peak), the bool compare 8.96 MB,
+    the rest 2.80 MB: 83.44 MB. For scale, the routed
     rows themselves at hidden size 3072 in bf16 are 430 MB.
     """
     ids = op.Cast(ids, to=onnx.TensorProto.INT64)
-    bins = op.Constant(value=ir.tensor(np.arange(num_bins, dtype=np.int64)))
-    column = op.Unsqueeze(ids, [1])  # [N, 1]
-    one_hot = op.Cast(op.Equal(column, bins), to=onnx.TensorProto.FLOAT)  # [N, E]
-    seen = op.CumSum(one_hot, op.Constant(value_int=0))  # rows so far per bin, this row included
-    rank = op.Squeeze(op.GatherElements(seen, column, axis=1), [1])  # 1-based rank within its bin
-    counts = op.ReduceSum(one_hot, [0], keepdims=0)
-    starts = op.CumSum(counts, op.Constant(value_int=0), exclusive=1)
-    dest = op.Cast(op.Sub(op.Add(op.Gather(starts, ids), rank), op.Constant(value_float=1.0)),
-                   to=onnx.TensorProto.INT64)
-    positions = op.Range(op.Constant(value_int=0), op.Squeeze(op.Shape(ids), [0]), op.Constant(value_int=1))
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    if row_width > 1:
+        rows = op.Reshape(ids, op.Constant(value_ints=[-1, row_width]))  # [T, k]
+        shape = op.Concat(op.Shape(rows, start=0, end=1), op.Constant(value_ints=[num_bins]), axis=0)
+        chosen = op.ScatterElements(  # [T, E]: 1 where the token chose the expert
+            op.Expand(op.Constant(value_float=0.0), shape),
+            rows, op.Expand(op.Constant(value_float=1.0), op.Shape(rows)), axis=1)
+        earlier = op.CumSum(chosen, zero, exclusive=1)  # tokens before this one per expert
+        rank = op.Reshape(op.GatherElements(earlier, rows, axis=1), op.Constant(value_ints=[-1]))
+        counts = op.ReduceSum(chosen, [0], keepdims=0)
+    else:
+        bins = op.Constant(value=ir.tensor(np.arange(num_bins, dtype=np.int64)))
+        column = op.Unsqueeze(ids, [1])  # [N, 1]
+        one_hot = op.Cast(op.Equal(column, bins), to=onnx.TensorProto.FLOAT)  # [N, E]
+        seen = op.CumSum(one_hot, zero, exclusive=1)  # earlier rows per bin
+        rank = op.Squeeze(op.GatherElements(seen, column, axis=1), [1])
+        counts = op.ReduceSum(one_hot, [0], keepdims=0)
+    starts = op.CumSum(counts, zero, exclusive=1)
+    dest = op.Cast(op.Add(op.Gather(starts, ids), rank), to=onnx.TensorProto.INT64)
+    positions = op.Range(zero, op.Squeeze(op.Shape(ids), [0]), one)
     indices = op.ScatterElements(positions, dest, positions, axis=0)  # data is overwritten everywhere
     return op.Gather(ids, indices), indices
 
