@@ -60,18 +60,18 @@ def _inside(path: str | None, module: str) -> bool:
     return module == "" or path == module or path.startswith(module + ".")
 
 
-def _routers_behind(offs: Node, limit: int = 64) -> list[Node]:
-    """Router ops reached walking back from a grouped GEMM's offs (bounded walk)."""
+def _routers_behind(offs: Node) -> list[Node]:
+    """Router ops reached walking back from a grouped GEMM's offs (each ancestor visited once)."""
     seen, frontier, found = set(), [offs], []
-    while frontier and len(seen) < limit * 8:
+    while frontier:
         node = frontier.pop()
-        if node in seen or not isinstance(node, Node):
+        if node in seen:
             continue
         seen.add(node)
         if node.op == "call_function" and aten_overload(node.target) in ROUTER_OPS:
             found.append(node)
             continue  # the router is the far end of the routing path
-        frontier.extend(n for n in node.all_input_nodes)
+        frontier.extend(node.all_input_nodes)
     return found
 
 
