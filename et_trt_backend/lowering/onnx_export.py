@@ -214,6 +214,7 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
         program,
         dynamo=True,
         custom_translation_table=translations.translation_table(kernel),
+        input_names=list(program.graph_signature.user_inputs),
         opset_version=translations.ONNX_OPSET,
         optimize=True,
         verbose=False,

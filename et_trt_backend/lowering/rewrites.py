@@ -112,6 +112,8 @@ def value_bins(node) -> int | None:
         if node.target is aten.argmax.default and node.args[1:2] not in ((), (None,)):
             size = node.args[0].meta["val"].shape[node.args[1]]
             return size if isinstance(size, int) else None
+        if node.target is aten._to_copy.default and node.kwargs.get("dtype") in (torch.bfloat16, torch.float16):
+            return None  # ids above 256 / 2048 would round
         if node.target in _VALUE_PRESERVING:
             node = node.args[0]
         elif node.target is operator.getitem and node.args[1] in (0, 1):

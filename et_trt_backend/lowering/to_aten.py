@@ -59,7 +59,13 @@ def _drop_dim_order(node: torch.fx.Node) -> None:
 
 
 def to_aten_program(edge_program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """A copy of `edge_program` whose graph calls ATen overloads only."""
+    """A copy of `edge_program` whose graph calls ATen overloads only.
+
+    A plain torch.export program is accepted too; it may hold in-place ops
+    (index_add_, index_put_), so it is functionalized first.
+    """
+    if not any(isinstance(n.target, EdgeOpOverload) for n in edge_program.graph.nodes):
+        edge_program = edge_program.run_decompositions({})
     gm = copy.deepcopy(edge_program.graph_module)
     for node in gm.graph.nodes:
         if node.op != "call_function":
