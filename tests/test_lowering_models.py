@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 
 import onnx
+import onnx.numpy_helper
 import pytest
 import torch
 
@@ -94,3 +95,12 @@ def test_example_policy_with_its_recipe():
     for program, contents in parts:
         for count in (2, 7, 100, 512):
             assert_onnx_matches_partition(program, contents, count)
+        _assert_weights_stored_once(program, contents)
+
+
+def _assert_weights_stored_once(program, contents):
+    """The ONNX initializers hold each parameter once (plus a few small constants), no copies."""
+    graph = onnx.ModelProto.FromString(contents.onnx).graph
+    stored = sum(onnx.numpy_helper.to_array(t).nbytes for t in graph.initializer)
+    params = sum(program.state_dict[name].nbytes for name in program.graph_signature.inputs_to_parameters.values())
+    assert params <= stored < 1.02 * params
