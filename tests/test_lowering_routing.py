@@ -6,6 +6,8 @@ as well as edge programs; each ONNX is run by onnx's reference evaluator.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import pytest
@@ -131,7 +133,8 @@ def test_index_add_with_other_indices_is_refused():
 
 
 @pytest.mark.parametrize("trans_b", [False, True])
-def test_dense_grouped_mm_follows_the_contract_for_any_offsets(trans_b):
+@pytest.mark.parametrize("kernel", [False, True], ids=["kernel-off", "fp32-has-no-kernel"])
+def test_dense_grouped_mm_follows_the_contract_for_any_offsets(trans_b, kernel, caplog):
     class GroupedMM(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -141,9 +144,12 @@ def test_dense_grouped_mm_follows_the_contract_for_any_offsets(trans_b):
             return lowering_ops.grouped_mm(a, self.w, offs, trans_b)
 
     module = GroupedMM()
-    model = _onnx(module, torch.randn(10, 16), torch.tensor([2, 5, 7, 10], dtype=torch.int32),
-                  grouped_gemm_kernel=False)
+    with caplog.at_level(logging.WARNING, logger="et_trt_backend.lowering"):
+        model = _onnx(module, torch.randn(10, 16), torch.tensor([2, 5, 7, 10], dtype=torch.int32),
+                      grouped_gemm_kernel=kernel)
     assert "GroupedMM" not in [n.op_type for n in model.graph.node]
+    why = "no grouped-GEMM kernel for torch.float32" if kernel else "grouped_gemm_kernel = false"
+    assert f"lowered densely ({why}): 4 x the multiply-adds" in caplog.text
     for offs in ([2, 5, 7, 10], [3, 1, 12, 2], [-4, 0, 6, 6], [0, 0, 0, 0], [10, 10, 10, 10]):
         a = torch.randn(10, 16)
         offs = torch.tensor(offs, dtype=torch.int32)
