@@ -15,9 +15,10 @@ import pytest
 import torch
 
 import moe_models
+from et_trt_backend.lowering.to_aten import aten_target
 from et_trt_backend.options import ShapeRange
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import assert_onnx_matches_partition, lower_program
+from test_lowering import _shape, assert_onnx_matches_partition, lower_program
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENS = (1, 7, 100, 4096)
@@ -104,3 +105,76 @@ def _assert_weights_stored_once(program, contents):
     stored = sum(onnx.numpy_helper.to_array(t).nbytes for t in graph.initializer)
     params = sum(program.state_dict[name].nbytes for name in program.graph_signature.inputs_to_parameters.values())
     assert params <= stored < 1.02 * params
+
+
+# ---- bf16: the ONNX exactly as TensorRT receives it -------------------------------------------
+class _RecordRouterScores(torch.fx.Interpreter):
+    """Runs a partition as written (bf16) and keeps the scores each top-k / max chose from."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.scores: list[tuple[torch.Tensor, int]] = []  # (scores [..., E], k)
+
+    def call_function(self, target, args, kwargs):
+        op = aten_target(target)
+        if op is torch.ops.aten.topk.default:
+            self.scores.append((args[0].float(), args[1]))
+        elif op is torch.ops.aten.max.dim:
+            self.scores.append((args[0].float().movedim(args[1], -1), 1))
+        return super().call_function(target, args, kwargs)
+
+
+def _near_tie_tokens(scores: list[tuple[torch.Tensor, int]], tokens: int) -> torch.Tensor:
+    """Tokens whose k-th and (k+1)-th router score are equal within bf16 rounding (2^-7 relative):
+    bf16 arithmetic in another order may pick the other expert there."""
+    tied = torch.zeros(tokens, dtype=torch.bool)
+    for values, k in scores:
+        if values.shape[0] != tokens or values.shape[-1] <= k:
+            continue
+        top = values.topk(k + 1, dim=-1).values
+        gap = top[..., k - 1] - top[..., k]
+        close = gap <= 2**-7 * top[..., k - 1].abs().clamp(min=1.0)
+        tied |= close.reshape(tokens, -1).any(1)
+    return tied
+
+
+def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> int:
+    """Rows agree within bf16 tolerance except tokens at a router near-tie; returns how many those were."""
+    import ml_dtypes
+
+    from et_trt_backend.lowering import reference
+
+    (spec,) = contents.inputs
+    x = torch.randn(_shape(spec, tokens)).to(torch.bfloat16)
+    sig = program.graph_signature
+    named = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+    values = {**program.state_dict, **program.constants}
+    args = [values[named[s.arg.name]] if s.arg.name in named else x for s in sig.input_specs]
+    recorder = _RecordRouterScores(program.graph_module)
+    with torch.no_grad():
+        expected = recorder.run(*args)[-1].float().reshape(tokens, -1)
+    model = onnx.ModelProto.FromString(contents.onnx)
+    got = reference.evaluator(model).run(None, {spec.name: x.float().numpy().astype(ml_dtypes.bfloat16)})[-1]
+    got = torch.from_numpy(got.astype("float32")).reshape(tokens, -1)
+    row_scale = expected.abs().amax(1, keepdim=True)
+    bad = ((got - expected).abs() > 0.03 * row_scale + 1e-3).any(1)
+    tied = _near_tie_tokens(recorder.scores, tokens)
+    assert not (bad & ~tied).any(), f"rows {torch.nonzero(bad & ~tied).flatten().tolist()} differ without a router tie"
+    return int(bad.sum())
+
+
+BF16_MODELS = {
+    **{name: (lambda name=name: moe_models.hf_moe_block(name), True)
+       for name in ("mixtral", "qwen2_moe", "olmoe", "deepseek_v3", "gpt_oss")},
+    "grouped-sigmoid-shared": (lambda: moe_models.bf16(moe_models.GroupedMoE(
+        experts=8, scoring="sigmoid", groups=(4, 2), shared=True)), False),
+    "grouped-scatter_add": (lambda: moe_models.bf16(moe_models.GroupedMoE(sort="sort", combine="scatter_add")), False),
+}
+
+
+@pytest.mark.parametrize("name", BF16_MODELS)
+def test_bf16_onnx_matches_bf16_partition(name):
+    build, batch = BF16_MODELS[name]
+    (program, contents), = lower_program(_export(build(), batch=batch), TensorRTPartitioner(DENSE))
+    for tokens in TOKENS:
+        assert_bf16_onnx_matches_partition(program, contents, tokens)
