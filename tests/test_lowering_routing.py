@@ -197,3 +197,26 @@ def test_bincount_of_expert_ids_gets_a_static_size():
     scores = torch.randn(20, 8)
     ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
     np.testing.assert_array_equal(_run(model, scores.numpy())[0], torch.cumsum(torch.bincount(ids, minlength=8), 0))
+
+
+def test_dynamic_dims_keep_their_names_and_ranges():
+    import io
+
+    import moe_models
+    from et_trt_backend.options import ShapeRange
+
+    program = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))  # Dim("tokens", 2..256)
+    lowered = lower_to_onnx(program, CompileOptions(grouped_gemm_kernel=False))
+    (tokens, _), = [spec.dims for spec in lowered.inputs]
+    assert (tokens.name, tokens.min, tokens.opt, tokens.max) == ("tokens", 2, 256, 256)
+    assert lowered.onnx.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "tokens"
+    # A reloaded program has lost its Dim names: "input:axis" names the dimension, and a range
+    # given under that name applies.
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    options = CompileOptions(grouped_gemm_kernel=False, shape_ranges={"hidden_states:0": ShapeRange(4, 8, 16)})
+    lowered = lower_to_onnx(torch.export.load(buffer), options)
+    (tokens, _), = [spec.dims for spec in lowered.inputs]
+    assert (tokens.name, tokens.min, tokens.opt, tokens.max) == ("hidden_states:0", 4, 8, 16)
+    assert lowered.onnx.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "hidden_states:0"

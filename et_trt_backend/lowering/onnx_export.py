@@ -121,6 +121,7 @@ def _ranges(program, names: dict[sympy.Symbol, list[str]], options: CompileOptio
 
 
 def _dim_spec(dim: onnx.TensorShapeProto.Dimension, by_symbol: dict[str, _DynamicDim]) -> DimSpec:
+    """The spec of one ONNX dimension; dim_param is an expression of symbols ("s77", "2*s77")."""
     if dim.HasField("dim_value"):
         return DimSpec(dim.dim_value, "", dim.dim_value, dim.dim_value, dim.dim_value)
     expr = sympy.sympify(dim.dim_param, locals={s: sympy.Symbol(s) for s in by_symbol})
@@ -221,11 +222,7 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
     )
     model = onnx_program.model_proto
     by_symbol = {str(s): d for s, d in ranges.items()}
+    inputs = _tensor_specs(model.graph.input, by_symbol)
+    outputs = _tensor_specs(model.graph.output, by_symbol)
     _rename_dims(model, by_symbol)
-    renamed = {d.name: d for d in ranges.values()}
-    return LoweredPartition(
-        onnx=model,
-        inputs=_tensor_specs(model.graph.input, renamed),
-        outputs=_tensor_specs(model.graph.output, renamed),
-        grouped_mms=grouped_mms,
-    )
+    return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms)
