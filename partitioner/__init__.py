@@ -4,6 +4,7 @@
 # subclasses by name; importing the partitioner must load TensorRTBackend.
 from et_trt_backend import backend as _backend  # noqa: F401
 
-from .tensorrt_partitioner import PartitionError, TensorRTPartitioner
+from .errors import PartitionError
+from .tensorrt_partitioner import TensorRTPartitioner
 
 __all__ = ["PartitionError", "TensorRTPartitioner"]

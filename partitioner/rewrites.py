@@ -12,6 +12,11 @@ would otherwise break the program for TensorRT:
 - one_hot -> (ids[..., None] == arange(num_classes)). one_hot's decomposition
   carries an _assert_async on the index range, a data check TensorRT cannot
   express; the comparison gives the same counts for valid ids.
+- bincount(expert ids, minlength=E) -> one-hot counts. bincount's size
+  depends on the data and ExecuTorch cannot preserve it (no fake kernel for
+  its do-not-decompose wrapper); when the ids are the router's top-k / max /
+  argmax indices over E <= minlength experts, the counts have exactly
+  minlength entries, which the comparison form gives with a static size.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -21,6 +26,11 @@ from __future__ import annotations
 
 import torch
 from torch.export import ExportedProgram
+
+from et_trt_backend.op_support import unsupported_reason
+from et_trt_backend.op_support.routing import integer_key_bound
+
+from .errors import PartitionError, source_line
 
 aten = torch.ops.aten
 
@@ -59,9 +69,52 @@ PRE_DECOMPOSITIONS = {
 }
 
 
+def _countable_bincounts(program: ExportedProgram) -> list[torch.fx.Node]:
+    found = []
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.bincount.default:
+            continue
+        weights = node.args[1] if len(node.args) > 1 else node.kwargs.get("weights")
+        minlength = node.args[2] if len(node.args) > 2 else node.kwargs.get("minlength", 0)
+        bins = integer_key_bound(node.args[0])
+        if weights is None and bins is not None and isinstance(minlength, int) and bins <= minlength:
+            found.append(node)
+    return found
+
+
+def _bincounts_to_one_hot(program: ExportedProgram, bincounts: list[torch.fx.Node]) -> None:
+    graph = program.graph
+    for node in bincounts:
+        ids = node.args[0]
+        minlength = node.args[2] if len(node.args) > 2 else node.kwargs["minlength"]
+        with graph.inserting_before(node):
+            classes = graph.call_function(aten.arange.start, (0, minlength), {"dtype": ids.meta["val"].dtype})
+            column = graph.call_function(aten.unsqueeze.default, (ids, -1))
+            hits = graph.call_function(aten.eq.Tensor, (column, classes))
+            ones = graph.call_function(aten._to_copy.default, (hits,), {"dtype": torch.int64})
+            counts = graph.call_function(aten.sum.dim_IntList, (ones, [0]))
+        for new in (classes, column, hits, ones, counts):  # same module and source line as the bincount
+            new.meta.update({k: node.meta[k] for k in ("nn_module_stack", "stack_trace") if k in node.meta})
+        node.replace_all_uses_with(counts)
+        graph.erase_node(node)
+    program.graph_module.recompile()
+
+
+def _refuse_other_bincounts(program: ExportedProgram) -> None:
+    # Left alone, bincount fails ExecuTorch's verifier with a message that names no source line.
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target is aten.bincount.default:
+            raise PartitionError(f"aten.bincount.default at {source_line(node)}: {unsupported_reason(node)}")
+
+
 def rewrite_for_edge(program: ExportedProgram) -> ExportedProgram:
     """`program` with the rewrites above (a new program; the input is not changed)."""
+    bincounts = _countable_bincounts(program)
+    if bincounts:
+        program = program.run_decompositions({})  # a copy whose graph we may edit
+        _bincounts_to_one_hot(program, _countable_bincounts(program))
+    _refuse_other_bincounts(program)
     targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
-    if not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
+    if not bincounts and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
         return program
     return program.run_decompositions(dict(PRE_DECOMPOSITIONS))

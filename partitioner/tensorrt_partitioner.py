@@ -37,6 +37,7 @@ from et_trt_backend import op_support
 from et_trt_backend.op_support._common import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe
 
+from .errors import PartitionError, source_line
 from .moe import MoEBlock, find_moe_blocks, module_path
 from .rewrites import rewrite_for_edge
 
@@ -50,22 +51,28 @@ MUST_DELEGATE = frozenset(
 )
 
 
-class PartitionError(RuntimeError):
-    """The program cannot be partitioned as asked; the message names the op, its source and the fix."""
-
-
-def source_line(node: Node) -> str:
-    """The user's source line that created `node` (last frame of its stack trace)."""
-    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-    frames = [line.strip() for line in trace if line.strip().startswith("File ")]
-    if not frames:
-        return "source line unknown (no stack trace in the node's metadata)"
-    code = trace[-1].strip() if not trace[-1].strip().startswith("File ") else ""
-    return f"{frames[-1]}{': ' + code if code else ''}"
-
-
 def _op_name(node: Node) -> str:
     return str(aten_overload(node.target))
+
+
+def _detour(region: set[Node]) -> list[Node]:
+    """Nodes outside `region` on a path that leaves it and comes back, in graph order."""
+    after: set[Node] = set()
+    frontier = [u for n in region for u in n.users if u not in region]
+    while frontier:
+        node = frontier.pop()
+        if node not in after:
+            after.add(node)
+            frontier.extend(node.users)
+    before: set[Node] = set()
+    frontier = [a for n in region for a in n.all_input_nodes if a not in region]
+    while frontier:
+        node = frontier.pop()
+        if node not in before:
+            before.add(node)
+            frontier.extend(node.all_input_nodes)
+    on_path = (after & before) - region
+    return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
 
 
 class _PartSupport(OperatorSupportBase):
@@ -133,7 +140,7 @@ class TensorRTPartitioner(Partitioner):
                     tags[n] = tag
 
         self._release_shared_sizes(partitions, tags)
-        self._check_blocks_whole(blocks, tags)
+        self._check_blocks_whole(blocks, tags, reasons)
         self._check_must_delegate(nodes, tags, reasons)
 
         specs = {}
@@ -223,17 +230,24 @@ class TensorRTPartitioner(Partitioner):
                     del tags[node]
 
     @staticmethod
-    def _check_blocks_whole(blocks: list[MoEBlock], tags: Mapping[Node, str]) -> None:
+    def _check_blocks_whole(
+        blocks: list[MoEBlock], tags: Mapping[Node, str], reasons: Mapping[Node, str | None]
+    ) -> None:
         for block in blocks:
             block_tags = {tags.get(n) for n in block.nodes if TensorRTPartitioner._is_compute(n)}
-            if len(block_tags) != 1 or None in block_tags:
-                outside = [n for n in block.nodes if tags.get(n) is None]
-                where = f" ({_op_name(outside[0])} at {source_line(outside[0])})" if outside else ""
-                raise PartitionError(
-                    f"MoE block {block.module or '<the exported module>'!r} would be split across "
-                    f"{len(block_tags - {None})} delegates{where}: a path leaves the block through an op outside it "
-                    "and comes back. Keep the block's computation inside its module."
-                )
+            if len(block_tags) == 1 and None not in block_tags:
+                continue
+            detour = _detour(block.nodes)
+            culprit = next((n for n in detour if reasons.get(n)), detour[0] if detour else None)
+            where = ""
+            if culprit is not None:
+                why = reasons.get(culprit) or f"it belongs to another part ({module_path(culprit)!r})"
+                where = f" through {_op_name(culprit)} at {source_line(culprit)} ({why})"
+            raise PartitionError(
+                f"MoE block {block.module or '<the exported module>'!r} would be split across delegates: a path "
+                f"leaves the block{where} and comes back. Keep the block's computation inside its module with "
+                "supported ops."
+            )
 
     @staticmethod
     def _check_must_delegate(nodes: list[Node], tags: Mapping[Node, str], reasons: Mapping[Node, str | None]) -> None:

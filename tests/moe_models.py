@@ -29,7 +29,7 @@ class GroupedMoE(nn.Module):
 
     scoring: "softmax" | "sigmoid"          (sigmoid renormalises the top-k weights)
     groups: (n_group, topk_group) | None   DeepSeek-V3 style group-limited routing
-    counts: "histc" | "one_hot"            tokens per expert
+    counts: "histc" | "one_hot" | "bincount"  tokens per expert
     sort: "argsort_stable" | "sort" | "sort_stable"
     combine: "index_put" | "index_add" | "scatter_add"
     shared: add a dense shared expert (DeepSeek/Qwen style)
@@ -89,6 +89,8 @@ class GroupedMoE(nn.Module):
             order = torch.sort(flat)[1]
         if self.counts == "histc":
             counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts - 1)
+        elif self.counts == "bincount":
+            counts = torch.bincount(flat, minlength=self.experts)
         else:
             counts = F.one_hot(flat, self.experts).sum(0)
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
@@ -208,3 +210,27 @@ def edge_program(exported, partitioner):
         {"forward": [partitioner]}, {"forward": exported}, EdgeCompileConfig(), None
     )
     return manager.exported_program()
+
+
+class MoEWithDetour(nn.Module):
+    """A MoE block whose routing weights take a detour through a module outside it, with an unsupported op."""
+
+    def __init__(self, **moe_kwargs):
+        super().__init__()
+        self.flipper = _Flipper()
+        self.moe = _DetourMoE(**moe_kwargs)
+        object.__setattr__(self.moe, "detour", self.flipper)  # called by moe, owned by the parent
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.moe(x)
+
+
+class _DetourMoE(GroupedMoE):
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights, ids = super().route(x)
+        return self.detour(weights), ids
+
+
+class _Flipper(nn.Module):
+    def forward(self, weights: torch.Tensor) -> torch.Tensor:
+        return weights.flip(-1).flip(-1)  # identity, but flip has no TensorRT lowering

@@ -57,9 +57,9 @@ def test_unknown_op_is_named():
     assert "convolution_backward" in reason and "no TensorRT lowering" in reason
 
 
-def test_bincount_advises_histc():
+def test_bincount_of_anything_but_expert_ids_advises_histc():
     reason = op_support.unsupported_reason(call(aten.bincount.default, meta(8, dtype=torch.int64)))
-    assert "histc" in reason
+    assert "minlength=num_experts" in reason and "histc" in reason
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex64])
@@ -133,16 +133,22 @@ class TestRouting:
         assert op_support.unsupported_reason(call(aten.histc.default, meta(8, dtype=torch.float32), 4, 0, 3)) is None
         assert "min < max" in op_support.unsupported_reason(call(aten.histc.default, meta(8, dtype=torch.float32), 4))
 
-    def test_index_put(self):
+    def test_plain_index_put(self):
         x, idx, v = meta(8, 4), meta(8, dtype=torch.int64), meta(8, 4)
-        assert op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True)) is None
+        assert op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v)) is None
         mask = meta(8, dtype=torch.bool)
         assert "boolean" in op_support.unsupported_reason(call(aten.index_put.default, x, [mask], v))
 
-    def test_scatter_reduce_modes(self):
+    def test_accumulating_scatters_only_in_the_moe_combine_form(self):
+        x, idx, v = meta(8, 4), meta(8, dtype=torch.int64), meta(8, 4)
+        reason = op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True))
+        assert "no accumulating scatter" in reason
+        reason = op_support.unsupported_reason(call(aten.scatter_add.default, x, 0, meta(8, 4, dtype=torch.int64), v))
+        assert "no accumulating scatter" in reason
+
+    def test_scatter_reduce_is_refused(self):
         x, idx = meta(8, 4, dtype=torch.float32), meta(8, 4, dtype=torch.int64)
-        assert op_support.unsupported_reason(call(aten.scatter_reduce.two, x, 0, idx, x, "sum")) is None
-        assert "mean" in op_support.unsupported_reason(call(aten.scatter_reduce.two, x, 0, idx, x, "mean"))
+        assert "reducing scatter" in op_support.unsupported_reason(call(aten.scatter_reduce.two, x, 0, idx, x, "sum"))
 
 
 def test_boolean_mask_indexing_is_refused():

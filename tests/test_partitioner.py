@@ -31,6 +31,7 @@ MOE_OPS = {
     aten.sort.default,
     aten.argsort.stable,
     aten.histc.default,
+    aten.bincount.default,
     aten.cumsum.default,
     aten.index_put.default,
     aten.scatter_add.default,
@@ -185,6 +186,7 @@ VARIANTS = {
     "group-limited-sigmoid-shared": dict(experts=8, groups=(4, 2), scoring="sigmoid", shared=True),
     "one_hot-counts-sort-scatter_add": dict(counts="one_hot", sort="sort", combine="scatter_add"),
     "sort-stable": dict(sort="sort_stable", shared=True),
+    "bincount-counts": dict(counts="bincount", combine="index_add"),
 }
 
 
@@ -298,3 +300,13 @@ def test_errors_leave_the_program_untagged():
     bounded = Partitioned(edge, {"default": {"shape_ranges": {"n": {"min": 2, "opt": 16, "max": 128}}}})
     (tag,) = bounded.result.partition_tags
     assert bounded.options(tag)[0].shape_ranges == {"n": ShapeRange(2, 16, 128)}
+
+
+def test_moe_block_split_by_a_detour_names_the_op():
+    module = moe_models.bf16(moe_models.MoEWithDetour())
+    with pytest.raises(PartitionError) as error:
+        Partitioned(edge_of(moe_models.export(module)))
+    message = str(error.value)
+    assert "MoE block 'moe' would be split" in message
+    assert "through aten.flip.default at File" in message and "moe_models.py" in message
+    assert "has no TensorRT lowering" in message

@@ -39,8 +39,9 @@ def assert_close_bf16(actual, expected):
 @pytest.mark.parametrize(
     "kwargs",
     [dict(), dict(combine="index_add", top_k=1), dict(experts=8, top_k=8, combine="scatter_add", sort="sort"),
-     dict(experts=8, groups=(4, 2), scoring="sigmoid", counts="one_hot", sort="sort_stable")],
-    ids=["index_put", "top1-index_add", "top8-scatter_add", "group-limited"],
+     dict(experts=8, groups=(4, 2), scoring="sigmoid", counts="one_hot", sort="sort_stable"),
+     dict(counts="bincount")],
+    ids=["index_put", "top1-index_add", "top8-scatter_add", "group-limited", "bincount"],
 )
 def test_grouped_moe_matches_per_token_reference(kwargs):
     module = moe_models.bf16(moe_models.GroupedMoE(**kwargs), seed=3)
@@ -117,3 +118,28 @@ def test_rewrites_keep_meaning():
 def test_rewrite_leaves_programs_without_targets_alone():
     exported = torch.export.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
     assert rewrite_for_edge(exported) is exported
+
+
+def test_bincount_of_expert_ids_becomes_static_counts():
+    module = moe_models.bf16(moe_models.GroupedMoE(counts="bincount", combine="index_add"))
+    exported = moe_models.export(module)
+    rewritten = rewrite_for_edge(exported)
+    targets = {str(n.target) for n in rewritten.graph.nodes if n.op == "call_function"}
+    assert "aten.bincount.default" not in targets and "aten._assert_scalar.default" not in targets
+    assert all(str(s).startswith("s") for s in rewritten.range_constraints)  # no data-dependent size left
+    for tokens in (2, 13):
+        x = torch.randn(tokens, 32, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+        assert torch.equal(exported.module()(x), rewritten.module()(x))
+
+
+class _CountAnything(torch.nn.Module):
+    def forward(self, x):
+        return torch.bincount((x.abs() * 3).long().clamp(max=3).reshape(-1), minlength=4)[:4] * 2
+
+
+def test_bincount_of_other_values_is_refused_with_its_line():
+    from et_trt_partitioner import PartitionError
+
+    exported = torch.export.export(_CountAnything(), (torch.randn(8),))
+    with pytest.raises(PartitionError, match=r"bincount.* at File .*test_partitioner_models.py.*minlength=num_experts"):
+        rewrite_for_edge(exported)

@@ -1,17 +1,22 @@
 """MoE routing ops: top-k, sorts, expert counts, offsets, scatters.
 
-TensorRT limits that shape these rules:
-- TopK (also the usual way to sort) takes K <= TOPK_MAX_K and is not stable.
-  Float keys are sorted through TopK, so their axis must be bounded by
-  TOPK_MAX_K. Integer keys whose range is known (expert ids: indices from a
-  top-k over E experts) may be sorted by counting (one-hot + cumsum) instead,
-  which has no length limit; `integer_key_bound` finds that range.
+TensorRT limits that shape these rules (and the lowering's rewrites,
+et_trt_backend/lowering/rewrites.py, which they mirror):
+- TopK takes a static K <= TOPK_MAX_K and is not stable. A sort becomes one
+  TopK when its axis is static and at most TOPK_MAX_K long. An ascending 1-D
+  sort of expert ids (integers in [0, E) from the router's top-k / max /
+  argmax) becomes a stable counting sort instead, with no length limit;
+  `integer_key_bound` finds E.
 - CumSum runs on float tensors: integer counts are summed in float32 (exact
   below 2**24) and cast back.
-- ScatterND has no reduction; accumulating scatters (index_put with
-  accumulate=True, scatter_add) need ScatterElements with reduction="add".
-- Ops whose output size depends on the data (bincount, nonzero, unique) have
-  no TensorRT form; BLOCKED_ADVICE says what to write instead.
+- TensorRT has no accumulating scatter (ScatterND takes no reduction, and
+  ScatterElements with one is a plugin the runtime does not load). The MoE
+  combine `out.index_add(0, perm // k, rows)` (or scatter_add /
+  index_put(accumulate=True) of that form) is rewritten as un-permute +
+  reshape + sum over k; `is_topk_combine` recognises it. Other accumulating
+  scatters are refused.
+- bincount is lowered for expert ids with minlength >= E (its size is then
+  static); other data-dependent sizes (nonzero, unique) have no TensorRT form.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import operator
 import torch
 from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  registers torch.ops.dim_order_ops
 from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ._common import (
     FLOAT_DTYPES,
@@ -35,48 +41,136 @@ from ._common import (
     first_reason,
     is_static,
     normalize_dim,
-    upper_bound,
 )
 
 aten = torch.ops.aten
 
 TOPK_MAX_K = 3840  # TensorRT ITopKLayer's largest K
 
-# Ops that only reshape or relabel a tensor without changing its values' range.
+# Ops that reshape, copy or cast a tensor without changing which values it holds.
 _VALUE_PRESERVING = {
     aten.view_copy.default,
-    aten.reshape.default,
     aten.view.default,
+    aten.reshape.default,
     aten.flatten.using_ints,
     aten.permute_copy.default,
     aten.clone.default,
     aten._to_copy.default,
+    torch.ops.dim_order_ops._to_dim_order_copy.default,
+    torch.ops.dim_order_ops._clone_dim_order.default,
 }
+# Ops that broadcast a row index over the features (scatter_add's index).
+_BROADCASTING = {
+    aten.expand_copy.default,
+    aten.expand.default,
+    aten.unsqueeze_copy.default,
+    aten.unsqueeze.default,
+    aten.view_copy.default,
+    aten.view.default,
+}
+_SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
+_ARGSORTS = {aten.argsort.default, aten.argsort.stable}
+_NARROW_FLOATS = {torch.bfloat16, torch.float16}  # ids above 256 / 2048 would round
 
 
-def integer_key_bound(key: Node) -> int | None:
-    """Exclusive upper bound of integer sort keys that are expert ids, else None.
+def _target(node: object) -> object:
+    return aten_overload(node.target) if isinstance(node, Node) and node.op == "call_function" else None
 
-    Follows reshapes and casts back to the indices output of a top-k over a
-    static dimension of size E (the router's experts): keys are then in [0, E).
+
+def _strip(node: object, targets: set) -> object:
+    while _target(node) in targets:
+        node = node.args[0]
+    return node
+
+
+def _arg(node: Node, index: int, name: str, default: object) -> object:
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _bound_args(node: Node, *names: str) -> tuple:
+    """Arguments by name, with the schema's defaults (sort overloads differ in which are positional)."""
+    schema = aten_overload(node.target)._schema.arguments
+    bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+    bound.update(zip((a.name for a in schema), node.args))
+    bound.update(node.kwargs)
+    return tuple(bound.get(name) for name in names)
+
+
+def _router_indices(node: object) -> tuple[Node, int] | None:
+    """(router op, dim) when `node` is the indices output of a top-k, max over a dim, or argmax."""
+    target = _target(node)
+    if target is operator.getitem and node.args[1] == 1 and _target(node.args[0]) in (aten.topk.default, aten.max.dim):
+        source = node.args[0]
+        default_dim, dim_index = (-1, 2) if _target(source) is aten.topk.default else (0, 1)
+        return source, _arg(source, dim_index, "dim", default_dim)
+    if target is aten.argmax.default and _arg(node, 1, "dim", None) is not None:
+        return node, _arg(node, 1, "dim", None)
+    return None
+
+
+def integer_key_bound(key: object) -> int | None:
+    """E when `key` holds expert ids (integers in [0, E) from the router), else None.
+
+    Follows reshapes and casts back to the indices of a top-k, max or argmax
+    over a static dimension of size E.
     """
     node = key
-    for _ in range(16):  # reshape/cast chains are short
-        if not isinstance(node, Node) or node.op != "call_function":
-            return None
-        target = aten_overload(node.target)
-        if target in _VALUE_PRESERVING or target is torch.ops.dim_order_ops._to_dim_order_copy.default:
-            node = node.args[0]
-            continue
-        if target is operator.getitem and node.args[1] == 1:
-            source = node.args[0]
-            if isinstance(source, Node) and aten_overload(source.target) is aten.topk.default:
-                x = arg_tensor(source, 0)
-                dim = source.args[2] if len(source.args) > 2 else source.kwargs.get("dim", -1)
-                size = x.shape[normalize_dim(dim, x.dim())] if x is not None else None
-                return size if is_static(size) else None
+    while _target(node) in _VALUE_PRESERVING:
+        if _target(node) in (aten._to_copy.default, torch.ops.dim_order_ops._to_dim_order_copy.default):
+            if node.kwargs.get("dtype") in _NARROW_FLOATS:
+                return None
+        node = node.args[0]
+    found = _router_indices(node)
+    if found is None:
         return None
+    router, dim = found
+    x = arg_tensor(router, 0)
+    size = x.shape[normalize_dim(dim, x.dim())] if x is not None else None
+    return size if is_static(size) else None
+
+
+def topk_width(key: object) -> int | None:
+    """k when `key` is top-k indices [..., k] (possibly flattened), else None."""
+    node = _strip(key, _VALUE_PRESERVING)
+    found = _router_indices(node)
+    if found is None:
+        return None
+    width = node.meta["val"].shape[-1] if node.meta["val"].dim() else 1
+    return width if is_static(width) else None
+
+
+def _sort_keys(perm: object) -> Node | None:
+    """The keys a permutation sorts: `perm` is argsort(keys) or sort(keys)[1]."""
+    if _target(perm) in _ARGSORTS:
+        return perm.args[0]
+    if _target(perm) is operator.getitem and perm.args[1] == 1 and _target(perm.args[0]) in _SORTS:
+        return perm.args[0].args[0]
     return None
+
+
+def is_topk_combine(out: Node, dim: int, index: Node, src: Node) -> bool:
+    """True for the MoE combine out.index_add(0, perm // k, src), perm sorting top-k expert ids."""
+    index = _strip(index, _BROADCASTING)
+    if dim != 0 or _target(index) is not aten.div.Tensor_mode or index.kwargs.get("rounding_mode") != "floor":
+        return False
+    keys = _sort_keys(index.args[0])
+    k = topk_width(keys) if keys is not None else None
+    if k is None or integer_key_bound(keys) is None:
+        return False
+    out_val, src_val = out.meta.get("val"), src.meta.get("val")
+    if not isinstance(out_val, torch.Tensor) or not isinstance(src_val, torch.Tensor):
+        return False
+    features_match = tuple(src_val.shape[1:]) == tuple(out_val.shape[1:]) and all(
+        is_static(s) for s in src_val.shape[1:]
+    )
+    return features_match and statically_known_true(src_val.shape[0] == out_val.shape[0] * k)
+
+
+_COMBINE_ADVICE = (
+    "TensorRT has no accumulating scatter; et-trt lowers only the MoE combine out.index_add(0, perm // k, rows) "
+    "(or scatter_add / index_put(accumulate=True) of that form, perm = argsort of the top-k expert ids); "
+    "otherwise write rows[inverse_perm].view(T, k, -1).sum(1)"
+)
 
 
 def _topk(node: Node) -> str | None:
@@ -95,29 +189,38 @@ def _sort(node: Node) -> str | None:
     reason = check_dtype(keys, NUMERIC_DTYPES, "sort keys")
     if reason:
         return reason
-    dim = node.kwargs.get("dim", -1)
-    if keys.dtype in INT_DTYPES and integer_key_bound(node.args[0]) is not None:
-        return None  # counting sort over a known expert range: any length
-    length = upper_bound(keys.shape[normalize_dim(dim, keys.dim())] if keys.dim() else 1)
-    if length is None or length > TOPK_MAX_K:
-        shown = "unbounded" if length is None else str(length)
-        return (
-            f"sorts up to {shown} elements, more than TensorRT's TopK limit of {TOPK_MAX_K}; "
-            "sort expert ids that come straight from the router's topk (their range is then known), "
-            "or bound the dynamic dimension with torch.export.Dim(..., max=...)"
-        )
-    return None
+    dim, descending = _bound_args(node, "dim", "descending")
+    if keys.dim() == 1 and not descending and keys.dtype in INT_DTYPES and integer_key_bound(node.args[0]) is not None:
+        return None  # stable counting sort over the experts: any length
+    size = keys.shape[normalize_dim(dim, keys.dim())] if keys.dim() else 1
+    if is_static(size) and size <= TOPK_MAX_K:
+        return None  # one TopK
+    return (
+        f"sorts {size} elements; TensorRT's TopK needs a static length <= {TOPK_MAX_K}. Ascending 1-D sorts of "
+        "expert ids straight from the router's topk/max/argmax have no limit (counting sort): sort those"
+    )
 
 
 def _histc(node: Node) -> str | None:
-    bins = node.args[1] if len(node.args) > 1 else node.kwargs.get("bins", 100)
-    lo = node.args[2] if len(node.args) > 2 else node.kwargs.get("min", 0)
-    hi = node.args[3] if len(node.args) > 3 else node.kwargs.get("max", 0)
+    bins = _arg(node, 1, "bins", 100)
+    lo, hi = _arg(node, 2, "min", 0), _arg(node, 3, "max", 0)
     if not is_static(bins) or bins < 1:
         return "bins must be a static positive int"
     if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or not lo < hi:
         return "histc needs static min < max (e.g. min=0, max=num_experts - 1); data-derived ranges are not supported"
     return check_arg_dtype(node, 0, FLOAT_DTYPES)
+
+
+def _bincount(node: Node) -> str | None:
+    bins = integer_key_bound(node.args[0])
+    minlength = _arg(node, 2, "minlength", 0)
+    if _arg(node, 1, "weights", None) is not None or bins is None or not is_static(minlength) or minlength < bins:
+        return (
+            "bincount's output length depends on the data; et-trt lowers bincount(ids, minlength=num_experts) "
+            "of the router's expert ids (no weights), or count with "
+            "torch.histc(ids.float(), bins=num_experts, min=0, max=num_experts - 1)"
+        )
+    return None
 
 
 def _cumsum(node: Node) -> str | None:
@@ -133,14 +236,9 @@ def _scatter(node: Node) -> str | None:
     )
 
 
-def _scatter_reduce(node: Node) -> str | None:
-    reduce = node.args[4]
-    include_self = node.kwargs.get("include_self", True)
-    if reduce not in ("sum", "prod", "amax", "amin"):
-        return f"scatter_reduce with reduce={reduce!r} is not supported (sum, prod, amax, amin are)"
-    if not include_self:
-        return "scatter_reduce with include_self=False is not supported"
-    return _scatter(node)
+def _scatter_add(node: Node) -> str | None:
+    out, dim, index, src = node.args[:4]
+    return _scatter(node) or (None if is_topk_combine(out, dim, index, src) else _COMBINE_ADVICE)
 
 
 def _index_put(node: Node) -> str | None:
@@ -150,11 +248,16 @@ def _index_put(node: Node) -> str | None:
     index = indices[0].meta.get("val") if isinstance(indices[0], Node) else None
     if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
         return "index_put with a boolean mask is not supported; use torch.where"
-    return first_reason(
+    reason = first_reason(
         check_dtype(index, INDEX_DTYPES, "index"),
         check_arg_dtype(node, 0, NUMERIC_DTYPES),
         check_arg_dtype(node, 2, NUMERIC_DTYPES, "values"),
     )
+    if reason:
+        return reason
+    if _arg(node, 3, "accumulate", False) and not is_topk_combine(node.args[0], 0, indices[0], node.args[2]):
+        return _COMBINE_ADVICE
+    return None
 
 
 RULES: dict[torch._ops.OpOverload, Rule] = {
@@ -164,22 +267,19 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.argsort.default: _sort,
     aten.argsort.stable: _sort,
     aten.histc.default: _histc,
+    aten.bincount.default: _bincount,
     aten.cumsum.default: _cumsum,
     aten.scatter.src: _scatter,
     aten.scatter.value: _scatter,
-    aten.scatter_add.default: _scatter,
-    aten.scatter_reduce.two: _scatter_reduce,
+    aten.scatter_add.default: _scatter_add,
     aten.index_put.default: _index_put,
 }
 
-# Ops refused with a specific hint (their output size depends on the data).
+# Ops refused with a specific hint (their output size depends on the data, or TensorRT lacks them).
 BLOCKED_ADVICE: dict[torch._ops.OpOverload, str] = {
-    aten.bincount.default: (
-        "bincount's output length depends on the data; count experts with "
-        "torch.histc(ids.float(), bins=num_experts, min=0, max=num_experts - 1)"
-    ),
     aten.nonzero.default: "nonzero has a data-dependent size; keep every expert and use offsets/masks instead",
     aten.unique_consecutive.default: "unique has a data-dependent size; use histc counts instead",
     aten._unique2.default: "unique has a data-dependent size; use histc counts instead",
     aten.masked_select.default: "masked_select has a data-dependent size; use torch.where instead",
+    aten.scatter_reduce.two: "scatter_reduce needs a reducing scatter, which TensorRT lacks; " + _COMBINE_ADVICE,
 }
