@@ -1,4 +1,6 @@
-"""ONNX translations (onnxscript) of the ops the rewrites produce.
+"""ONNX translations (onnxscript) of the ops the rewrites produce, and of the
+ATen ops whose torchlib form TensorRT would refuse (integer cumsum, unsorted
+topk). Everything else goes through torchlib, the ONNX exporter's own table.
 
 Every form here is built from ops TensorRT's ONNX parser takes, in the dtypes
 it takes them (its support matrix: CumSum only in FP32/FP16/BF16, ScatterND /
