@@ -151,9 +151,9 @@ def test_policy_moe_blocks_whole_and_nothing_left_outside(policy):
 
 def test_policy_shape_ranges(policy):
     ranges = {policy.options(tag)[1]: policy.options(tag)[0].shape_ranges for tag in policy.result.partition_tags}
-    # decoder: from the recipe; velocity: from the export's Dim("tokens", min=2, max=512), opt = max.
+    # Both parts read the token count; the recipe's [default] gives its range.
     assert ranges["decoder"]["tokens"].to_json() == {"min": 2, "opt": 64, "max": 512}
-    assert ranges["velocity"]["tokens"].to_json() == {"min": 2, "opt": 512, "max": 512}
+    assert ranges["velocity"]["tokens"].to_json() == {"min": 2, "opt": 64, "max": 512}
 
 
 def test_dynamic_token_count_survives_edge_lowering(policy):

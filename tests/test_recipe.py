@@ -17,7 +17,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 import moe_policy  # noqa: E402
 
 EXAMPLE = {
-    "default": {"precision": "bf16", "engine_build": "auto"},
+    "default": {
+        "precision": "bf16",
+        "engine_build": "auto",
+        "shape_ranges": {"tokens": {"min": 2, "opt": 64, "max": 512}},
+    },
     "parts": {
         "velocity": {"precision": "fp16", "optimization_level": 5, "workspace_bytes": "1GiB"},
         "decoder": {
@@ -25,7 +29,6 @@ EXAMPLE = {
             "optimization_level": 3,
             "workspace_bytes": "2GiB",
             "kernel_archs": ["sm_87", "sm_90a", "sm_110"],
-            "shape_ranges": {"tokens": {"min": 2, "opt": 64, "max": 512}},
         },
     },
 }
@@ -38,7 +41,8 @@ def test_example_toml_equals_dict():
     assert from_file.default == from_dict.default
     assert from_file.parts == from_dict.parts
     assert from_file.parts["velocity"].workspace_bytes == 1 << 30
-    assert from_file.parts["decoder"].shape_ranges == {"tokens": ShapeRange(2, 64, 512)}
+    assert from_file.parts["decoder"].shape_ranges == {"tokens": ShapeRange(2, 64, 512)}  # from [default]
+    assert from_file.parts["velocity"].shape_ranges == from_file.default.shape_ranges
 
 
 def test_yaml_equals_dict(tmp_path):
