@@ -1,6 +1,9 @@
 """TensorRTPartitioner: one TensorRT engine per connected supported region of each model part.
 
-Steps, on the edge program:
+Before decompositions, a few meaning-preserving ATen rewrites keep the
+program lowerable and its token count dynamic (partitioner/rewrites.py), and
+ops_to_not_decompose keeps the non-core ops the lowering needs
+(op_support.PRESERVED_OPS). Then, on the edge program:
 1. Each node gets its part from the recipe (module path -> part name) and a
    support verdict from et_trt_backend.op_support.
 2. MoE blocks are found (partitioner/moe.py). A block whose region holds an
@@ -10,9 +13,13 @@ Steps, on the edge program:
    regions of supported nodes (it keeps each region free of cycles through
    outside nodes). Regions never span parts, so each partition has one set of
    options.
-4. Checks: every MoE block lies in exactly one partition; no op ExecuTorch
-   cannot run (aten._grouped_mm, histc, stable sorts) is left outside.
-5. Weights are tagged into the partition that uses them; each partition tag
+4. Sizes (SymInts) read by several partitions are left to ExecuTorch, which
+   passes them to each: a delegate never returns one. Checks: every MoE block
+   lies in exactly one partition (else the op on the detour is named); no op
+   ExecuTorch cannot run (aten._grouped_mm, histc, stable sorts) is left
+   outside.
+5. Only then are nodes tagged (an error leaves the program untouched).
+   Weights are tagged into the partition that uses them; each partition tag
    gets a DelegationSpec with its part's options as compile specs (shape
    ranges resolved for the dynamic dimensions its inputs carry).
 """
