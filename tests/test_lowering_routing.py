@@ -220,3 +220,30 @@ def test_dynamic_dims_keep_their_names_and_ranges():
     (tokens, _), = [spec.dims for spec in lowered.inputs]
     assert (tokens.name, tokens.min, tokens.opt, tokens.max) == ("hidden_states:0", 4, 8, 16)
     assert lowered.onnx.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "hidden_states:0"
+
+
+@pytest.mark.parametrize("high", [8, 7], ids=["max=E", "max=E-1"])
+def test_histc_of_expert_ids_counts_per_token(high):
+    class Counts(torch.nn.Module):
+        def forward(self, scores):
+            ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
+            return torch.histc(ids.float(), bins=8, min=0, max=high)
+
+    model = _onnx(Counts(), torch.randn(20, 8), dynamic_shapes=({0: torch.export.Dim("tokens", max=70000)},))
+    ops = [n.op_type for n in model.graph.node]
+    assert "ScatterElements" in ops and "Less" not in ops  # the [T, E] indicator, no bin-edge compare
+    for tokens in (1, 9, 700):
+        scores = torch.randn(tokens, 8)
+        ids = torch.topk(scores, 2, dim=-1).indices.reshape(-1)
+        (counts,) = _run(model, scores.numpy())
+        np.testing.assert_array_equal(counts, torch.histc(ids.float(), bins=8, min=0, max=high).numpy())
+
+
+def test_histc_with_other_bins_keeps_the_bin_edge_form():
+    class Counts(torch.nn.Module):
+        def forward(self, x):
+            return torch.histc(x, bins=5, min=-1.0, max=1.0)
+
+    model = _onnx(Counts(), torch.randn(50))
+    x = torch.randn(50)
+    np.testing.assert_array_equal(_run(model, x.numpy())[0], torch.histc(x, bins=5, min=-1.0, max=1.0).numpy())

@@ -59,11 +59,14 @@ def _(ids, num_bins, row_width):
 
 
 @torch.library.custom_op("et_trt_lowering::bounded_bincount", mutates_args=())
-def bounded_bincount(ids: torch.Tensor, num_bins: int) -> torch.Tensor:
-    """bincount of integers known to lie in [0, num_bins): a static output size."""
+def bounded_bincount(ids: torch.Tensor, num_bins: int, row_width: int) -> torch.Tensor:
+    """bincount of integers known to lie in [0, num_bins): a static output size.
+
+    row_width as for counting_sort: k > 1 promises [T, k] rows of distinct ids.
+    """
     return torch.nn.functional.one_hot(ids.long(), num_bins).sum(0)
 
 
 @bounded_bincount.register_fake
-def _(ids, num_bins):
+def _(ids, num_bins, row_width):
     return ids.new_empty(num_bins, dtype=torch.long)

@@ -9,7 +9,8 @@ without any change to the user's model:
 - sort/argsort of integers provably in [0, E) (they come from a top-k over E
   experts) -> `et_trt_lowering.counting_sort` (one-hot + cumsum + a scatter
   without reduction in ONNX; see translations.counting_sort for its memory).
-- bincount of such integers with minlength >= E -> `bounded_bincount`.
+- bincount of such integers with minlength >= E, and histc of them with one
+  bin per expert -> `bounded_bincount` (per-token counts for top-k ids).
 - combine `out.index_add(0, perm // k, src)` (or scatter_add / index_put with
   accumulate) where perm is a sort's permutation of T*k rows and out has T
   rows -> `out + index_put(zeros, [perm], src).view(T, k, ...).sum(1)`: a
@@ -149,11 +150,17 @@ def row_width(node) -> int:
     return k if dim in (-1, values.dim() - 1) and isinstance(k, int) else 1
 
 
-def _sort_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, bool]:
+def _arguments(node: torch.fx.Node) -> dict:
+    """The node's arguments by schema name, defaults filled in."""
     schema_args = node.target._schema.arguments
     bound = {a.name: a.default_value for a in schema_args if a.has_default_value()}
     bound.update(zip((a.name for a in schema_args), node.args))
     bound.update(node.kwargs)
+    return bound
+
+
+def _sort_args(node: torch.fx.Node) -> tuple[torch.fx.Node, int, bool]:
+    bound = _arguments(node)
     return bound["self"], bound["dim"], bound["descending"]
 
 
@@ -192,6 +199,27 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
         ctx.graph.erase_node(node)
 
 
+def rewrite_histcs(ctx: RewriteContext) -> None:
+    """histc of expert ids with one bin per expert -> bounded_bincount (per-token memory).
+
+    torch.histc(ids.float(), bins=E, min=0, max=E) or max=E - 1 puts id e in bin e.
+    Other histcs keep torchlib's form (a [N, bins + 1] comparison with the bin edges).
+    """
+    for node in list(ctx.graph.nodes):
+        if node.target is not aten.histc.default:
+            continue
+        bound = _arguments(node)
+        values, bins, low, high = bound["self"], bound["bins"], bound["min"], bound["max"]
+        if value_bins(values) != bins or low != 0 or high not in (bins, bins - 1) or bins < 2:
+            continue
+        with ctx.graph.inserting_before(node):
+            counted = ctx.call(lowering_ops.bounded_bincount.default, (values, bins, row_width(values)))
+            counted = ctx.call(aten._to_copy.default, (counted,), {"dtype": node.meta["val"].dtype})
+        node.replace_all_uses_with(counted)
+        ctx.graph.erase_node(node)
+        logger.info("histc %s: one bin per expert, counted per token", node.name)
+
+
 def rewrite_bincounts(ctx: RewriteContext) -> None:
     for node in list(ctx.graph.nodes):
         if node.target is not aten.bincount.default:
@@ -207,7 +235,7 @@ def rewrite_bincounts(ctx: RewriteContext) -> None:
                 "E experts (no weights); pass minlength=num_experts, or use torch.histc"
             )
         with ctx.graph.inserting_before(node):
-            counted = ctx.call(lowering_ops.bounded_bincount.default, (ids, minlength))
+            counted = ctx.call(lowering_ops.bounded_bincount.default, (ids, minlength, row_width(ids)))
         node.replace_all_uses_with(counted)
         ctx.graph.erase_node(node)
     _repropagate(ctx)
@@ -337,6 +365,7 @@ def rewrite(program: torch.export.ExportedProgram) -> None:
     rewrite_grouped_mms(ctx)
     rewrite_sorts(ctx)
     rewrite_combines(ctx)
+    rewrite_histcs(ctx)
     if any(n.target is aten.bincount.default for n in ctx.graph.nodes):
         rewrite_bincounts(ctx)
     ctx.graph.eliminate_dead_code()

@@ -115,40 +115,46 @@ def counting_sort(ids, num_bins: int, row_width: int):
     live together: 8.96 MB peak), everything else O(T*k + E), 2.24 MB:
     15.68 MB in all. The general form (row_width 1): one-hot and cumsum
     [N, E] float32 35.84 MB each (71.68 MB peak), the bool compare 8.96 MB,
-    the rest 2.80 MB: 83.44 MB. For scale, the routed
+    the rest 2.80 MB: 83.44 MB. Expert counts (histc / bincount of the same
+    ids, bounded_bincount) use the same [T, E] indicator. For scale, the routed
     rows themselves at hidden size 3072 in bf16 are 430 MB.
     """
     ids = op.Cast(ids, to=onnx.TensorProto.INT64)
     zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
-    if row_width > 1:
-        rows = op.Reshape(ids, op.Constant(value_ints=[-1, row_width]))  # [T, k]
-        shape = op.Concat(op.Shape(rows, start=0, end=1), op.Constant(value_ints=[num_bins]), axis=0)
-        chosen = op.ScatterElements(  # [T, E]: 1 where the token chose the expert
-            op.Expand(op.Constant(value_float=0.0), shape),
-            rows, op.Expand(op.Constant(value_float=1.0), op.Shape(rows)), axis=1)
-        earlier = op.CumSum(chosen, zero, exclusive=1)  # tokens before this one per expert
-        rank = op.Reshape(op.GatherElements(earlier, rows, axis=1), op.Constant(value_ints=[-1]))
-        counts = op.ReduceSum(chosen, [0], keepdims=0)
-    else:
-        bins = op.Constant(value=ir.tensor(np.arange(num_bins, dtype=np.int64)))
-        column = op.Unsqueeze(ids, [1])  # [N, 1]
-        one_hot = op.Cast(op.Equal(column, bins), to=onnx.TensorProto.FLOAT)  # [N, E]
-        seen = op.CumSum(one_hot, zero, exclusive=1)  # earlier rows per bin
-        rank = op.Squeeze(op.GatherElements(seen, column, axis=1), [1])
-        counts = op.ReduceSum(one_hot, [0], keepdims=0)
-    starts = op.CumSum(counts, zero, exclusive=1)
+    indicator, columns = _bin_indicator(ids, num_bins, row_width)
+    earlier = op.CumSum(indicator, zero, exclusive=1)  # earlier rows (tokens) per bin
+    rank = op.Reshape(op.GatherElements(earlier, columns, axis=1), op.Constant(value_ints=[-1]))
+    starts = op.CumSum(op.ReduceSum(indicator, [0], keepdims=0), zero, exclusive=1)
     dest = op.Cast(op.Add(op.Gather(starts, ids), rank), to=onnx.TensorProto.INT64)
     positions = op.Range(zero, op.Squeeze(op.Shape(ids), [0]), one)
     indices = op.ScatterElements(positions, dest, positions, axis=0)  # data is overwritten everywhere
     return op.Gather(ids, indices), indices
 
 
-def bounded_bincount(ids, num_bins: int):
-    """bincount of ids in [0, num_bins) with a static size: one-hot summed over rows."""
+def _bin_indicator(ids, num_bins: int, row_width: int):
+    """(indicator, columns): float32 1 where a row holds a bin, and each id's column in it.
+
+    row_width 1: [N, E] one-hot of the ids, columns [N, 1]. row_width k: ids are
+    [T, k] rows of distinct values; [T, E] with the k ones of each row scattered
+    in (no reduction needed: they are distinct), columns [T, k].
+    """
+    if row_width > 1:
+        columns = op.Reshape(ids, op.Constant(value_ints=[-1, row_width]))  # [T, k]
+        shape = op.Concat(op.Shape(columns, start=0, end=1), op.Constant(value_ints=[num_bins]), axis=0)
+        indicator = op.ScatterElements(
+            op.Expand(op.Constant(value_float=0.0), shape),
+            columns, op.Expand(op.Constant(value_float=1.0), op.Shape(columns)), axis=1)
+        return indicator, columns
     bins = op.Constant(value=ir.tensor(np.arange(num_bins, dtype=np.int64)))
-    one_hot = op.Cast(op.Equal(op.Unsqueeze(op.Cast(ids, to=onnx.TensorProto.INT64), [1]), bins),
-                      to=onnx.TensorProto.INT64)
-    return op.ReduceSum(one_hot, [0], keepdims=0)
+    columns = op.Unsqueeze(ids, [1])  # [N, 1]
+    return op.Cast(op.Equal(columns, bins), to=onnx.TensorProto.FLOAT), columns
+
+
+def bounded_bincount(ids, num_bins: int, row_width: int):
+    """bincount of ids in [0, num_bins) with a static size: the bin indicator summed over rows
+    (float32, exact below 2^24 rows), as int64."""
+    indicator, _ = _bin_indicator(op.Cast(ids, to=onnx.TensorProto.INT64), num_bins, row_width)
+    return op.Cast(op.ReduceSum(indicator, [0], keepdims=0), to=onnx.TensorProto.INT64)
 
 
 def cumsum(self, dim: int, dtype: int = -1):
