@@ -51,8 +51,6 @@ PRESERVED_OPS: list[torch._ops.OpOverload] = [
     aten.argsort.stable,
     # Not core ATen and no decomposition: expert counts.
     aten.histc.default,
-    # Decomposes to empty_permuted, which is not core ATen.
-    aten.empty_like.default,
 ]
 
 

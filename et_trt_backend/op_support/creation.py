@@ -1,7 +1,8 @@
 """Tensor creation (TensorRT Fill, Constant and Range-style layers).
 
-empty_like is lowered as zeros: its values are undefined in PyTorch, and MoE
-code fills it completely (e.g. an inverse permutation) before reading.
+empty_like is lowered as zeros: its values are undefined in PyTorch. (Through
+TensorRTPartitioner it never reaches the edge program: partitioner/rewrites.py
+turns it into zeros_like first.)
 """
 
 from __future__ import annotations
