@@ -20,16 +20,17 @@ const CudaDriver* CudaDriver::get(std::string* error) {
   static std::once_flag once;
   std::call_once(once, [] {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* why = dlerror();
-      load_error = std::string("the NVIDIA driver's libcuda.so.1 cannot be loaded (") + (why ? why : "?") +
-                   "): no NVIDIA driver on this machine";
+      load_error = std::string("cannot load the CUDA driver library libcuda.so.1 (") + (why ? why : "not found") +
+                   "); install the NVIDIA driver or add its directory to LD_LIBRARY_PATH";
       return;
     }
 #define ET_TRT_LOAD(name)                                                                   \
   driver.name = reinterpret_cast<decltype(driver.name)>(dlsym(lib, ET_TRT_SYMBOL(name)));  \
   if (driver.name == nullptr) {                                                             \
-    load_error = "libcuda.so.1 lacks " ET_TRT_SYMBOL(name) ": the NVIDIA driver is too old"; \
+    load_error = "the CUDA driver library lacks " ET_TRT_SYMBOL(name) "; update the driver";  \
     return;                                                                                 \
   }
     ET_TRT_CUDA_FUNCTIONS(ET_TRT_LOAD)
@@ -43,17 +44,23 @@ const CudaDriver* CudaDriver::get(std::string* error) {
     if (driver.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) load_error = "no CUDA GPU is visible";
   });
   if (!load_error.empty()) {
-    *error = load_error;
+    if (error) *error = load_error;
     return nullptr;
   }
   return &driver;
 }
 
-std::string CudaDriver::describe(const char* call, CUresult result) const {
+std::string CudaDriver::describe(CUresult result) const {
+  const char* name = nullptr;
   const char* text = nullptr;
-  if (cuGetErrorString != nullptr) cuGetErrorString(result, &text);
-  return std::string(call) + " failed: " + (text ? text : "unknown error") + " (CUresult " +
-         std::to_string(int(result)) + ")";
+  cuGetErrorName(result, &name);
+  cuGetErrorString(result, &text);
+  return std::string(name ? name : "CUDA error " + std::to_string(int(result))) +
+         (text ? std::string(" (") + text + ")" : "");
+}
+
+std::string CudaDriver::describe(const char* call, CUresult result) const {
+  return std::string(call) + " failed: " + describe(result);
 }
 
 }  // namespace et_trt

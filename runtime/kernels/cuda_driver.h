@@ -1,5 +1,5 @@
-// The CUDA driver API, loaded with dlopen (no libcuda at link time), for the
-// engine's stream, staging buffers and device queries.
+// The CUDA driver API, loaded with dlopen (there is no libcuda to link against
+// at build time): one table for the kernel launcher and the TensorRT engine.
 #pragma once
 
 #include <cuda.h>
@@ -9,11 +9,14 @@
 namespace et_trt {
 
 struct CudaDriver {
-#define ET_TRT_CUDA_FUNCTIONS(X)                                                                              \
-  X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent) X(cuCtxPopCurrent)             \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAlloc) X(cuMemFree)                      \
-  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuPointerGetAttribute)
+#define ET_TRT_CUDA_FUNCTIONS(X)                                                                           \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) \
+  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)     \
+  X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuStreamCreate)            \
+  X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuMemAlloc) \
+  X(cuMemFree) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuPointerGetAttribute)       \
+  X(cuLaunchKernel)
 #define ET_TRT_DECLARE(name) decltype(&::name) name = nullptr;
   ET_TRT_CUDA_FUNCTIONS(ET_TRT_DECLARE)
 #undef ET_TRT_DECLARE
@@ -22,7 +25,9 @@ struct CudaDriver {
   // *error (what is missing) if libcuda or a GPU is not there.
   static const CudaDriver* get(std::string* error);
 
-  // "cuMemAlloc failed: out of memory (CUDA_ERROR_OUT_OF_MEMORY)".
+  // "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+  std::string describe(CUresult result) const;
+  // "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
   std::string describe(const char* call, CUresult result) const;
 };
 

@@ -1,6 +1,6 @@
 #include "grouped_mm_launcher.h"
 
-#include <dlfcn.h>
+#include "cuda_driver.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,95 +10,6 @@
 
 namespace et_trt::kernels {
 namespace {
-
-// ---- libcuda, loaded at run time (there is no libcuda to link against at build time) ----
-
-#define ET_TRT_STR(x) #x
-#define ET_TRT_SYMBOL(x) ET_TRT_STR(x)  // expands cuda.h's versioning macros (cuMemAlloc -> cuMemAlloc_v2)
-
-struct Driver {
-#define ET_TRT_DRIVER_FN(name) decltype(&::name) name = nullptr;
-  ET_TRT_DRIVER_FN(cuInit)
-  ET_TRT_DRIVER_FN(cuDriverGetVersion)
-  ET_TRT_DRIVER_FN(cuGetErrorName)
-  ET_TRT_DRIVER_FN(cuGetErrorString)
-  ET_TRT_DRIVER_FN(cuCtxGetCurrent)
-  ET_TRT_DRIVER_FN(cuCtxGetDevice)
-  ET_TRT_DRIVER_FN(cuCtxPushCurrent)
-  ET_TRT_DRIVER_FN(cuCtxPopCurrent)
-  ET_TRT_DRIVER_FN(cuDeviceGetAttribute)
-  ET_TRT_DRIVER_FN(cuDeviceGetName)
-  ET_TRT_DRIVER_FN(cuModuleLoadDataEx)
-  ET_TRT_DRIVER_FN(cuModuleUnload)
-  ET_TRT_DRIVER_FN(cuModuleGetFunction)
-  ET_TRT_DRIVER_FN(cuFuncGetAttribute)
-  ET_TRT_DRIVER_FN(cuFuncSetAttribute)
-  ET_TRT_DRIVER_FN(cuOccupancyMaxActiveBlocksPerMultiprocessor)
-  ET_TRT_DRIVER_FN(cuMemAlloc)
-  ET_TRT_DRIVER_FN(cuMemFree)
-  ET_TRT_DRIVER_FN(cuMemsetD8Async)
-  ET_TRT_DRIVER_FN(cuLaunchKernel)
-#undef ET_TRT_DRIVER_FN
-};
-
-// Returns the process-wide driver table, or nullptr with *error set.
-const Driver* driver(std::string* error) {
-  static Driver table;
-  static std::string load_error;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      load_error = std::string("cannot load the CUDA driver library libcuda.so.1 (") + (why ? why : "not found") +
-                   "); install the NVIDIA driver or add its directory to LD_LIBRARY_PATH";
-      return;
-    }
-#define ET_TRT_LOAD(name)                                                                     \
-  table.name = reinterpret_cast<decltype(table.name)>(dlsym(lib, ET_TRT_SYMBOL(name)));     \
-  if (table.name == nullptr) {                                                              \
-    load_error = "the CUDA driver library lacks " ET_TRT_SYMBOL(name) "; update the driver"; \
-    return;                                                                                 \
-  }
-    ET_TRT_LOAD(cuInit)
-    ET_TRT_LOAD(cuDriverGetVersion)
-    ET_TRT_LOAD(cuGetErrorName)
-    ET_TRT_LOAD(cuGetErrorString)
-    ET_TRT_LOAD(cuCtxGetCurrent)
-    ET_TRT_LOAD(cuCtxGetDevice)
-    ET_TRT_LOAD(cuCtxPushCurrent)
-    ET_TRT_LOAD(cuCtxPopCurrent)
-    ET_TRT_LOAD(cuDeviceGetAttribute)
-    ET_TRT_LOAD(cuDeviceGetName)
-    ET_TRT_LOAD(cuModuleLoadDataEx)
-    ET_TRT_LOAD(cuModuleUnload)
-    ET_TRT_LOAD(cuModuleGetFunction)
-    ET_TRT_LOAD(cuFuncGetAttribute)
-    ET_TRT_LOAD(cuFuncSetAttribute)
-    ET_TRT_LOAD(cuOccupancyMaxActiveBlocksPerMultiprocessor)
-    ET_TRT_LOAD(cuMemAlloc)
-    ET_TRT_LOAD(cuMemFree)
-    ET_TRT_LOAD(cuMemsetD8Async)
-    ET_TRT_LOAD(cuLaunchKernel)
-#undef ET_TRT_LOAD
-    CUresult status = table.cuInit(0);
-    if (status != CUDA_SUCCESS) load_error = "cuInit failed with CUDA error " + std::to_string(status);
-  });
-  if (!load_error.empty()) {
-    if (error) *error = load_error;
-    return nullptr;
-  }
-  return &table;
-}
-
-std::string describe(const Driver& cu, CUresult status) {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  cu.cuGetErrorName(status, &name);
-  cu.cuGetErrorString(status, &text);
-  return std::string(name ? name : "CUDA error " + std::to_string(status)) + (text ? std::string(" (") + text + ")" : "");
-}
 
 bool fail(std::string* error, std::string message) {
   if (error) *error = std::move(message);
@@ -155,7 +66,7 @@ size_t round_up(size_t value, size_t align) { return align <= 1 ? value : (value
 }  // namespace
 
 struct GroupedMMLauncher::State {
-  const Driver* cu = nullptr;
+  const CudaDriver* cu = nullptr;
   CUcontext context = nullptr;
   std::string dtype;
   bool trans_b = false;
@@ -169,7 +80,7 @@ GroupedMMLauncher::GroupedMMLauncher(std::unique_ptr<State> state) : state_(std:
 
 GroupedMMLauncher::~GroupedMMLauncher() {
   if (!state_ || state_->cu == nullptr) return;
-  const Driver& cu = *state_->cu;
+  const CudaDriver& cu = *state_->cu;
   // Release in the context the modules were loaded into, whatever is current now.
   if (cu.cuCtxPushCurrent(state_->context) != CUDA_SUCCESS) return;
   if (state_->own_workspace) cu.cuMemFree(state_->own_workspace);
@@ -180,9 +91,9 @@ GroupedMMLauncher::~GroupedMMLauncher() {
 
 std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageView>& images,
                                                              std::string* error) {
-  const Driver* cu_ptr = driver(error);
+  const CudaDriver* cu_ptr = CudaDriver::get(error);
   if (cu_ptr == nullptr) return nullptr;
-  const Driver& cu = *cu_ptr;
+  const CudaDriver& cu = *cu_ptr;
   auto state = std::make_unique<State>();
   state->cu = cu_ptr;
   auto failed = [&](std::string message) -> std::unique_ptr<GroupedMMLauncher> {
@@ -280,13 +191,13 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
       return failed("the CUDA driver (version " + std::to_string(driver_version) + ") is too old for the PTX of " +
                     image->kernel + " (PTX ISA " + image->ptx_version + "); update the driver or ship a cubin for " + gpu);
     if (status != CUDA_SUCCESS)
-      return failed("cannot load " + image->kernel + " (" + image->arch + ") on " + gpu + ": " + describe(cu, status) +
+      return failed("cannot load " + image->kernel + " (" + image->arch + ") on " + gpu + ": " + cu.describe(status) +
                     (jit_log[0] ? std::string("; JIT log: ") + jit_log : std::string()));
     state->kernels.push_back(kernel);
     LoadedKernel& loaded = state->kernels.back();
     status = cu.cuModuleGetFunction(&loaded.function, loaded.module, image->entry.c_str());
     if (status != CUDA_SUCCESS)
-      return failed("image " + image->kernel + " has no entry '" + image->entry + "': " + describe(cu, status));
+      return failed("image " + image->kernel + " has no entry '" + image->entry + "': " + cu.describe(status));
 
     int max_threads = 0, registers = 0;
     cu.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, loaded.function);
@@ -299,7 +210,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
       status = cu.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, image->shared_bytes);
       if (status != CUDA_SUCCESS)
         return failed("cannot opt in to " + std::to_string(image->shared_bytes) + " bytes of shared memory for " +
-                      image->kernel + ": " + describe(cu, status));
+                      image->kernel + ": " + cu.describe(status));
     }
     int per_sm = 0;
     status = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loaded.function, loaded.threads, image->shared_bytes);
@@ -324,7 +235,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     status = cu.cuMemAlloc(&state->own_workspace, state->workspace_bytes);
     if (status != CUDA_SUCCESS)
       return failed("cannot allocate " + std::to_string(state->workspace_bytes) + " bytes of kernel scratch: " +
-                    describe(cu, status));
+                    cu.describe(status));
   }
   return std::unique_ptr<GroupedMMLauncher>(new GroupedMMLauncher(std::move(state)));
 }
@@ -338,7 +249,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
                                int64_t n, int64_t groups, bool trans_b, CUstream stream, void* workspace,
                                std::string* error) {
-  const Driver& cu = *state_->cu;
+  const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
   if (rows < 0 || k < 0 || n < 0 || groups < 0) return fail(error, "grouped_mm: negative size " + shape);
@@ -356,7 +267,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
   if (k == 0 || groups == 0) {  // no products (a, b, offs may be empty): every row is zero
     CUresult status = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(out), 0, static_cast<size_t>(rows * n * 2), stream);
-    if (status != CUDA_SUCCESS) return fail(error, "grouped_mm: zero fill failed: " + describe(cu, status));
+    if (status != CUDA_SUCCESS) return fail(error, "grouped_mm: zero fill failed: " + cu.describe(status));
     state_->last_kernel = "memset";
     return true;
   }
@@ -411,7 +322,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
                                       static_cast<unsigned>(kernel->shared_bytes), stream, args, nullptr);
   if (status != CUDA_SUCCESS)
-    return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + describe(cu, status));
+    return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + cu.describe(status));
   state_->last_kernel = kernel->name;
   return true;
 }
