@@ -70,6 +70,14 @@ class TensorOutputs final : public OutputBuffers {
   Span<EValue*> outputs_;
 };
 
+CallArg call_arg(const EValue& value) {
+  if (value.isTensor()) return {CallArg::Kind::kTensor, "Tensor"};
+  if (value.isInt()) return {CallArg::Kind::kInt, "Int"};
+  char tag[executorch::runtime::kTagNameBufferSize];
+  executorch::runtime::tag_to_string(value.tag, tag, sizeof(tag));
+  return {CallArg::Kind::kOther, tag};
+}
+
 class TensorRTBackend final : public BackendInterface {
  public:
   // Always true: the delegate itself has no requirement; init reports what a
@@ -123,18 +131,25 @@ class TensorRTBackend final : public BackendInterface {
   Error execute(BackendExecutionContext&, DelegateHandle* opaque, Span<EValue*> args) const override {
     auto* handle = static_cast<PartitionHandle*>(opaque);
     const PartitionIo& io = handle->io;
-    if (args.size() != io.inputs.size() + io.outputs.size()) {
-      ET_LOG(Error, "%s: part '%s' takes %zu inputs and %zu outputs, called with %zu values", kBackendId,
-             handle->part.c_str(), io.inputs.size(), io.outputs.size(), args.size());
+    // ExecuTorch passes the call's inputs (tensors, and Int sizes shared with
+    // other partitions), then its outputs.
+    if (args.size() < io.outputs.size()) {
+      ET_LOG(Error, "%s: part '%s' has %zu outputs, called with %zu values", kBackendId, handle->part.c_str(),
+             io.outputs.size(), args.size());
+      return Error::InvalidArgument;
+    }
+    const size_t num_input_args = args.size() - io.outputs.size();
+    std::vector<CallArg> call_args;
+    for (size_t i = 0; i < num_input_args; ++i) call_args.push_back(call_arg(*args[i]));
+    std::vector<size_t> tensor_args;
+    std::string mismatch;
+    if (!match_call_inputs(call_args, io.inputs, &tensor_args, &mismatch)) {
+      log_error(std::string(kBackendId) + ": part '" + handle->part + "': " + mismatch);
       return Error::InvalidArgument;
     }
     std::vector<InputTensor> inputs;
     for (size_t i = 0; i < io.inputs.size(); ++i) {
-      if (!args[i]->isTensor()) {
-        ET_LOG(Error, "%s: input %zu ('%s') is not a tensor", kBackendId, i, io.inputs[i].name.c_str());
-        return Error::InvalidArgument;
-      }
-      const Tensor& t = args[i]->toTensor();
+      const Tensor& t = args[tensor_args[i]]->toTensor();
       std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
       const std::string problem = check_tensor(io.inputs[i], static_cast<blob::DType>(t.scalar_type()), shape);
       if (!problem.empty()) {
@@ -150,14 +165,14 @@ class TensorRTBackend final : public BackendInterface {
       inputs.push_back({t.const_data_ptr(), t.nbytes(), std::move(shape)});
     }
     for (size_t i = 0; i < io.outputs.size(); ++i) {
-      EValue* out = args[io.inputs.size() + i];
+      EValue* out = args[num_input_args + i];
       if (!out->isTensor() || static_cast<blob::DType>(out->toTensor().scalar_type()) != io.outputs[i].dtype) {
         ET_LOG(Error, "%s: output %zu ('%s') must be a %s tensor", kBackendId, i, io.outputs[i].name.c_str(),
                dtype_name(io.outputs[i].dtype).c_str());
         return Error::InvalidArgument;
       }
     }
-    TensorOutputs outputs(io, Span<EValue*>(args.data() + io.inputs.size(), io.outputs.size()));
+    TensorOutputs outputs(io, Span<EValue*>(args.data() + num_input_args, io.outputs.size()));
     std::string error;
     if (!handle->engine->execute(inputs, outputs, &error)) {
       log_error(std::string(kBackendId) + ": part '" + handle->part + "': " + error);

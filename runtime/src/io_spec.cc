@@ -17,6 +17,11 @@ std::vector<IoSpec> copy_specs(const flatbuffers::Vector<flatbuffers::Offset<blo
   return out;
 }
 
+// "1 input", "2 inputs".
+std::string counted(size_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 }  // namespace
 
 PartitionIo partition_io(const blob::Blob& blob) {
@@ -74,6 +79,32 @@ std::string check_tensor(const IoSpec& spec, blob::DType dtype, const std::vecto
     }
   }
   return "";
+}
+
+bool match_call_inputs(const std::vector<CallArg>& args, const std::vector<IoSpec>& inputs,
+                       std::vector<size_t>* tensor_args, std::string* error) {
+  tensor_args->clear();
+  size_t ints = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    switch (args[i].kind) {
+      case CallArg::Kind::kTensor: tensor_args->push_back(i); break;
+      case CallArg::Kind::kInt: ++ints; break;
+      case CallArg::Kind::kOther:
+        *error = "input argument " + std::to_string(i) + " is a " + args[i].type +
+                 "; the delegate takes tensors and integer sizes only (re-export with this runtime's lowering)";
+        return false;
+    }
+  }
+  if (tensor_args->size() != inputs.size()) {
+    std::string names;
+    for (const IoSpec& spec : inputs) names += (names.empty() ? "'" : ", '") + spec.name + "'";
+    *error = "the blob has " + counted(inputs.size(), "input") + " (" + (names.empty() ? "none" : names) +
+             ") but the call passes " + counted(tensor_args->size(), "tensor argument") + " (and " +
+             counted(ints, "integer argument") + ", skipped); the .pte does not match its delegate " +
+             "blob (re-export it)";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace et_trt

@@ -33,6 +33,25 @@ PartitionIo partition_io(const blob::Blob& blob);
 // the tensor, what was expected and what was given.
 std::string check_tensor(const IoSpec& spec, blob::DType dtype, const std::vector<int64_t>& shape);
 
+// One input argument of a delegate call, as far as matching needs to know it.
+// Where partitions share a dynamic size (e.g. the token count), ExecuTorch
+// computes it once and passes it to each delegate as an Int argument next to
+// the tensors; the blob lists only the tensor arguments, because the engine
+// recomputes sizes from its inputs' shapes.
+struct CallArg {
+  enum class Kind { kTensor, kInt, kOther };
+  Kind kind;
+  std::string type;  // what the caller passed, for messages (e.g. "Double")
+};
+
+// Matches a delegate call's input arguments (those before its outputs) to the
+// blob's `inputs`: Int arguments are skipped, tensors are taken in order. On
+// success `tensor_args[i]` is the argument index feeding blob input i; else
+// false with `error` naming the problem (an argument kind the delegate cannot
+// take, or a tensor count other than the blob's input count).
+bool match_call_inputs(const std::vector<CallArg>& args, const std::vector<IoSpec>& inputs,
+                       std::vector<size_t>* tensor_args, std::string* error);
+
 std::string shape_string(const std::vector<int64_t>& shape);
 std::string spec_string(const IoSpec& spec);
 

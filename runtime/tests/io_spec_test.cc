@@ -38,5 +38,62 @@ TEST(IoSpec, RefusesStaticDimMismatch) {
   EXPECT_NE(e.find("expected bf16[tokens in 2..512, 16], got bf16[8, 15]"), std::string::npos) << e;
 }
 
+// The delegate call's input arguments against the blob's inputs: Int sizes
+// shared between partitions are skipped, tensors are matched in order.
+std::vector<IoSpec> obs_and_state() {
+  return {tokens_by_16(), {"state", blob::DType::Float32, {{8, "state:0", 8, 8, 8}}}};
+}
+
+const CallArg kTensor{CallArg::Kind::kTensor, "Tensor"};
+const CallArg kInt{CallArg::Kind::kInt, "Int"};
+
+TEST(CallInputs, TensorsOnlyMatchInOrder) {
+  std::vector<size_t> tensor_args{99};  // replaced, not appended to
+  std::string error;
+  ASSERT_TRUE(match_call_inputs({kTensor, kTensor}, obs_and_state(), &tensor_args, &error)) << error;
+  EXPECT_EQ(tensor_args, (std::vector<size_t>{0, 1}));
+}
+
+TEST(CallInputs, IntArgumentsAreSkipped) {
+  std::vector<size_t> tensor_args;
+  std::string error;
+  ASSERT_TRUE(match_call_inputs({kInt, kTensor, kInt, kTensor, kInt}, obs_and_state(), &tensor_args, &error))
+      << error;
+  EXPECT_EQ(tensor_args, (std::vector<size_t>{1, 3}));
+  ASSERT_TRUE(match_call_inputs({kTensor, kTensor, kInt}, obs_and_state(), &tensor_args, &error));
+  EXPECT_EQ(tensor_args, (std::vector<size_t>{0, 1}));
+}
+
+TEST(CallInputs, RefusesAnotherTensorCountNamingBothCounts) {
+  std::vector<size_t> tensor_args;
+  std::string error;
+  EXPECT_FALSE(match_call_inputs({kTensor, kInt}, obs_and_state(), &tensor_args, &error));
+  EXPECT_NE(error.find("the blob has 2 inputs ('obs', 'state') but the call passes 1 tensor argument (and 1 "
+                       "integer argument, skipped)"),
+            std::string::npos)
+      << error;
+  error.clear();
+  EXPECT_FALSE(match_call_inputs({kTensor, kTensor, kTensor}, obs_and_state(), &tensor_args, &error));
+  EXPECT_NE(error.find("has 2 inputs ('obs', 'state') but the call passes 3 tensor arguments"),
+            std::string::npos)
+      << error;
+  // Ints never stand in for a missing tensor.
+  error.clear();
+  EXPECT_FALSE(match_call_inputs({kInt, kInt}, obs_and_state(), &tensor_args, &error));
+  EXPECT_NE(error.find("the call passes 0 tensor arguments (and 2 integer arguments"),
+            std::string::npos)
+      << error;
+}
+
+TEST(CallInputs, RefusesOtherArgumentKindsNamingThem) {
+  std::vector<size_t> tensor_args;
+  std::string error;
+  EXPECT_FALSE(match_call_inputs({kTensor, {CallArg::Kind::kOther, "Double"}, kTensor}, obs_and_state(),
+                                 &tensor_args, &error));
+  EXPECT_NE(error.find("input argument 1 is a Double; the delegate takes tensors and integer sizes only"),
+            std::string::npos)
+      << error;
+}
+
 }  // namespace
 }  // namespace et_trt
