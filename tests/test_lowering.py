@@ -19,8 +19,8 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 
 from et_trt_backend.backend import TensorRTBackend  # noqa: F401  (registers the backend by name)
-from et_trt_backend.lowering import reference
-from et_trt_backend.options import CompileOptions
+from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
+from et_trt_backend.options import CompileOptions, ShapeRange
 from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
 
@@ -68,7 +68,11 @@ def lower(model, tokens: int, dynamic: bool, options: CompileOptions):
 
 def lower_program(ep: torch.export.ExportedProgram, partitioner: Partitioner):
     """(edge program, blob contents) of every partition of `ep` lowered through preprocess."""
-    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    return delegated_parts(to_edge_transform_and_lower(ep, partitioner=[partitioner]))
+
+
+def delegated_parts(edge):
+    """(edge program, blob contents) of every delegate in a lowered edge manager."""
     gm = edge.exported_program().graph_module
     return [(m.original_module, blob.deserialize(m.processed_bytes))
             for name, m in gm.named_children() if name.startswith("lowered_module")]
@@ -95,8 +99,15 @@ class _Float32Twin(torch.fx.Interpreter):
         return node.target(*args, **kwargs)
 
 
+def _tensor_user_inputs(program: torch.export.ExportedProgram) -> list[str]:
+    """The partition's tensor arguments, in order: what the blob's inputs list."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    return [name for name in program.graph_signature.user_inputs
+            if isinstance(placeholders[name].meta["val"], torch.Tensor)]
+
+
 def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The partition's edge program, run as a float32 twin (see _Float32Twin)."""
+    """The partition's edge program, run as a float32 twin (see _Float32Twin), on its tensor arguments."""
     sig = program.graph_signature
     named = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
     constants = {**program.state_dict, **program.constants}
@@ -106,8 +117,17 @@ def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[to
             constant_nodes.add(node)
         elif node.op == "call_function" and node.all_input_nodes and set(node.all_input_nodes) <= constant_nodes:
             constant_nodes.add(node)
-    user = iter(inputs)
-    args = [constants[named[spec.arg.name]] if spec.arg.name in named else next(user) for spec in sig.input_specs]
+    user = dict(zip(_tensor_user_inputs(program), inputs))
+    args = [constants[named[spec.arg.name]] if spec.arg.name in named else user.get(spec.arg.name)
+            for spec in sig.input_specs]
+    # Integer inputs (sizes ExecuTorch passes to several delegates): the size of a tensor input.
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for i, spec in enumerate(sig.input_specs):
+        size = placeholders[spec.arg.name].meta["val"]
+        if isinstance(size, torch.SymInt):
+            args[i] = next(user[name].shape[axis] for name in user
+                           for axis, dim in enumerate(placeholders[name].meta["val"].shape)
+                           if isinstance(dim, torch.SymInt) and dim.node.expr == size.node.expr)
     with torch.no_grad():
         outputs = _Float32Twin(program.graph_module, constant_nodes).run(*args)
     return [out.float() for out in outputs]
@@ -118,6 +138,7 @@ def _shape(spec: blob.TensorSpec, tokens: int) -> list[int]:
 
 
 def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: int) -> None:
+    assert [spec.name for spec in contents.inputs] == _tensor_user_inputs(program)
     model = reference.to_float32(onnx.ModelProto.FromString(contents.onnx))
     inputs = [torch.randn(_shape(spec, tokens)) for spec in contents.inputs]
     expected = run_partition_float32(program, inputs)
@@ -145,3 +166,35 @@ def test_static_tokens_match_pytorch():
     (program, contents), = lower(_MoE("index_add").eval(), 7, False, options)
     assert all(d.size is not None for spec in contents.inputs + contents.outputs for d in spec.dims)
     assert_onnx_matches_partition(program, contents, 7)
+
+
+class _SizeArgument(torch.nn.Module):
+    """Takes a size as an integer argument, as a delegate does when ExecuTorch shares it."""
+
+    def forward(self, w, n: int, x):
+        torch._check(n == x.shape[0])
+        return x.view(n, 2, -1).sum(1) * w + n
+
+
+def test_integer_input_is_recomputed_from_a_tensor_input():
+    shapes = (None, torch.export.Dim.DYNAMIC, {0: torch.export.Dim.DYNAMIC})
+    ep = torch.export.export(_SizeArgument(), (torch.randn(3), 5, torch.randn(5, 6)), dynamic_shapes=shapes)
+    lowered = lower_to_onnx(ep, CompileOptions(shape_ranges={"x:0": ShapeRange(1, 8, 64)}))
+    assert [spec.name for spec in lowered.inputs] == ["w", "x"]  # tensor arguments only, in order
+    assert [i.name for i in lowered.onnx.graph.input] == ["w", "x"]
+    session = reference.evaluator(lowered.onnx)
+    for tokens in (1, 7, 64):
+        w, x = torch.randn(3), torch.randn(tokens, 6)
+        (got,) = session.run(None, {"w": w.numpy(), "x": x.numpy()})
+        np.testing.assert_allclose(got, _SizeArgument()(w, tokens, x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_integer_input_no_tensor_carries_is_refused():
+    class Scale(torch.nn.Module):
+        def forward(self, x, n: int):
+            return x * n
+
+    shapes = ({0: torch.export.Dim("tokens", max=64)}, torch.export.Dim.DYNAMIC)
+    ep = torch.export.export(Scale(), (torch.randn(3, 4), 5), dynamic_shapes=shapes)
+    with pytest.raises(LoweringError, match=r"input 'n' is an integer .* no tensor input .* \['x'\]"):
+        lower_to_onnx(ep, CompileOptions())

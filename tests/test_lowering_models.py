@@ -13,12 +13,13 @@ import onnx
 import onnx.numpy_helper
 import pytest
 import torch
+from executorch.exir import to_edge_transform_and_lower
 
 import moe_models
 from et_trt_backend.lowering.to_aten import aten_target
 from et_trt_backend.options import ShapeRange
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import _shape, assert_onnx_matches_partition, lower_program
+from test_lowering import _shape, assert_onnx_matches_partition, delegated_parts, lower_program
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENS = (1, 7, 100, 4096)
@@ -65,11 +66,31 @@ def test_transformers_moe_blocks(name):
     _check(_export(moe_models.hf_moe_block(name), batch=True), tokens=(1, 7, 100))
 
 
-def test_moe_stack_partitions_each_match():
-    # Static tokens: with dynamic ones the second partition takes the token count as a SymInt
-    # input, which no TensorRT engine can take (the lowering refuses it with a clear error).
+def test_moe_stack_partitions_each_match_static_tokens():
     parts = _check(_export(moe_models.bf16(moe_models.MoEStack()), tokens=7, dynamic=False), tokens=(7,))
     assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+
+
+def test_moe_stack_shares_the_dynamic_token_count():
+    # ExecuTorch computes the token count once and passes it to both delegates as an integer
+    # argument; each engine recomputes it from its tensor input (Shape -> Gather), so the blob lists
+    # the tensor arguments only.
+    edge = to_edge_transform_and_lower(
+        _export(moe_models.bf16(moe_models.MoEStack())), partitioner=[TensorRTPartitioner(DENSE)])
+    edge.to_executorch()
+    parts = delegated_parts(edge)
+    assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+    for program, contents in parts:
+        placeholders = {n.name: n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"}
+        user = program.graph_signature.user_inputs
+        assert any(isinstance(placeholders[name], torch.SymInt) for name in user)
+        (spec,) = contents.inputs
+        assert isinstance(placeholders[spec.name], torch.Tensor) and spec.dims[0].name == "tokens"
+        graph = onnx.ModelProto.FromString(contents.onnx).graph
+        assert [i.name for i in graph.input] == [spec.name]
+        assert "Shape" in {n.op_type for n in graph.node}
+        for count in TOKENS:
+            assert_onnx_matches_partition(program, contents, count)
 
 
 def test_static_tokens_and_the_kernel_form():

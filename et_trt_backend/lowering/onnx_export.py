@@ -3,7 +3,8 @@
 The result names its dynamic dimensions as the user named them (the
 torch.export Dim name, else "input:axis") and gives each its range: from
 CompileOptions.shape_ranges when set there, else the program's range
-constraints. Weights are ONNX initializers, stored once, as the model holds
+constraints. Integer (SymInt) inputs are recomputed from tensor inputs
+(size_inputs.py). Weights are ONNX initializers, stored once, as the model holds
 them (grouped GEMM weights are not transposed: GroupedMM takes trans_b).
 """
 
@@ -24,6 +25,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec
 
 from . import rewrites, translations
 from .errors import LoweringError
+from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
 
 logger = logging.getLogger(__name__)
@@ -77,8 +79,8 @@ def _dim_names(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, list
         if not isinstance(value, torch.Tensor):
             raise LoweringError(
                 f"partition input '{node.name}' is a {type(value).__name__} ({value}), not a tensor; a "
-                "TensorRT engine takes tensors only. The partitioner should compute such sizes inside the "
-                "partition (e.g. keep sym_size with the tensor it reads)"
+                "TensorRT engine takes tensors only (and integer sizes that a tensor input carries). The "
+                "partitioner should compute such values inside the partition"
             )
         for axis, size in enumerate(value.shape):
             if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
@@ -204,6 +206,7 @@ def has_translation(target) -> bool:
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     """The partition as TensorRT-parseable ONNX, with its IO specs."""
     program = to_aten_program(edge_program)
+    inline_size_inputs(program)
     rewrites.rewrite(program)
     names = _dim_names(program)
     ranges = _ranges(program, names, options)
