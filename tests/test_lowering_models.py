@@ -199,3 +199,24 @@ def test_bf16_onnx_matches_bf16_partition(name):
     (program, contents), = lower_program(_export(build(), batch=batch), TensorRTPartitioner(DENSE))
     for tokens in TOKENS:
         assert_bf16_onnx_matches_partition(program, contents, tokens)
+
+
+class _Top1MaxRouter(moe_models.GroupedMoE):
+    """Top-1 routing by max without keepdim: ids [T], one row per token."""
+
+    def route(self, x):
+        weights, ids = self.gate(x).float().softmax(-1).max(dim=-1)
+        return weights.to(x.dtype), ids
+
+
+def test_top1_max_router_beyond_the_topk_limit_is_one_partition():
+    # 4096 rows > TensorRT's TopK limit: the expert-id sort and the index_add combine are the counting
+    # sort and the top-k combine for a max router too, in the partitioner's rules and in the lowering.
+    model = moe_models.bf16(_Top1MaxRouter(top_k=1, combine="index_add"))
+    edge = to_edge_transform_and_lower(_export(model), partitioner=[TensorRTPartitioner(DENSE)])
+    outside = [n.target for n in edge.exported_program().graph.nodes if n.op == "call_function"
+               and n.target is not torch.ops.higher_order.executorch_call_delegate and n.target.__name__ != "getitem"]
+    assert outside == []
+    (program, contents), = delegated_parts(edge)
+    for count in (7, 4096):
+        assert_onnx_matches_partition(program, contents, count)

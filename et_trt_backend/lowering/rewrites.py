@@ -28,6 +28,8 @@ import re
 import torch
 from torch._guards import detect_fake_mode
 
+from et_trt_backend.op_support.routing import integer_key_bound
+
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError
 
@@ -107,35 +109,6 @@ class RewriteContext:
         return node
 
 
-def value_bins(node) -> int | None:
-    """E when `node` holds integers in [0, E) (top-k / max / argmax indices over E entries), else None."""
-    while isinstance(node, torch.fx.Node):
-        if node.target is aten.argmax.default and node.args[1:2] not in ((), (None,)):
-            size = node.args[0].meta["val"].shape[node.args[1]]
-            return size if isinstance(size, int) else None
-        if node.target is aten._to_copy.default and node.kwargs.get("dtype") in (torch.bfloat16, torch.float16):
-            return None  # ids above 256 / 2048 would round
-        if node.target in _VALUE_PRESERVING:
-            node = node.args[0]
-        elif node.target is operator.getitem and node.args[1] in (0, 1):
-            source, item = node.args
-            if source.target in (aten.topk.default, aten.max.dim) and item == 1:
-                # indices along `dim` of a top-k / max: integers in [0, size of dim)
-                values = source.args[0].meta["val"]
-                default_dim = -1 if source.target is aten.topk.default else 0
-                dim_index = 2 if source.target is aten.topk.default else 1
-                dim = source.args[dim_index] if len(source.args) > dim_index else source.kwargs.get("dim", default_dim)
-                size = values.shape[dim]
-                return size if isinstance(size, int) else None
-            if source.target in _SORTS | {lowering_ops.counting_sort.default} and item == 0:
-                node = source.args[0]
-            else:
-                return None
-        else:
-            return None
-    return None
-
-
 def row_width(node) -> int:
     """k when `node` is top-k indices [..., k] (distinct within each row) flattened to 1-D, else 1."""
     while isinstance(node, torch.fx.Node) and node.target in _FLATTENING:
@@ -175,7 +148,7 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
         ids, dim, descending = _sort_args(node)
         shape = ids.meta["val"].shape
         size = shape[dim] if shape else 1
-        bins = value_bins(ids)
+        bins = integer_key_bound(ids)
         if len(shape) == 1 and not descending and bins is not None:
             width = row_width(ids)
             sort, args = lowering_ops.counting_sort.default, (ids, bins, width)
@@ -210,7 +183,7 @@ def rewrite_histcs(ctx: RewriteContext) -> None:
             continue
         bound = _arguments(node)
         values, bins, low, high = bound["self"], bound["bins"], bound["min"], bound["max"]
-        if value_bins(values) != bins or low != 0 or high not in (bins, bins - 1) or bins < 2:
+        if integer_key_bound(values) != bins or low != 0 or high not in (bins, bins - 1) or bins < 2:
             continue
         with ctx.graph.inserting_before(node):
             counted = ctx.call(lowering_ops.bounded_bincount.default, (values, bins, row_width(values)))
@@ -227,7 +200,7 @@ def rewrite_bincounts(ctx: RewriteContext) -> None:
         ids = node.args[0]
         weights = node.args[1] if len(node.args) > 1 else node.kwargs.get("weights")
         minlength = node.args[2] if len(node.args) > 2 else node.kwargs.get("minlength", 0)
-        bins = value_bins(ids)
+        bins = integer_key_bound(ids)
         if weights is not None or bins is None or minlength < bins:
             raise LoweringError(
                 f"bincount ({node.name}) at {source_line(node)}: its output size depends on the data, "
@@ -363,10 +336,11 @@ def rewrite(program: torch.export.ExportedProgram) -> None:
     """Apply every rewrite to an ATen program (in place) and drop dead nodes."""
     ctx = RewriteContext(program)
     rewrite_grouped_mms(ctx)
-    rewrite_sorts(ctx)
-    rewrite_combines(ctx)
+    # Counts first: integer_key_bound follows a sort's values back to the router, not a counting sort's.
     rewrite_histcs(ctx)
     if any(n.target is aten.bincount.default for n in ctx.graph.nodes):
         rewrite_bincounts(ctx)
+    rewrite_sorts(ctx)
+    rewrite_combines(ctx)
     ctx.graph.eliminate_dead_code()
     program.graph_module.recompile()

@@ -59,6 +59,17 @@ _VALUE_PRESERVING = {
     torch.ops.dim_order_ops._to_dim_order_copy.default,
     torch.ops.dim_order_ops._clone_dim_order.default,
 }
+# Ops whose output holds some of their input's values (a subset, reshape or cast):
+# integers in [0, E) stay in [0, E). Edge (`*_copy`) and ATen forms, for the
+# partitioner's edge graphs and the lowering's ATen graphs.
+_VALUE_SUBSET = _VALUE_PRESERVING | {
+    aten.reshape.default, aten._unsafe_view.default, aten.alias.default, aten.detach.default,
+    aten.contiguous.default, aten.permute.default, aten.transpose.int, aten.t.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.squeeze_copy.dim,
+    aten.squeeze_copy.dims, aten.squeeze_copy.default, aten.unsqueeze.default, aten.unsqueeze_copy.default,
+    aten.expand.default, aten.expand_copy.default, aten.select.int, aten.select_copy.int,
+    aten.slice.Tensor, aten.slice_copy.Tensor, aten.transpose_copy.int, aten.t_copy.default,
+}
 # Ops that broadcast a row index over the features (scatter_add's index).
 _BROADCASTING = {
     aten.expand_copy.default,
@@ -111,15 +122,22 @@ def _router_indices(node: object) -> tuple[Node, int] | None:
 def integer_key_bound(key: object) -> int | None:
     """E when `key` holds expert ids (integers in [0, E) from the router), else None.
 
-    Follows reshapes and casts back to the indices of a top-k, max or argmax
-    over a static dimension of size E.
+    Follows reshapes, subsets, casts and a sort's values back to the indices of
+    a top-k, max or argmax over a static dimension of size E. The lowering's
+    rewrites use it too (on ATen graphs), so both accept the same routers.
     """
     node = key
-    while _target(node) in _VALUE_PRESERVING:
-        if _target(node) in (aten._to_copy.default, torch.ops.dim_order_ops._to_dim_order_copy.default):
+    while True:
+        target = _target(node)
+        if target in (aten._to_copy.default, torch.ops.dim_order_ops._to_dim_order_copy.default):
             if node.kwargs.get("dtype") in _NARROW_FLOATS:
                 return None
-        node = node.args[0]
+        if target in _VALUE_SUBSET:
+            node = node.args[0]
+        elif target is operator.getitem and node.args[1] == 0 and _target(node.args[0]) in _SORTS:
+            node = node.args[0].args[0]  # sorted values of expert ids are expert ids
+        else:
+            break
     found = _router_indices(node)
     if found is None:
         return None
@@ -130,11 +148,13 @@ def integer_key_bound(key: object) -> int | None:
 
 
 def topk_width(key: object) -> int | None:
-    """k when `key` is top-k indices [..., k] (possibly flattened), else None."""
+    """k when `key` is top-k indices [..., k] (possibly flattened), 1 for max / argmax indices, else None."""
     node = _strip(key, _VALUE_PRESERVING)
     found = _router_indices(node)
     if found is None:
         return None
+    if _target(found[0]) is not aten.topk.default:
+        return 1  # one index per row, whatever the shape (max / argmax with or without keepdim)
     width = node.meta["val"].shape[-1] if node.meta["val"].dim() else 1
     return width if is_static(width) else None
 
