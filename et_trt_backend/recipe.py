@@ -105,17 +105,22 @@ def dynamic_dims(program: ExportedProgram) -> dict[str, DynamicDim]:
                 continue
             symbol = str(size.node.expr)
             dim_names, axis_names = found.setdefault(symbol, ([], []))
+            # The symbol's sources name it as the exported model does (its Dim name, its inputs' axes),
+            # also in a partition whose inputs are named otherwise.
+            shape_env = size.node.shape_env
+            for source in shape_env.var_to_sources.get(size.node.expr, []):
+                dim_name = shape_env.source_name_to_debug_name.get(source.name)
+                if dim_name and dim_name not in dim_names:
+                    dim_names.append(dim_name)
+                if hasattr(source, "idx") and hasattr(getattr(source, "base", None), "local_name"):
+                    axis_names.append(f"{source.base.local_name}:{source.idx}")
             axis_names.append(f"{node.name}:{axis}")
-            debug = getattr(size.node.shape_env, "source_name_to_debug_name", {})
-            dim_name = debug.get(f"L['{node.name}'].size()[{axis}]")
-            if dim_name and dim_name not in dim_names:
-                dim_names.append(dim_name)
     dims = {}
     for symbol, (dim_names, axis_names) in found.items():
         vr = ranges.get(symbol)
         lo = _bound(vr.lower) if vr is not None else None
         hi = _bound(vr.upper) if vr is not None else None
-        dims[symbol] = DynamicDim(symbol, tuple(dim_names + axis_names), max(lo or 1, 1), hi)
+        dims[symbol] = DynamicDim(symbol, tuple(dict.fromkeys(dim_names + axis_names)), max(lo or 1, 1), hi)
     return dims
 
 

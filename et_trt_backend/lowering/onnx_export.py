@@ -18,9 +18,9 @@ import re
 import onnx
 import sympy
 import torch
-from torch.utils._sympy.numbers import int_oo
 
 from et_trt_backend.options import CompileOptions
+from et_trt_backend.recipe import dynamic_dims
 from et_trt_backend.serialization.blob import DimSpec, TensorSpec
 
 from . import rewrites, translations
@@ -67,54 +67,37 @@ class _DynamicDim:
     max: int
 
 
-def _dim_names(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, list[str]]:
-    """Each input symbol's names, as recipes name it: its torch.export Dim name when the program
-    records it, then "input:axis" of the exported model's inputs, then of this partition's."""
-    names: dict[sympy.Symbol, list[str]] = {}
+def _check_tensor_inputs(program: torch.export.ExportedProgram) -> None:
     user_inputs = set(program.graph_signature.user_inputs)
     for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in user_inputs:
-            continue
-        value = node.meta["val"]
-        if not isinstance(value, torch.Tensor):
+        value = node.meta.get("val")
+        if node.op == "placeholder" and node.name in user_inputs and not isinstance(value, torch.Tensor):
             raise LoweringError(
                 f"partition input '{node.name}' is a {type(value).__name__} ({value}), not a tensor; a "
                 "TensorRT engine takes tensors only (and integer sizes that a tensor input carries). The "
                 "partitioner should compute such values inside the partition"
             )
-        for axis, size in enumerate(value.shape):
-            if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
-                continue
-            symbol = size.node.expr
-            shape_env = size.node.shape_env
-            sources = shape_env.var_to_sources.get(symbol, [])
-            found = [shape_env.source_name_to_debug_name.get(src.name) for src in sources]
-            found += [f"{src.base.local_name}:{src.idx}" for src in sources
-                      if hasattr(src, "idx") and hasattr(getattr(src, "base", None), "local_name")]
-            found.append(f"{node.name}:{axis}")
-            names.setdefault(symbol, [])
-            names[symbol] += [n for n in found if n and n not in names[symbol]]
-    return names
 
 
-def _ranges(program, names: dict[sympy.Symbol, list[str]], options: CompileOptions) -> dict[sympy.Symbol, _DynamicDim]:
+def _ranges(program, options: CompileOptions) -> dict[str, _DynamicDim]:
+    """Each input symbol's name and profile, by symbol name. Names as recipes name the symbol
+    (recipe.dynamic_dims): its torch.export Dim name, then "input:axis" of the exported model's
+    inputs, then of this partition's."""
+    dims = dynamic_dims(program)
     ranges = {}
-    for symbol, aliases in names.items():
-        name = aliases[0]
-        given = next((options.shape_ranges[a] for a in aliases if a in options.shape_ranges), None)
+    for symbol, dim in dims.items():
+        given = next((options.shape_ranges[a] for a in dim.names if a in options.shape_ranges), None)
         if given is not None:
-            ranges[symbol] = _DynamicDim(name, given.min, given.opt, given.max)
+            ranges[symbol] = _DynamicDim(dim.name, given.min, given.opt, given.max)
             continue
-        bounds = program.range_constraints.get(symbol)
-        if bounds is None or bounds.upper is int_oo or not bounds.upper.is_finite:
+        if dim.max is None:
             raise LoweringError(
-                f"dynamic dimension '{name}' has no upper bound; give it one with "
-                f"torch.export.Dim('{name}', max=...) or the recipe option shape_ranges.{name} = "
+                f"dynamic dimension '{dim.name}' has no upper bound; give it one with "
+                f"torch.export.Dim('{dim.name}', max=...) or the recipe option shape_ranges.{dim.name} = "
                 "{min = ..., opt = ..., max = ...}"
             )
-        lo, hi = max(int(bounds.lower), 1), int(bounds.upper)
-        ranges[symbol] = _DynamicDim(name, lo, hi, hi)
-    known = {a for aliases in names.values() for a in aliases}
+        ranges[symbol] = _DynamicDim(dim.name, dim.min, dim.max, dim.max)
+    known = {a for dim in dims.values() for a in dim.names}
     unused = sorted(set(options.shape_ranges) - known)
     if unused:
         logger.info("shape_ranges %s name no dynamic dimension of this partition (it has %s)",
@@ -171,8 +154,8 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
             uses.append(GroupedMMUse(dtype, bool(node.args[3])))
             continue
         rows = a.shape[0]
-        rows_opt = rows if isinstance(rows, int) else int(
-            sympy.sympify(rows.node.expr).subs({s: r.opt for s, r in ranges.items()}))
+        expr = sympy.sympify(rows if isinstance(rows, int) else rows.node.expr)
+        rows_opt = int(expr.subs({s: ranges[str(s)].opt for s in expr.free_symbols}))
         groups, k = b.shape[0], a.shape[1]
         n = b.shape[-2] if node.args[3] else b.shape[-1]
         grouped = rows_opt * k * n
@@ -208,8 +191,8 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
     program = to_aten_program(edge_program)
     inline_size_inputs(program)
     rewrites.rewrite(program)
-    names = _dim_names(program)
-    ranges = _ranges(program, names, options)
+    _check_tensor_inputs(program)
+    ranges = _ranges(program, options)
     kernel = options.grouped_gemm_kernel
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)
 
@@ -224,8 +207,7 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
         verbose=False,
     )
     model = onnx_program.model_proto
-    by_symbol = {str(s): d for s, d in ranges.items()}
-    inputs = _tensor_specs(model.graph.input, by_symbol)
-    outputs = _tensor_specs(model.graph.output, by_symbol)
-    _rename_dims(model, by_symbol)
+    inputs = _tensor_specs(model.graph.input, ranges)
+    outputs = _tensor_specs(model.graph.output, ranges)
+    _rename_dims(model, ranges)
     return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms)
