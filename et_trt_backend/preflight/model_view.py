@@ -42,6 +42,11 @@ def source_of(node: onnx.NodeProto) -> str:
     return ""
 
 
+def is_standard_op(node: onnx.NodeProto) -> bool:
+    """Whether the node is a default-domain ONNX operator (not a custom op)."""
+    return node.domain in ("", "ai.onnx")
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeRef:
     node: onnx.NodeProto
@@ -79,7 +84,7 @@ class ModelView:
         for index, node in enumerate(graph.node):
             self.nodes.append(NodeRef(node, index, path))
             self.used.update(name for name in node.input if name)
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            if node.op_type == "Constant" and is_standard_op(node):
                 tensor = _constant_tensor(node)
                 if tensor is not None and node.output:
                     self.constants[node.output[0]] = tensor

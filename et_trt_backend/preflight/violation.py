@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from et_trt_backend.preflight.model_view import NodeRef, source_of
+from et_trt_backend.preflight.model_view import NodeRef, is_standard_op, source_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Violation:
     @classmethod
     def at(cls, rule: str, ref: NodeRef, message: str) -> "Violation":
         node = ref.node
-        op_type = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        op_type = node.op_type if is_standard_op(node) else f"{node.domain}::{node.op_type}"
         return cls(rule, ref.label, op_type, message, source_of(node))
 
     def __str__(self) -> str:

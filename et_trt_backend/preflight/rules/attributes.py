@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from onnx import helper
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "attributes"
@@ -17,7 +17,7 @@ RULE = "attributes"
 def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
-        if node.domain not in ("", "ai.onnx"):
+        if not is_standard_op(node):
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         for (op, name), (allowed, default) in trt.ATTRIBUTE_VALUES.items():

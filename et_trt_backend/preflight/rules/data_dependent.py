@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView, NodeRef
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op, NodeRef
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "data_dependent"
@@ -30,7 +30,7 @@ def check(view: ModelView) -> Iterator[Violation]:
     input_dims = {d for v in graph.input for d in (view.shape(v.name) or []) if isinstance(d, str)}
     for ref in view:
         node = ref.node
-        if node.domain not in ("", "ai.onnx") or node.op_type not in trt.DATA_DEPENDENT_OPS or ref.graph != "main":
+        if not is_standard_op(node) or node.op_type not in trt.DATA_DEPENDENT_OPS or ref.graph != "main":
             continue
         reached = _downstream(list(node.output), consumers)
         for output in graph.output:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "dtypes"
@@ -17,7 +17,7 @@ def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
         allowed = trt.SUPPORTED_OPS.get(node.op_type)
-        if node.domain not in ("", "ai.onnx") or allowed is None or node.op_type in trt.DTYPE_EXEMPT:
+        if not is_standard_op(node) or allowed is None or node.op_type in trt.DTYPE_EXEMPT:
             continue  # unsupported ops are the supported_ops rule's
         if node.op_type in trt.DTYPE_BOTH_ENDS:
             tensors = [("input", node.input[0] if node.input else ""), ("output", node.output[0])]

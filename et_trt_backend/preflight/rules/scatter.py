@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from onnx import helper
 
-from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "scatter"
@@ -20,7 +20,7 @@ _FIX = ("combine with a reduction-free form (e.g. sort rows by destination and s
 def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
-        if node.domain not in ("", "ai.onnx"):
+        if not is_standard_op(node):
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         reduction = attrs.get("reduction")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "static_inputs"
@@ -14,7 +14,7 @@ RULE = "static_inputs"
 def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
-        if node.domain not in ("", "ai.onnx"):
+        if not is_standard_op(node):
             continue
         for index, what in trt.STATIC_INPUTS.get(node.op_type, []):
             name = node.input[index] if index < len(node.input) else ""

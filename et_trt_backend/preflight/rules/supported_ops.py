@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "supported_ops"
@@ -14,7 +14,7 @@ RULE = "supported_ops"
 def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
-        if node.domain in ("", "ai.onnx"):
+        if is_standard_op(node):
             if node.op_type in trt.SUPPORTED_OPS:
                 continue
             if node.op_type in trt.UNSUPPORTED_OPS:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from onnx import helper
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView
+from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "topk"
@@ -22,7 +22,7 @@ _FIX = "rewrite the sort (e.g. a counting sort from one-hot and cumsum over the 
 def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
-        if node.domain not in ("", "ai.onnx") or node.op_type != "TopK":
+        if not is_standard_op(node) or node.op_type != "TopK":
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if attrs.get("sorted", 1) != 1:
