@@ -56,6 +56,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .options import CompileOptions, OptionsError, ShapeRange, parse_options
+from .program_inputs import user_input_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +92,9 @@ def _bound(value: Any) -> int | None:
 
 def dynamic_dims(program: ExportedProgram) -> dict[str, DynamicDim]:
     """Dynamic dimensions of the program's user inputs, by symbol name."""
-    user_inputs = set(program.graph_signature.user_inputs)
     found: dict[str, tuple[list[str], list[str]]] = {}  # symbol -> (Dim names, input:axis names)
     ranges = {str(k): v for k, v in program.range_constraints.items()}
-    for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in user_inputs:
-            continue
+    for node in user_input_nodes(program):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue

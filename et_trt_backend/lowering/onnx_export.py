@@ -20,6 +20,7 @@ import sympy
 import torch
 
 from et_trt_backend.options import CompileOptions
+from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.recipe import dynamic_dims
 from et_trt_backend.serialization.blob import DimSpec, TensorSpec
 
@@ -68,10 +69,9 @@ class _DynamicDim:
 
 
 def _check_tensor_inputs(program: torch.export.ExportedProgram) -> None:
-    user_inputs = set(program.graph_signature.user_inputs)
-    for node in program.graph.nodes:
+    for node in user_input_nodes(program):
         value = node.meta.get("val")
-        if node.op == "placeholder" and node.name in user_inputs and not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
             raise LoweringError(
                 f"partition input '{node.name}' is a {type(value).__name__} ({value}), not a tensor; a "
                 "TensorRT engine takes tensors only (and integer sizes that a tensor input carries). The "

@@ -16,6 +16,8 @@ import logging
 import torch
 from torch.utils import _pytree as pytree
 
+from et_trt_backend.program_inputs import user_input_nodes
+
 from .errors import LoweringError
 
 logger = logging.getLogger(__name__)
@@ -23,10 +25,7 @@ logger = logging.getLogger(__name__)
 
 def _carrier(program: torch.export.ExportedProgram, size: torch.SymInt) -> tuple[torch.fx.Node, int] | None:
     """The first tensor user input (and its axis) whose dimension is `size`."""
-    user_inputs = set(program.graph_signature.user_inputs)
-    for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in user_inputs:
-            continue
+    for node in user_input_nodes(program):
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):
             continue
@@ -57,9 +56,7 @@ def _drop_call_inputs(program: torch.export.ExportedProgram, dropped: set[str]) 
 def inline_size_inputs(program: torch.export.ExportedProgram) -> None:
     """Replaces every SymInt user input of `program` (in place) by the size of a tensor input."""
     graph = program.graph
-    user_inputs = set(program.graph_signature.user_inputs)
-    size_inputs = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs
-                   and isinstance(n.meta.get("val"), torch.SymInt)]
+    size_inputs = [n for n in user_input_nodes(program) if isinstance(n.meta.get("val"), torch.SymInt)]
     if not size_inputs:
         return
     first_op = next(n for n in graph.nodes if n.op != "placeholder")
@@ -67,8 +64,7 @@ def inline_size_inputs(program: torch.export.ExportedProgram) -> None:
         size = node.meta["val"]
         found = _carrier(program, size)
         if found is None:
-            tensors = [n.name for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs
-                       and isinstance(n.meta.get("val"), torch.Tensor)]
+            tensors = [n.name for n in user_input_nodes(program) if isinstance(n.meta.get("val"), torch.Tensor)]
             raise LoweringError(
                 f"partition input '{node.name}' is an integer ({size}) that no tensor input of the partition "
                 f"has as a dimension (tensor inputs: {tensors or 'none'}); a TensorRT engine takes tensors "
