@@ -137,8 +137,9 @@ def main() -> None:
     groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
     launchers = {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
     contenders = {x: launchers[x] for x in ("baseline48k", "ours")}
-    large = {**contenders, **{k: v for k, v in launchers.items() if k.startswith("large_")}}
-    small = {**contenders, **{k: v for k, v in launchers.items() if k.startswith("small_")}}
+    # Candidates named large_* are timed at the MoE shapes, small_* at robot sizes, all_* at both.
+    large = {**contenders, **{k: v for k, v in launchers.items() if k.startswith(("large_", "all_"))}}
+    small = {**contenders, **{k: v for k, v in launchers.items() if k.startswith(("small_", "all_"))}}
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
           f"triton imported: {'triton' in sys.modules}", flush=True)
@@ -161,9 +162,9 @@ def main() -> None:
     candidates = [c for c in launchers if c not in contenders]
     if candidates:
         print("\nCandidate configurations (ratio to torch._grouped_mm):")
-        print("  " + " ".join(c.split("_", 1)[1][:14].rjust(14) for c in candidates) + "  shape")
+        print("  " + " ".join(c.split("_", 1)[1][:22].rjust(22) for c in candidates) + "  shape")
         for row in rows:
-            cells = [f"{row['tflops'][c] / row['tflops']['torch']:.2f}".rjust(14) if c in row["tflops"] else " " * 14
+            cells = [f"{row['tflops'][c] / row['tflops']['torch']:.2f}".rjust(22) if c in row["tflops"] else " " * 22
                      for c in candidates]
             print("  " + " ".join(cells) + f"  {row['shape']} (torch {row['tflops']['torch']:.1f} TFLOP/s)")
     lines = ["| shape | rows | K | N | torch._grouped_mm TFLOP/s | 48 KiB baseline TFLOP/s (x torch) | ours TFLOP/s (x torch) | ours us | kernel |",

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from et_trt_backend import options
-from et_trt_backend.kernels import aot
+from et_trt_backend.kernels import aot, sm90
 
 triton = pytest.importorskip("triton", reason="AOT compilation needs Triton")
 
@@ -51,12 +51,15 @@ def by_variant(images, fmt="cubin"):
 def test_every_default_arch_compiles(arch):
     images = aot.grouped_mm_images([arch], "bf16", True)
     cubins = [i for i in images if i.format == "cubin"]
-    assert [i.kernel for i in cubins] == [aot.kernel_name(c.variant, True) for c in aot.configs_for(arch)]
     cap = arch.removeprefix("sm_").rstrip("a")
+    # sm_90a with weights [G, N, K]: the hand-written wgmma kernel first (tests/test_kernel_sm90.py).
+    wgmma = ["grouped_mm_wgmma_nk"] if cap == "90" and sm90.nvcc_path() else []
+    assert [i.kernel for i in cubins] == wgmma + [aot.kernel_name(c.variant, True) for c in aot.configs_for(arch)]
     for image in cubins:
         assert image.image[:4] == b"\x7fELF"
         assert image.arch in (f"sm_{cap}", f"sm_{cap}a")
-        assert image.entry == "grouped_mm_kernel" and image.dtype == "bf16" and image.persistent
+        assert image.entry == ("grouped_mm_wgmma" if image.kernel in wgmma else "grouped_mm_kernel")
+        assert image.dtype == "bf16" and image.persistent
         assert 0 < image.shared_bytes <= (227 if cap in ("90", "100", "110") else 163 if cap in ("80", "87") else 99) * 1024
         if image.kernel.startswith("grouped_mm_tma"):
             assert image.global_scratch_bytes > 0 and image.global_scratch_align >= 64  # device-side TMA descriptors

@@ -18,9 +18,9 @@ pytestmark = [
 ]
 
 
-VARIANTS = ("tma", "tma_small", "tile", "any")  # every path, each on its own launcher
+VARIANTS = ("wgmma", "tma", "tma_small", "tile", "any")  # every path, each on its own launcher
 # K and N each variant takes (grouped_mm_launcher.h).
-_MULTIPLE = {"tma": 8, "tma_small": 8, "tile": 16, "any": 1}
+_MULTIPLE = {"wgmma": 8, "tma": 8, "tma_small": 8, "tile": 16, "any": 1}
 _variant_launchers = {}
 
 
@@ -150,10 +150,38 @@ INVALID = {
 def test_invalid_offsets_are_clamped(case, trans_b, variant):
     """Never out of bounds (checked under compute-sanitizer on the device), and contract 4's result."""
     offs = torch.tensor(INVALID[case], dtype=torch.int32, device="cuda")
-    k, n = {"tma": (136, 264), "tma_small": (136, 264), "tile": (144, 272), "any": (30, 50)}[variant]  # K, N past a tile multiple
+    k, n = {"wgmma": (136, 264), "tma": (136, 264), "tma_small": (136, 264), "tile": (144, 272), "any": (30, 50)}[variant]  # K, N past a tile multiple
     a, b = _inputs(300, k, n, 5, torch.bfloat16, trans_b, seed=7)
     out, kernel = _run(a, b, offs, trans_b, variant)
     _assert_matches(out, _reference(a, b, offs, trans_b), f"{kernel} ({case}, K {k}, N {n})")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_wgmma_every_tile_width(dtype):
+    """Groups of 13 to 253 rows (every width 16..256 of grouped_mm_sm90.cu) and groups split in 2 and 3 tiles."""
+    sizes = [16 * i - 3 for i in range(1, 17)] + [257, 600, 1, 0]
+    offs = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32).cuda()
+    rows = int(offs[-1]) + 5  # 5 tail rows
+    a, b = _inputs(rows, 192, 136, len(sizes), dtype, True, seed=21)
+    out, kernel = _run(a, b, offs, True, "wgmma")
+    _assert_matches(out, _reference(a, b, offs, True), kernel)
+
+
+def test_more_groups_than_the_wgmma_table_falls_back():
+    """The wgmma kernel holds 1024 groups: with more, the launcher picks the next variant, still correct."""
+    from et_trt_backend.kernels import op
+
+    _launcher(torch.bfloat16, True)  # skips like the others where nothing can run
+    device = torch.device("cuda", torch.cuda.current_device())
+    if torch.cuda.get_device_capability(device) != (9, 0) or not any(
+            i.kernel.startswith("grouped_mm_wgmma") for i in op._images_for(device, "bf16", True)):
+        pytest.skip("the wgmma kernel serves sm_90 only, and only where its image was built (nvcc)")
+    for experts, picked_wgmma in ((1100, False), (1024, True)):
+        offs = _routed_offsets(9000, experts, 8, seed=9).cuda()  # 72,000 rows: >= 64 per group
+        a, b = _inputs(72_000, 64, 64, experts, torch.bfloat16, True, seed=10)
+        out, kernel = _run(a, b, offs, True)
+        assert kernel.startswith("grouped_mm_wgmma") == picked_wgmma, (experts, kernel)
+        _assert_matches(out, _reference(a, b, offs, True), kernel)
 
 
 def test_eager_op_matches_torch_grouped_mm():

@@ -13,7 +13,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from et_trt_backend.kernels import aot  # noqa: E402
+from et_trt_backend.kernels import aot, sm90  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
 ARCH = "sm_90a"
@@ -22,13 +22,9 @@ CANDIDATES = {
     # The defaults again: repeats that show the measurement's spread.
     "large_repeat_128x256x64_s4_w8": aot.TileConfig("tma", 128, 256, 64, 4, 8, True, 8),
     "small_repeat_64x128x128_s3_w4": aot.TileConfig("tma", 64, 128, 128, 3, 4, True, 8),
-    # Runners-up (benchmarks/results/NOTES.md has the others tried).
-    "large_64x256x64_s5_w4": aot.TileConfig("tma", 64, 256, 64, 5, 4, True, 8),
-    "small_64x64x64_s6_w4": aot.TileConfig("tma", 64, 64, 64, 6, 4, True, 8),  # 2 CTAs per SM
 }
 # Weights pre-transposed to [G, K, N] (trans_b false): what a lowering could store instead.
 KN_CANDIDATES = {
-    "large_kn_128x256x64_s4_w8": aot.TileConfig("tma", 128, 256, 64, 4, 8, True, 8),
 }
 
 
@@ -50,6 +46,7 @@ def main() -> None:
     add("baseline48k", aot.baseline_images(ARCH, "bf16", True))
     for label, config in CANDIDATES.items():
         add(label, [aot.compile_image(ARCH, "bf16", True, config)])
+    add("all_wgmma_only", [sm90.image("bf16")])
     for label, config in KN_CANDIDATES.items():
         add(label, [aot.compile_image(ARCH, "bf16", False, config)])
     aot.save_images(OUT / "bench_images.json", bench)

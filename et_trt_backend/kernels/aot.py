@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 DTYPES = ("bf16", "fp16")
 CACHE_ENV = "ET_TRT_KERNEL_CACHE"
-_CACHE_FORMAT = 2  # bump when the cached record layout changes
+CACHE_FORMAT = 2  # bump when the cached record layout changes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +126,7 @@ def kernel_name(variant: str, trans_b: bool) -> str:
     return f"grouped_mm_{variant}_{'nk' if trans_b else 'kn'}"
 
 
-def _cache_dir() -> pathlib.Path:
+def cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get(CACHE_ENV) or pathlib.Path.home() / ".cache" / "et_trt" / "kernels")
 
 
@@ -151,9 +151,9 @@ def compile_image(
     cap = _capability(arch)
     ptx_version = _PTX_VERSION[cap]
     key = json.dumps(
-        [_CACHE_FORMAT, _source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version]
+        [CACHE_FORMAT, _source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version]
     )
-    path = _cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+    path = cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
     if path.exists():
         try:
             return load_images(path)[0]
@@ -234,7 +234,9 @@ def _compiler_targets() -> set[int]:
 def grouped_mm_images(archs: Sequence[str], dtype: str, trans_b: bool) -> list[KernelImage]:
     """Cubins for each architecture (every variant, launcher's preference order) plus portable PTX.
 
-    Architectures the installed compiler cannot target are skipped with a warning.
+    For sm_90a with weights [G, N, K] the hand-written wgmma kernel comes first (needs
+    nvcc; sm90.py). Architectures the installed compiler cannot target are skipped
+    with a warning.
     """
     if dtype not in DTYPES:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
@@ -246,10 +248,23 @@ def grouped_mm_images(archs: Sequence[str], dtype: str, trans_b: bool) -> list[K
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
         logger.info("grouped_mm kernels for %s (%s, trans_b=%s)", arch, dtype, trans_b)
+        if cap == 90 and trans_b:
+            images += _sm90_wgmma_image(dtype)
         images += [compile_image(arch, dtype, trans_b, config) for config in configs_for(arch)]
     for config in configs_for(PTX_FALLBACK_ARCH):
         images.append(compile_image(PTX_FALLBACK_ARCH, dtype, trans_b, config, fmt="ptx"))
     return images
+
+
+def _sm90_wgmma_image(dtype: str) -> list[KernelImage]:
+    """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; [] without nvcc."""
+    from et_trt_backend.kernels import sm90
+
+    if sm90.nvcc_path() is None:
+        logger.warning("nvcc not found: the sm_90a images lack the wgmma kernel (Triton's variants still serve; "
+                       "install the CUDA toolkit for the faster MoE path)")
+        return []
+    return [sm90.image(dtype)]
 
 
 def baseline_images(arch: str, dtype: str, trans_b: bool) -> list[KernelImage]:

@@ -16,7 +16,7 @@ struct CudaDriver {
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuMemAlloc) \
   X(cuMemFree) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuPointerGetAttribute)       \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel) X(cuTensorMapEncodeTiled)
 #define ET_TRT_DECLARE(name) decltype(&::name) name = nullptr;
   ET_TRT_CUDA_FUNCTIONS(ET_TRT_DECLARE)
 #undef ET_TRT_DECLARE

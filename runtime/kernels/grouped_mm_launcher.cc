@@ -39,7 +39,7 @@ bool serves(const KernelImageView& image, int cc) {
 
 // Preference rank of a variant; lower is tried first.
 int variant_rank(const std::string& variant) {
-  if (variant == "tma" || variant == "tma_small") return 0;
+  if (variant == "wgmma" || variant == "tma" || variant == "tma_small") return 0;
   if (variant == "tile") return 1;
   if (variant == "any") return 3;
   return 2;
@@ -59,7 +59,29 @@ struct LoadedKernel {
   size_t scratch_stride = 0;  // global scratch bytes per CTA, aligned
   size_t profile_stride = 0;
   int k_n_multiple = 1;  // K and N must be multiples of this
+  // Takes TMA descriptors instead of a and b, and no scratch (grouped_mm_sm90.cu).
+  bool tensor_maps = false;
 };
+
+// grouped_mm_sm90.cu's group table holds this many groups (MAX_GROUPS in et_trt_backend/kernels/sm90.py).
+constexpr int64_t kWgmmaMaxGroups = 1024;
+
+// A TMA descriptor over a row-major tensor of 16-bit elements, dims innermost first,
+// with 128-byte swizzle and zero fill past the edges.
+CUresult encode_tensor_map(const CudaDriver& cu, CUtensorMap* map, bool bf16, const void* base, int rank,
+                           const cuuint64_t* dims, const cuuint32_t* box) {
+  cuuint64_t strides[2];  // bytes between consecutive indices of dims 1..rank-1
+  cuuint64_t stride = dims[0] * 2;
+  for (int i = 1; i < rank; ++i) {
+    strides[i - 1] = stride;
+    stride *= dims[i];
+  }
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return cu.cuTensorMapEncodeTiled(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                   rank, const_cast<void*>(base), dims, strides, box, element_strides,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
 
 size_t round_up(size_t value, size_t align) { return align <= 1 ? value : (value + align - 1) / align * align; }
 
@@ -169,7 +191,11 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.shared_bytes = image->shared_bytes;
     kernel.block_m = image->block_m;
     kernel.block_n = image->block_n;
-    kernel.k_n_multiple = kernel.variant.rfind("tma", 0) == 0 ? 8 : kernel.variant == "any" ? 1 : 16;
+    kernel.tensor_maps = kernel.variant == "wgmma";
+    kernel.k_n_multiple =
+        kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps ? 8 : kernel.variant == "any" ? 1 : 16;
+    if (kernel.tensor_maps && !state->trans_b)
+      return failed("kernel " + image->kernel + " takes weights stored [G, N, K] only (layout nk)");
 
     if (image->shared_bytes > smem_optin)
       return failed("kernel " + image->kernel + " needs " + std::to_string(image->shared_bytes) +
@@ -287,6 +313,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   const LoadedKernel* small = nullptr;
   for (const auto& candidate : state_->kernels) {
     if (k % candidate.k_n_multiple != 0 || n % candidate.k_n_multiple != 0) continue;
+    if (candidate.tensor_maps && groups > kWgmmaMaxGroups) continue;
     if (candidate.variant == "tma_small") {
       if (!small) small = &candidate;
     } else if (!kernel) {
@@ -294,7 +321,8 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     }
   }
   // Few rows per group, or large tiles that leave multiprocessors idle: more, smaller tiles win.
-  if (small && (!kernel || kernel->variant != "tma" || rows < 64 * groups || max_tiles(*kernel) < kernel->sms))
+  const bool large_tiles = kernel && (kernel->variant == "wgmma" || kernel->variant == "tma");
+  if (small && (!large_tiles || rows < 64 * groups || max_tiles(*kernel) < kernel->sms))
     kernel = small;
   if (kernel == nullptr) {
     std::string loaded;
@@ -318,9 +346,29 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUdeviceptr scratch_arg = kernel->scratch_stride ? base : 0;
   CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
   // Triton's signature: the user arguments, then the global and profile scratch pointers.
-  void* args[] = {&a_arg, &b_arg, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg, &scratch_arg, &profile_arg};
+  void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
+                         &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
+  // grouped_mm_sm90.cu: a as [rows, K] in boxes of 128, 64, 32 and 16 rows by 64; b as [G, N, K] in
+  // boxes of 1 x block_n x 64.
+  CUtensorMap a_maps[4], b_map;
+  void* map_args[] = {&a_maps[0], &a_maps[1], &a_maps[2], &a_maps[3], &b_map, &offs_arg,
+                      &out_arg,   &rows_arg,  &k_arg,     &n_arg,     &groups_arg};
+  if (kernel->tensor_maps) {
+    const bool bf16 = state_->dtype == "bf16";
+    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(groups)};
+    const cuuint32_t b_box[3] = {64, static_cast<cuuint32_t>(kernel->block_n), 1};
+    CUresult encoded = encode_tensor_map(cu, &b_map, bf16, b, 3, b_dims, b_box);
+    for (int i = 0; i < 4 && encoded == CUDA_SUCCESS; ++i) {
+      const cuuint32_t a_box[2] = {64, 128u >> i};
+      encoded = encode_tensor_map(cu, &a_maps[i], bf16, a, 2, a_dims, a_box);
+    }
+    if (encoded != CUDA_SUCCESS)
+      return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
+  }
   CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
-                                      static_cast<unsigned>(kernel->shared_bytes), stream, args, nullptr);
+                                      static_cast<unsigned>(kernel->shared_bytes), stream,
+                                      kernel->tensor_maps ? map_args : triton_args, nullptr);
   if (status != CUDA_SUCCESS)
     return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + cu.describe(status));
   state_->last_kernel = kernel->name;

@@ -28,16 +28,20 @@ enum class ImageFormat : int { kCubin = 0, kPtx = 1 };
 //
 // Kernel names follow "grouped_mm_<variant>_<layout>":
 //   layout  "kn": b is [G, K, N] (trans_b = false); "nk": b is [G, N, K] (trans_b = true)
-//   variant "tma":       TMA + wgmma/tcgen05, large tiles; needs K % 8 == 0, N % 8 == 0
+//   variant "wgmma":     hand-written sm_90a kernel (et_trt_backend/kernels/grouped_mm_sm90.cu): rows
+//                        as wgmma's N in steps of 16; layout nk only; needs K % 8 == 0, N % 8 == 0
+//                        and at most 1024 groups (else the next variant serves); takes TMA
+//                        descriptors, which the launcher encodes per call
+//           "tma":       TMA + wgmma/tcgen05, large tiles; needs K % 8 == 0, N % 8 == 0
 //           "tma_small": the same with small tiles, for launches with few rows per group
 //           "tile":      pointer loads (cp.async); needs K % 16 == 0, N % 16 == 0
 //           "any":       pointer loads; any K and N
 //           other names (e.g. benchmark baselines) are treated like "tile"
 //   Every variant needs 16-byte aligned pointers.
 // For each call the launcher takes the first variant, among the images loaded for
-// this GPU, that accepts K and N, in the order tma, tile, others, any; it takes
-// tma_small instead of tma when rows < 64 * groups or when tma's tiles would not
-// fill every multiprocessor once.
+// this GPU, that accepts K and N, in the order wgmma, tma, tile, others, any; it
+// takes tma_small instead of wgmma or tma when rows < 64 * groups or when their
+// tiles would not fill every multiprocessor once.
 struct KernelImageView {
   std::string kernel;
   std::string arch;  // "sm_90a", "sm_80", ...; for PTX the lowest target it serves

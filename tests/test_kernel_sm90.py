@@ -1,0 +1,90 @@
+"""The hand-written sm_90a kernel (grouped_mm_sm90.cu) on the CPU machine: the generated
+wgmma statements, the nvcc build, its SASS and its shared-memory budget. It runs on
+the H200 in tests/test_kernel_gpu.py (variant "wgmma")."""
+
+import collections
+import os
+import re
+import subprocess
+
+import pytest
+
+from et_trt_backend.kernels import aot, sm90
+
+needs_nvcc = pytest.mark.skipif(sm90.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_cache(tmp_path_factory):
+    old = os.environ.get(aot.CACHE_ENV)
+    os.environ[aot.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
+    yield
+    if old is None:
+        del os.environ[aot.CACHE_ENV]
+    else:
+        os.environ[aot.CACHE_ENV] = old
+
+
+def test_generated_wgmma_statements_cover_every_width():
+    for dtype, ptx_type in (("bf16", "bf16"), ("fp16", "f16")):
+        header = sm90.wgmma_header(dtype)
+        widths = [int(w) for w in re.findall(rf"m64n(\d+)k16\.f32\.{ptx_type}\.{ptx_type}", header)]
+        assert widths == list(range(16, 257, 16))
+        for width in widths:
+            # One "+f" accumulator operand per pair of output elements a thread holds.
+            body = header.split(f"wgmma_m64k16<{width}>(float (&acc)[{width // 2}]")[1].split("}\n", 1)[0]
+            assert body.count('"+f"') == width // 2
+            assert f"%{width // 2}, %{width // 2 + 1}, 1, 1, 1, 0, 0" in body
+
+
+def test_shared_memory_fits_hopper():
+    assert sm90.shared_bytes(sm90.STAGES) <= 227 * 1024
+
+
+def _sass(cubin: bytes, tmp_path) -> str:
+    from triton.backends.nvidia.compiler import get_ptxas  # cuobjdump ships next to Triton's ptxas
+
+    path = tmp_path / "wgmma.cubin"
+    path.write_bytes(cubin)
+    cuobjdump = os.path.join(os.path.dirname(get_ptxas(90).path), "cuobjdump")
+    return subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_cubin_uses_wgmma_tma_and_stmatrix(dtype, tmp_path):
+    pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
+    image = sm90.image(dtype)
+    assert image.kernel == "grouped_mm_wgmma_nk" and image.entry == sm90.ENTRY and image.arch == "sm_90a"
+    assert image.image[:4] == b"\x7fELF" and image.num_warps == 12
+    assert (image.block_m, image.block_n) == (sm90.MAX_WIDTH, sm90.TILE_FEATURES)
+    sass = _sass(image.image, tmp_path)
+    # cuobjdump names the input type for bf16 only: "HGMMA.64x224x16.F32.BF16", fp16 "HGMMA.64x224x16.F32".
+    shapes = collections.Counter(re.findall(r"HGMMA\.64x(\d+)x16\.F32(\.BF16)?\s", sass))
+    kind = ".BF16" if dtype == "bf16" else ""
+    assert {int(n) for n, k in shapes if k == kind} == set(range(16, 257, 16)), "a tile width has no wgmma"
+    for op in ("UTMALDG.2D", "UTMALDG.3D", "STSM", "SYNCS", "USETMAXREG"):
+        assert op in sass, f"{op} missing from the SASS"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
+
+
+@needs_nvcc
+def test_image_comes_from_the_disk_cache(monkeypatch):
+    first = sm90.image("bf16")
+    monkeypatch.setattr(sm90, "compile_cubin", lambda *a, **k: pytest.fail("compiled although the cache holds it"))
+    assert sm90.image("bf16") == first
+
+
+def test_missing_nvcc_is_named_and_triton_images_still_come(monkeypatch, caplog):
+    monkeypatch.setattr(sm90, "nvcc_path", lambda: None)
+    with pytest.raises(RuntimeError, match="nvcc not found"):
+        sm90.image("bf16")
+    pytest.importorskip("triton", reason="the Triton variants need Triton")
+    images = aot.grouped_mm_images(["sm_90a"], "bf16", True)
+    assert images and not any(i.kernel.startswith("grouped_mm_wgmma") for i in images)
+    assert "nvcc not found" in caplog.text
+
+
+def test_bad_dtype_is_named():
+    with pytest.raises(ValueError, match="fp32"):
+        sm90.compile_cubin("fp32", sm90.STAGES)
