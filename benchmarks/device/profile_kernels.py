@@ -1,9 +1,10 @@
-"""Runs torch._grouped_mm and each benchmark contender once per large MoE shape, for a profiler.
+"""Runs torch._grouped_mm and the given benchmark contenders once per large MoE shape, for a profiler.
 
-    ncu --clock-control none --metrics ... python3 benchmarks/device/profile_kernels.py --images .device/bench_images.json
+    python3 benchmarks/device/profile_kernels.py --images .device/bench_images.json --labels ours
 
-benchmarks/device/profile.sh wraps it with the metrics that tell compute, shared memory,
-L2 and DRAM limits apart. No timing here: the profiler measures each launch.
+benchmarks/device/profile.sh runs it under Nsight Compute with the sections that tell
+compute, shared memory, L2 and DRAM limits apart. No timing here: the profiler
+measures each launch.
 """
 
 import argparse
@@ -22,12 +23,12 @@ from et_trt_backend.kernels.launcher import GroupedMMLauncher  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", required=True)
-    parser.add_argument("--labels", nargs="*", help="contenders to run (default: all)")
+    parser.add_argument("--labels", nargs="+", required=True, help="contenders to run, in this order")
     args = parser.parse_args()
     images = aot.load_images(args.images)
     torch.empty(1, device="cuda")
     groups = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
-    labels = args.labels or list(groups)
+    labels = args.labels
     launchers = {label: GroupedMMLauncher([images[i] for i in groups[label]]) for label in labels}
     for tokens, experts, hidden, ffn, top_k in LARGE:
         for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):

@@ -18,10 +18,10 @@
 // shared memory from the offsets at start (no device-to-host copy).
 //
 // Parameters (the launcher, runtime/kernels, is the only caller): TMA descriptors
-// for a [rows, K] in boxes of 128, 64, 32 and 16 rows by 64 (a tile's width is
-// loaded as its binary decomposition: TMA's cost grows with the number of boxes)
-// and W [G, N, K] (box 1 x 128 x 64), all with 128-byte swizzle and zero fill, then
-// offs, out, rows, K, N, G. G <= MAX_GROUPS.
+// for a [rows, K], one per tile width (box width x 64: a tile's rows are one load;
+// TMA's cost grows with the number of boxes), and W [G, N, K] (box 1 x 128 x 64),
+// all with 128-byte swizzle and zero fill, then offs, out, rows, K, N, G.
+// G <= MAX_GROUPS.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,7 +37,6 @@
 #ifndef MAX_GROUPS
 #error "compile with -DMAX_GROUPS=<largest G>"
 #endif
-
 
 namespace {
 
@@ -254,10 +253,12 @@ __device__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8
 
 }  // namespace
 
+struct RowMaps {
+  CUtensorMap by_width[kMaxWidth / kWidthStep];  // [i]: boxes of (i + 1) * kWidthStep rows
+};
+
 extern "C" __global__ void __launch_bounds__(384, 1)
-    grouped_mm_wgmma(const __grid_constant__ CUtensorMap a_map_128, const __grid_constant__ CUtensorMap a_map_64,
-                     const __grid_constant__ CUtensorMap a_map_32, const __grid_constant__ CUtensorMap a_map_16,
-                     const __grid_constant__ CUtensorMap w_map,
+    grouped_mm_wgmma(const __grid_constant__ RowMaps a_maps, const __grid_constant__ CUtensorMap w_map,
                      const int32_t* __restrict__ offs, ET_TRT_ELEM* __restrict__ out, int rows, int K, int N, int G) {
   extern __shared__ __align__(1024) uint8_t shared_raw[];
   // 128-byte swizzled tiles must start on 1024-byte boundaries.
@@ -315,15 +316,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         uint8_t* base = stages + stage * kStageBytes;
         barrier_expect_bytes(&full[stage], bytes);
         tma_load_3d(base, &w_map, k * kBlockK, tile.feature, tile.group, &full[stage]);
-        uint8_t* rows_at = base + kWeightBytes;
-        int row = tile.first_row, left = tile.width;
-        const CUtensorMap* maps[4] = {&a_map_128, &a_map_64, &a_map_32, &a_map_16};
-#pragma unroll
-        for (int box = 0; box < 4; ++box) {
-          const int box_rows = 128 >> box;
-          for (; left >= box_rows; left -= box_rows, row += box_rows, rows_at += box_rows * 128)
-            tma_load_2d(rows_at, maps[box], k * kBlockK, row, &full[stage]);
-        }
+        tma_load_2d(base + kWeightBytes, &a_maps.by_width[tile.width / kWidthStep - 1], k * kBlockK, tile.first_row,
+                    &full[stage]);
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1;

@@ -4,6 +4,8 @@ Triton's tiles are powers of two, so a MoE group of ~219 rows costs 256; this ke
 puts the rows in wgmma's N dimension, which takes any multiple of 16 (see the .cu).
 wgmma's accumulator is one register operand per element pair, so each width needs
 its own inline-assembly statement: they are generated here rather than written out.
+The launcher (runtime/kernels/grouped_mm_launcher.cc) knows the kernel's parameters:
+TMA descriptors it encodes per call, one for `a` per tile width.
 """
 
 from __future__ import annotations

@@ -63,8 +63,10 @@ struct LoadedKernel {
   bool tensor_maps = false;
 };
 
-// grouped_mm_sm90.cu's group table holds this many groups (MAX_GROUPS in et_trt_backend/kernels/sm90.py).
+// grouped_mm_sm90.cu's group table holds this many groups (MAX_GROUPS in et_trt_backend/kernels/sm90.py);
+// its tiles are 128 weight rows by 16, 32, ..., 256 rows of a, with one descriptor of a per width.
 constexpr int64_t kWgmmaMaxGroups = 1024;
+constexpr int kWgmmaWidths = 16, kWgmmaWidthStep = 16, kWgmmaTileFeatures = 128;
 
 // A TMA descriptor over a row-major tensor of 16-bit elements, dims innermost first,
 // with 128-byte swizzle and zero fill past the edges.
@@ -196,6 +198,9 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
         kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps ? 8 : kernel.variant == "any" ? 1 : 16;
     if (kernel.tensor_maps && !state->trans_b)
       return failed("kernel " + image->kernel + " takes weights stored [G, N, K] only (layout nk)");
+    if (kernel.tensor_maps && (image->block_m != kWgmmaWidths * kWgmmaWidthStep || image->block_n != kWgmmaTileFeatures))
+      return failed("kernel " + image->kernel + " has tiles " + std::to_string(image->block_m) + "x" +
+                    std::to_string(image->block_n) + "; this launcher drives 256x128 (rebuild both from one release)");
 
     if (image->shared_bytes > smem_optin)
       return failed("kernel " + image->kernel + " needs " + std::to_string(image->shared_bytes) +
@@ -348,20 +353,22 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   // Triton's signature: the user arguments, then the global and profile scratch pointers.
   void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
-  // grouped_mm_sm90.cu: a as [rows, K] in boxes of 128, 64, 32 and 16 rows by 64; b as [G, N, K] in
-  // boxes of 1 x block_n x 64.
-  CUtensorMap a_maps[4], b_map;
-  void* map_args[] = {&a_maps[0], &a_maps[1], &a_maps[2], &a_maps[3], &b_map, &offs_arg,
-                      &out_arg,   &rows_arg,  &k_arg,     &n_arg,     &groups_arg};
+  // grouped_mm_sm90.cu: a as [rows, K] in boxes of 16, 32, ..., 256 rows by 64 (one descriptor per tile
+  // width, passed as one array); b as [G, N, K] in boxes of 1 x 128 x 64.
+  struct {
+    CUtensorMap by_width[kWgmmaWidths];
+  } a_maps;
+  CUtensorMap b_map;
+  void* map_args[] = {&a_maps, &b_map, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   if (kernel->tensor_maps) {
     const bool bf16 = state_->dtype == "bf16";
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(groups)};
-    const cuuint32_t b_box[3] = {64, static_cast<cuuint32_t>(kernel->block_n), 1};
+    const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
     CUresult encoded = encode_tensor_map(cu, &b_map, bf16, b, 3, b_dims, b_box);
-    for (int i = 0; i < 4 && encoded == CUDA_SUCCESS; ++i) {
-      const cuuint32_t a_box[2] = {64, 128u >> i};
-      encoded = encode_tensor_map(cu, &a_maps[i], bf16, a, 2, a_dims, a_box);
+    for (int i = 0; i < kWgmmaWidths && encoded == CUDA_SUCCESS; ++i) {
+      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+      encoded = encode_tensor_map(cu, &a_maps.by_width[i], bf16, a, 2, a_dims, a_box);
     }
     if (encoded != CUDA_SUCCESS)
       return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
