@@ -168,7 +168,7 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         for k in c.kernels:
             print(f"      {k.arch:8} {k.format:5} {k.kernel} {k.dtype} {_size(len(k.image))}, {k.num_warps} warps, "
                   f"{k.shared_bytes} B shared, tile {k.block_m}x{k.block_n}x{k.block_k}"
-                  f"{', persistent' if k.persistent else ''}, PTX {k.ptx_version}")
+                  f"{', persistent' if k.persistent else ''}{', PTX ' + k.ptx_version if k.ptx_version else ''}")
     else:
         archs = {fmt: sorted({k.arch for k in c.kernels if k.format == fmt}, key=_arch_number)
                  for fmt in ("cubin", "ptx")}
