@@ -17,7 +17,8 @@ from et_trt_backend.kernels import aot, sm90  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
 ARCH = "sm_90a"
-# Tuning candidates for sm_90a: "large_" ones are timed at the MoE shapes, "small_" ones at robot sizes.
+# Tuning candidates for sm_90a: "large_" ones are timed at the MoE shapes, "small_" ones at robot sizes,
+# "all_" ones at both.
 CANDIDATES = {
     # The defaults again: repeats that show the measurement's spread.
     "large_repeat_128x256x64_s4_w8": aot.TileConfig("tma", 128, 256, 64, 4, 8, True, 8),
