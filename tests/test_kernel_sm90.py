@@ -14,15 +14,7 @@ from et_trt_backend.kernels import aot, sm90
 needs_nvcc = pytest.mark.skipif(sm90.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    old = os.environ.get(aot.CACHE_ENV)
-    os.environ[aot.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
-    yield
-    if old is None:
-        del os.environ[aot.CACHE_ENV]
-    else:
-        os.environ[aot.CACHE_ENV] = old
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
 
 
 def test_generated_wgmma_statements_cover_every_width():
@@ -87,4 +79,4 @@ def test_missing_nvcc_is_named_and_triton_images_still_come(monkeypatch, caplog)
 
 def test_bad_dtype_is_named():
     with pytest.raises(ValueError, match="fp32"):
-        sm90.compile_cubin("fp32", sm90.STAGES)
+        sm90.compile_cubin("fp32", sm90.STAGES, sm90.nvcc_path() or "nvcc")

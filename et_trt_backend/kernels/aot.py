@@ -14,7 +14,7 @@ import logging
 import os
 import pathlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -142,23 +142,22 @@ def compile_image(
     """Compiles (or reads from the disk cache) one variant for one architecture."""
     import triton
 
-    from et_trt_backend.kernels import grouped_mm
-
     if dtype not in DTYPES:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
     if fmt not in ("cubin", "ptx"):
         raise ValueError(f"image format must be 'cubin' or 'ptx', not {fmt!r}")
     cap = _capability(arch)
     ptx_version = _PTX_VERSION[cap]
-    key = json.dumps(
-        [CACHE_FORMAT, _source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version]
-    )
-    path = cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
-    if path.exists():
-        try:
-            return load_images(path)[0]
-        except (ValueError, TypeError, KeyError, IndexError):
-            logger.warning("ignoring unreadable kernel cache entry %s", path)
+    key = [_source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version]
+    return cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version))
+
+
+def _compile(
+    arch: str, cap: int, dtype: str, trans_b: bool, config: TileConfig, fmt: str, ptx_version: int
+) -> KernelImage:
+    import triton
+
+    from et_trt_backend.kernels import grouped_mm
 
     name = kernel_name(config.variant, trans_b)
     logger.info("compiling %s for %s (%s, %s): %dx%dx%d tiles, %d stages, %d warps", name, arch, dtype, fmt,
@@ -198,6 +197,19 @@ def compile_image(
         persistent=True,
         ptx_version=f"{ptx_version // 10}.{ptx_version % 10}",
     )
+    return image
+
+
+def cached_image(key: list, build: Callable[[], KernelImage]) -> KernelImage:
+    """The image cached under `key` (JSON-able parts naming everything the image depends on), else build() saved there."""
+    digest = hashlib.sha256(json.dumps([CACHE_FORMAT, *key]).encode()).hexdigest()[:32]
+    path = cache_dir() / (digest + ".json")
+    if path.exists():
+        try:
+            return load_images(path)[0]
+        except (ValueError, TypeError, KeyError, IndexError):
+            logger.warning("ignoring unreadable kernel cache entry %s", path)
+    image = build()
     save_images(path, [image])
     return image
 

@@ -10,8 +10,6 @@ TMA descriptors it encodes per call, one for `a` per tile width.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import pathlib
@@ -80,13 +78,10 @@ def nvcc_path() -> str | None:
     return found or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-def compile_cubin(dtype: str, stages: int) -> bytes:
-    """The kernel as an sm_90a cubin. Needs nvcc (CUDA 12.3 or newer); no GPU."""
+def compile_cubin(dtype: str, stages: int, nvcc: str) -> bytes:
+    """The kernel as an sm_90a cubin, built by `nvcc` (CUDA 12.3 or newer); no GPU."""
     if dtype not in _ELEM:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {tuple(_ELEM)}")
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = pathlib.Path(tmp)
         (tmp_path / "wgmma_sm90.cuh").write_text(wgmma_header(dtype))
@@ -116,17 +111,9 @@ def image(dtype: str, stages: int = STAGES):
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
-    key = json.dumps([aot.CACHE_FORMAT, SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages])
-    path = aot.cache_dir() / ("sm90_" + hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
-    if path.exists():
-        try:
-            return aot.load_images(path)[0]
-        except (ValueError, TypeError, KeyError, IndexError):
-            logger.warning("ignoring unreadable kernel cache entry %s", path)
-    compiled = aot.KernelImage(
-        kernel="grouped_mm_wgmma_nk", arch="sm_90a", format="cubin", image=compile_cubin(dtype, stages), entry=ENTRY,
-        dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
+    key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages]
+    return aot.cached_image(key, lambda: aot.KernelImage(
+        kernel="grouped_mm_wgmma_nk", arch="sm_90a", format="cubin", image=compile_cubin(dtype, stages, nvcc),
+        entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES, block_k=BLOCK_K,
-        persistent=True, ptx_version="")
-    aot.save_images(path, [compiled])
-    return compiled
+        persistent=True, ptx_version=""))
