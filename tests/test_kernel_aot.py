@@ -23,16 +23,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernel_cache(tmp_path_factory):
-    """One fresh disk cache for this module: every image is compiled here once."""
-    old = os.environ.get(aot.CACHE_ENV)
-    os.environ[aot.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
-    yield
-    if old is None:
-        del os.environ[aot.CACHE_ENV]
-    else:
-        os.environ[aot.CACHE_ENV] = old
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
 
 
 def sass_ops(image: aot.KernelImage, tmp_path) -> collections.Counter:
