@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
@@ -62,22 +62,22 @@ def _op_name(node: Node) -> str:
     return str(aten_overload(node.target))
 
 
+def _reachable(region: set[Node], step: Callable[[Node], Iterable[Node]]) -> set[Node]:
+    """Nodes outside `region` reached from it by repeated `step` (users, or inputs)."""
+    seen: set[Node] = set()
+    frontier = [m for n in region for m in step(n) if m not in region]
+    while frontier:
+        node = frontier.pop()
+        if node not in seen:
+            seen.add(node)
+            frontier.extend(step(node))
+    return seen
+
+
 def _detour(region: set[Node]) -> list[Node]:
     """Nodes outside `region` on a path that leaves it and comes back, in graph order."""
-    after: set[Node] = set()
-    frontier = [u for n in region for u in n.users if u not in region]
-    while frontier:
-        node = frontier.pop()
-        if node not in after:
-            after.add(node)
-            frontier.extend(node.users)
-    before: set[Node] = set()
-    frontier = [a for n in region for a in n.all_input_nodes if a not in region]
-    while frontier:
-        node = frontier.pop()
-        if node not in before:
-            before.add(node)
-            frontier.extend(node.all_input_nodes)
+    after = _reachable(region, lambda n: n.users)
+    before = _reachable(region, lambda n: n.all_input_nodes)
     on_path = (after & before) - region
     return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
 
