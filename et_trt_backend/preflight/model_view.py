@@ -42,6 +42,11 @@ def source_of(node: onnx.NodeProto) -> str:
     return ""
 
 
+def attributes_of(node: onnx.NodeProto) -> dict:
+    """The node's attributes as Python values, by name."""
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
 def is_standard_op(node: onnx.NodeProto) -> bool:
     """Whether the node is a default-domain ONNX operator (not a custom op)."""
     return node.domain in ("", "ai.onnx")

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx import helper
-
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView, is_standard_op
+from et_trt_backend.preflight.model_view import ModelView, attributes_of, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "attributes"
@@ -19,7 +17,7 @@ def check(view: ModelView) -> Iterator[Violation]:
         node = ref.node
         if not is_standard_op(node):
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = attributes_of(node)
         for (op, name), (allowed, default) in trt.ATTRIBUTE_VALUES.items():
             if op == node.op_type:
                 value = attrs.get(name, default)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView, NodeRef
+from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "grouped_mm"
@@ -26,7 +26,7 @@ def check(view: ModelView) -> Iterator[Violation]:
 
 def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     node = ref.node
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = attributes_of(node)
     for name, expected in trt.GROUPED_MM_ATTRIBUTES.items():
         if attrs.get(name) != expected.encode():
             yield f"attribute {name} must be the string {expected!r} (the plugin's registration), got {attrs.get(name)!r}"

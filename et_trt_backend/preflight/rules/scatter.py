@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx import helper
-
-from et_trt_backend.preflight.model_view import ModelView, is_standard_op
+from et_trt_backend.preflight.model_view import ModelView, attributes_of, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "scatter"
@@ -22,7 +20,7 @@ def check(view: ModelView) -> Iterator[Violation]:
         node = ref.node
         if not is_standard_op(node):
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = attributes_of(node)
         reduction = attrs.get("reduction")
         if node.op_type == "ScatterND" and reduction == b"none":
             yield Violation.at(

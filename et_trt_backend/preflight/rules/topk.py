@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx import helper
-
 from et_trt_backend.preflight import tensorrt_onnx as trt
-from et_trt_backend.preflight.model_view import ModelView, is_standard_op
+from et_trt_backend.preflight.model_view import ModelView, attributes_of, is_standard_op
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "topk"
@@ -24,7 +22,7 @@ def check(view: ModelView) -> Iterator[Violation]:
         node = ref.node
         if not is_standard_op(node) or node.op_type != "TopK":
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = attributes_of(node)
         if attrs.get("sorted", 1) != 1:
             yield Violation.at(RULE, ref, "TopK with sorted=0: TensorRT returns sorted results only (sorted=1)")
         k_name = node.input[1] if len(node.input) > 1 else ""
