@@ -2,9 +2,12 @@
 
 Runs on a GPU with no Triton in the process: the kernels are ahead-of-time images
 (made on any machine by benchmarks/device/prepare.py) launched through the C++
-launcher (runtime/kernels). Each time is the median over 15 rounds of CUDA-graph replays of
-back-to-back calls, the contenders alternating within each round; all run side by
-side in one process on the same inputs, and each result is checked against
+launcher (runtime/kernels). Each time is the median over 21 rounds of CUDA-graph replays of
+back-to-back calls (about 30 ms of them), each timed replay right after an untimed one of
+the same graph, the contenders taking turns in a fresh random order each round: the H200
+runs these GEMMs at its power limit and its clock follows the load of the last tens of
+milliseconds, so a kernel timed right after a lighter one would borrow its clock. All
+run side by side in one process on the same inputs, and each result is checked against
 torch._grouped_mm before it is timed.
 
     python benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out results/
@@ -21,6 +24,7 @@ import argparse
 import json
 import logging
 import pathlib
+import random
 import statistics
 import sys
 
@@ -60,11 +64,17 @@ def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
 
 
 def time_interleaved(graphs: dict, calls: int, rounds: int) -> dict:
-    """Median seconds per call for each graph; contenders alternate within each round so
-    clock and power drift affects them alike."""
+    """Median seconds per call for each graph. Each replay is timed after an untimed one of
+    the same graph, so the clock has settled to that kernel's own power draw; the order
+    is shuffled each round (seeded), so drift and neighbours affect all contenders alike."""
     times = {label: [] for label in graphs}
+    order = list(graphs)
+    shuffle = random.Random(0).shuffle
     for _ in range(rounds):
-        for label, graph in graphs.items():
+        shuffle(order)
+        for label in order:
+            graph = graphs[label]
+            graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             graph.replay()
@@ -96,8 +106,9 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     w = (torch.randn(experts, n, k, device="cuda", dtype=torch.float32) / k**0.5).to(torch.bfloat16)
     flops = 2.0 * rows * k * n
-    big = flops > 1e11
-    calls, rounds = (4, 15) if big else (40, 15)
+    # ~30 ms per replay: a call's time estimated at 500 TFLOP/s or 4 TB/s (weights, a, out).
+    estimate = max(flops / 500e12, 2.0 * (experts * k * n + rows * (k + n)) / 4e12, 5e-6)
+    calls, rounds = min(1000, max(4, round(0.03 / estimate))), 21
     ref = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
     row = {"shape": name, "tokens": tokens, "experts": experts, "rows": rows, "K": k, "N": n}
     graphs = {"torch": capture(lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs), calls)}
