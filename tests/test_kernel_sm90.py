@@ -57,6 +57,8 @@ def test_cubin_uses_wgmma_tma_and_stmatrix(dtype, tmp_path):
     assert {int(n) for n, k in shapes if k == kind} == set(range(16, 257, 16)), "a tile width has no wgmma"
     for op in ("UTMALDG.2D", "UTMALDG.3D", "STSM", "SYNCS", "USETMAXREG"):
         assert op in sass, f"{op} missing from the SASS"
+    if sm90.CLUSTER > 1:  # the rows multicast to the cluster, whose CTAs meet at a cluster barrier at start
+        assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
 
 
@@ -79,4 +81,4 @@ def test_missing_nvcc_is_named_and_triton_images_still_come(monkeypatch, caplog)
 
 def test_bad_dtype_is_named():
     with pytest.raises(ValueError, match="fp32"):
-        sm90.compile_cubin("fp32", sm90.STAGES, sm90.nvcc_path() or "nvcc")
+        sm90.compile_cubin("fp32", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path() or "nvcc")

@@ -45,6 +45,7 @@ def main() -> None:
     for label, config in CANDIDATES.items():
         add(label, [aot.compile_image(ARCH, "bf16", True, config)])
     add("all_wgmma_only", [sm90.image("bf16")])  # the sm_90a kernel alone, also where the launcher picks another
+    add("all_wgmma_cluster1", [sm90.image("bf16", cluster=1)])  # without the rows' multicast
     aot.save_images(OUT / "bench_images.json", bench)
     (OUT / "bench_images.groups.json").write_text(json.dumps(groups))
     for image in bench:

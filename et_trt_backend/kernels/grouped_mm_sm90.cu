@@ -17,11 +17,18 @@
 // epilogue. The grid is persistent; every CTA walks the same tile list, built in
 // shared memory from the offsets at start (no device-to-host copy).
 //
+// Clusters of CLUSTER CTAs (1 or 2) take neighbouring weight blocks of the same rows:
+// each CTA loads its own weight block and 1/CLUSTER of the rows, multicast to every
+// CTA of the cluster. The rows are most of a stage's bytes (224 of 352 rows at 3500
+// tokens), so a pair reads a third less from L2; on the H200, which runs these GEMMs
+// at its power limit, moving fewer bytes leaves more power for the tensor cores.
+//
 // Parameters (the launcher, runtime/kernels, is the only caller): TMA descriptors
-// for a [rows, K], one per tile width (box width x 64: a tile's rows are one load;
-// TMA's cost grows with the number of boxes), and W [G, N, K] (box 1 x 128 x 64),
-// all with 128-byte swizzle and zero fill, then offs, out, rows, K, N, G.
-// G <= MAX_GROUPS.
+// for a [rows, K], one per tile width (box width / CLUSTER x 64: a CTA's share of a
+// tile's rows is one load; TMA's cost grows with the number of boxes), and
+// W [G, N, K] (box 1 x 128 x 64), all with 128-byte swizzle and zero fill, then offs,
+// out, rows, K, N, G. G <= MAX_GROUPS. The launcher reads CLUSTER from the kernel's
+// required cluster width.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,6 +43,9 @@
 #endif
 #ifndef MAX_GROUPS
 #error "compile with -DMAX_GROUPS=<largest G>"
+#endif
+#if !defined(CLUSTER) || (CLUSTER != 1 && CLUSTER != 2)
+#error "compile with -DCLUSTER=1 or 2 (CTAs sharing one tile's rows)"
 #endif
 
 namespace {
@@ -73,8 +83,29 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, int phase) {
   } while (!done);
 }
 
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+// Arrives on `bar` in every CTA of the cluster (their loads fill this CTA's stages).
+__device__ __forceinline__ void barrier_arrive_cluster(uint64_t* bar) {
+  if constexpr (CLUSTER == 1) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+  } else {
+#pragma unroll
+    for (uint32_t cta = 0; cta < CLUSTER; ++cta) {
+      uint32_t remote;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
+      asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA in the cluster.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 __device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
@@ -86,6 +117,17 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
           smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// The same box into the same shared-memory offset of every CTA of the cluster,
+// completing bytes on the barrier at the same offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  const uint16_t all = (1u << CLUSTER) - 1;
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(all)
       : "memory");
 }
 
@@ -104,9 +146,13 @@ __device__ __forceinline__ uint64_t smem_desc(const void* tile) {
   return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
-// The tile list: group g's tiles are numbered from tiles_through[g-1] (0 for g = 0),
-// weight block slowest, row tile fastest, so CTAs running side by side share the
-// group's weight block (several row tiles) or its rows (one row tile).
+// The tile list: groups in order of their rows, most first (order[p] is the group at
+// position p; the tail group last), so each wave's tiles are of about one size and the
+// round-robin deals every cluster the same work. The tiles at position p are numbered
+// from tiles_through[p-1] (0 for p = 0), weight block slowest, row tile fastest, so
+// CTAs running side by side share the group's weight block (several row tiles) or its
+// rows (one row tile). A tile here is a cluster's: CLUSTER neighbouring weight blocks,
+// one per CTA.
 struct Tile {
   int group;
   int first_row;
@@ -127,22 +173,66 @@ __device__ __forceinline__ void row_tiling(int count, int* width, int* tiles) {
   *tiles = (count + *width - 1) / *width;
 }
 
-__device__ __forceinline__ Tile find_tile(int t, const int* tiles_through, const int* starts, const int* ends, int groups) {
-  int lo = 0, hi = groups;  // groups + 1 entries: the tail group is `groups`
+// Group g's rows are [starts[g], ends[g]).
+struct GroupTable {
+  int* tiles_through;  // [groups + 1], by position
+  int* order;          // [groups + 1]
+  int* starts;         // [groups + 1], by group
+  int* ends;
+};
+
+__device__ __forceinline__ Tile find_tile(int t, const GroupTable& table, int groups, uint32_t rank) {
+  int lo = 0, hi = groups;  // groups + 1 positions
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (tiles_through[mid] > t) hi = mid;
+    if (table.tiles_through[mid] > t) hi = mid;
     else lo = mid + 1;
   }
   Tile tile;
-  tile.group = lo;
-  int local = t - (lo > 0 ? tiles_through[lo - 1] : 0);
+  const int g = table.order[lo];
+  tile.group = g;
+  int local = t - (lo > 0 ? table.tiles_through[lo - 1] : 0);
   int width, row_tiles;
-  row_tiling(ends[lo] - starts[lo], &width, &row_tiles);
+  row_tiling(table.ends[g] - table.starts[g], &width, &row_tiles);
   tile.width = width;
-  tile.first_row = starts[lo] + (local % row_tiles) * width;
-  tile.rows = min(width, ends[lo] - tile.first_row);
-  tile.feature = (local / row_tiles) * kTileFeatures;
+  tile.first_row = table.starts[g] + (local % row_tiles) * width;
+  tile.rows = min(width, table.ends[g] - tile.first_row);
+  tile.feature = ((local / row_tiles) * CLUSTER + rank) * kTileFeatures;
+  return tile;
+}
+
+// The walk of the tile list: round-robin over the clusters, except for the last,
+// partial wave. Its `rest` tiles are each split along their rows into `pieces`, so
+// that up to pieces x rest clusters share it: at 3500 tokens the down GEMM's last
+// wave (18 tiles for 66 clusters) takes a third of a tile's time instead of a whole one.
+struct Schedule {
+  int whole;   // tiles dealt round-robin: a multiple of the cluster count
+  int rest;    // tiles of the last wave
+  int pieces;  // parts of each
+};
+
+constexpr int kMaxPieces = 4;  // each part re-reads the tile's weights (from L2)
+
+__device__ __forceinline__ Schedule make_schedule(int total, int clusters) {
+  Schedule schedule;
+  schedule.rest = total % clusters;
+  schedule.whole = total - schedule.rest;
+  schedule.pieces = schedule.rest > 0 ? max(1, min(kMaxPieces, clusters / schedule.rest)) : 1;
+  return schedule;
+}
+
+// Step i of the walk (i < whole + rest * pieces). A part of a split tile may hold no
+// rows (rows <= 0): it is skipped.
+__device__ __forceinline__ Tile tile_at(int i, const Schedule& schedule, const GroupTable& table, int groups,
+                                        uint32_t rank) {
+  if (i < schedule.whole) return find_tile(i, table, groups, rank);
+  const int part = (i - schedule.whole) / schedule.rest;
+  Tile tile = find_tile(schedule.whole + (i - schedule.whole) % schedule.rest, table, groups, rank);
+  const int width = ((tile.rows + schedule.pieces - 1) / schedule.pieces + kWidthStep - 1) / kWidthStep * kWidthStep;
+  tile.first_row += part * width;
+  tile.rows -= part * width;
+  tile.rows = min(tile.rows, width);
+  tile.width = width;
   return tile;
 }
 
@@ -186,7 +276,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
       wgmma_commit();
       // The previous stage's products are done once at most this one is in flight.
       wgmma_wait<1>();
-      if (previous >= 0 && leader) barrier_arrive(&empty[previous]);
+      if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
       previous = stage;
       if (++stage == STAGES) {
         stage = 0;
@@ -195,7 +285,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     }
     wgmma_wait<0>();
     wgmma_fence(acc);
-    if (previous >= 0 && leader) barrier_arrive(&empty[previous]);
+    if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
   }
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store
@@ -257,7 +347,7 @@ struct RowMaps {
   CUtensorMap by_width[kMaxWidth / kWidthStep];  // [i]: boxes of (i + 1) * kWidthStep rows
 };
 
-extern "C" __global__ void __launch_bounds__(384, 1)
+extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(CLUSTER, 1, 1)
     grouped_mm_wgmma(const __grid_constant__ RowMaps a_maps, const __grid_constant__ CUtensorMap w_map,
                      const int32_t* __restrict__ offs, ET_TRT_ELEM* __restrict__ out, int rows, int K, int N, int G) {
   extern __shared__ __align__(1024) uint8_t shared_raw[];
@@ -266,69 +356,114 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + STAGES * kStageBytes);
   uint64_t* empty = full + STAGES;
   ET_TRT_ELEM* staging = reinterpret_cast<ET_TRT_ELEM*>(empty + STAGES);  // 2 x kStagingRows x 64
-  int* tiles_through = reinterpret_cast<int*>(staging + 2 * kStagingRows * 64);  // [G + 1]
-  int* starts = tiles_through + MAX_GROUPS + 1;
-  int* ends = starts + MAX_GROUPS + 1;
+  GroupTable table;
+  table.tiles_through = reinterpret_cast<int*>(staging + 2 * kStagingRows * 64);
+  table.order = table.tiles_through + MAX_GROUPS + 1;
+  table.starts = table.order + MAX_GROUPS + 1;
+  table.ends = table.starts + MAX_GROUPS + 1;
+  int* const starts = table.starts;
+  int* const ends = table.ends;
+  // In shared memory rather than registers: the consumers' accumulators need them all.
+  Schedule& schedule = *reinterpret_cast<Schedule*>(ends + MAX_GROUPS + 1);
 
   // The launcher keeps G <= MAX_GROUPS and passes sm90.shared_bytes(STAGES); anything
   // else would overflow the group table or the shared memory: stop rather than corrupt.
   uint32_t dynamic_shared;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_shared));
-  const uintptr_t used = reinterpret_cast<uintptr_t>(ends + MAX_GROUPS + 1) - reinterpret_cast<uintptr_t>(shared_raw);
+  const uintptr_t used = reinterpret_cast<uintptr_t>(&schedule + 1) - reinterpret_cast<uintptr_t>(shared_raw);
   if (G > MAX_GROUPS || used > dynamic_shared) __trap();
   for (int g = threadIdx.x; g < G; g += blockDim.x) ends[g] = offs[g];
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int feature_blocks = (N + kTileFeatures - 1) / kTileFeatures;
-    int start = 0, total = 0;
+    int start = 0;
     for (int g = 0; g <= G; ++g) {
       int end = g < G ? min(rows, max(start, ends[g])) : rows;  // the clamp; the tail group ends at `rows`
       starts[g] = start;
       ends[g] = end;
-      int width, row_tiles;
-      row_tiling(end - start, &width, &row_tiles);
-      total += row_tiles * feature_blocks;
-      tiles_through[g] = total;
       start = end;
+    }
+    table.order[G] = G;
+  }
+  __syncthreads();
+  for (int g = threadIdx.x; g < G; g += blockDim.x) {  // rank by rows, most first, ties by index
+    const int size = ends[g] - starts[g];
+    int position = 0;
+    for (int h = 0; h < G; ++h) {
+      const int other = ends[h] - starts[h];
+      position += other > size || (other == size && h < g);
+    }
+    table.order[position] = g;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int feature_blocks = (N + CLUSTER * kTileFeatures - 1) / (CLUSTER * kTileFeatures);  // per CTA of a cluster
+    int total = 0;
+    for (int p = 0; p <= G; ++p) {
+      const int g = table.order[p];
+      int width, row_tiles;
+      row_tiling(ends[g] - starts[g], &width, &row_tiles);
+      total += row_tiles * feature_blocks;
+      table.tiles_through[p] = total;
     }
     for (int s = 0; s < STAGES; ++s) {
       barrier_init(&full[s], 1);
-      barrier_init(&empty[s], 2);  // one arrival per consumer warpgroup
+      barrier_init(&empty[s], 2 * CLUSTER);  // one arrival per consumer warpgroup of the cluster
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  cluster_sync();  // no CTA loads into, or arrives on, another's barriers before they exist
 
-  const int total = tiles_through[G];
   const int k_steps = (K + kBlockK - 1) / kBlockK;
   const int warpgroup = threadIdx.x / 128;
+  const uint32_t rank = cluster_rank();
+  const int cluster = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;
+  if (threadIdx.x == 0) schedule = make_schedule(table.tiles_through[G], clusters);
+  __syncthreads();
+  const int steps = schedule.whole + schedule.rest * schedule.pieces;
   int stage = 0, phase = 0;
   if (warpgroup == 0) {  // producer: one thread issues every load
     // Registers move to the consumers: 128 x 40 + 256 x 232 <= 64K.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x != 0) return;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
-      Tile tile = find_tile(t, tiles_through, starts, ends, G);
-      if (tile.group == G) continue;  // the tail group loads nothing
+    auto next_stage = [&] {
+      if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+    };
+    for (int i = cluster; i < steps; i += clusters) {
+      Tile tile = tile_at(i, schedule, table, G, rank);
+      if (tile.group == G || tile.rows <= 0) continue;  // the tail group loads nothing
+      // This CTA's share of the rows; all of them land here (the others' shares multicast).
+      const int share = tile.width / CLUSTER;
+      const CUtensorMap* rows_map = &a_maps.by_width[tile.width / kWidthStep - 1];
       const uint32_t bytes = kWeightBytes + tile.width * kBlockK * 2;
       for (int k = 0; k < k_steps; ++k) {
         barrier_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
         uint8_t* base = stages + stage * kStageBytes;
         barrier_expect_bytes(&full[stage], bytes);
         tma_load_3d(base, &w_map, k * kBlockK, tile.feature, tile.group, &full[stage]);
-        tma_load_2d(base + kWeightBytes, &a_maps.by_width[tile.width / kWidthStep - 1], k * kBlockK, tile.first_row,
-                    &full[stage]);
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1;
-        }
+        if constexpr (CLUSTER == 1)
+          tma_load_2d(base + kWeightBytes, rows_map, k * kBlockK, tile.first_row, &full[stage]);
+        else
+          tma_load_2d_multicast(base + kWeightBytes + rank * share * kBlockK * 2, rows_map, k * kBlockK,
+                                tile.first_row + rank * share, &full[stage]);
+        next_stage();
       }
     }
+    // The other CTAs' consumers arrive on this CTA's barriers: wait for each stage's
+    // last release, so none arrives after this CTA has exited.
+    if constexpr (CLUSTER > 1)
+      for (int s = 0; s < STAGES; ++s) {
+        barrier_wait(&empty[stage], phase ^ 1);
+        next_stage();
+      }
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  for (int t = blockIdx.x; t < total; t += gridDim.x) {
-    Tile tile = find_tile(t, tiles_through, starts, ends, G);
+  for (int i = cluster; i < steps; i += clusters) {
+    Tile tile = tile_at(i, schedule, table, G, rank);
+    if (tile.rows <= 0) continue;
     consume_width(tile, tile.group < G, k_steps, stages, full, empty, stage, phase, warpgroup - 1, staging, out, N);
   }
 }

@@ -28,14 +28,16 @@ BLOCK_K = 64
 WIDTHS = range(16, MAX_WIDTH + 1, 16)
 MAX_GROUPS = 1024
 STAGES = 4  # 4 x 48 KiB: measured on the H200, 3 stages lose 20% (benchmarks/results/NOTES.md)
+CLUSTER = 2  # CTAs sharing one tile's rows by TMA multicast (benchmarks/results/NOTES.md)
 _ELEM = {"bf16": ("__nv_bfloat16", "bf16"), "fp16": ("__half", "f16")}
 
 
 def shared_bytes(stages: int) -> int:
-    """Dynamic shared memory the kernel asks for: the stage ring, barriers, epilogue staging, group table, alignment."""
+    """Dynamic shared memory the kernel asks for: the stage ring, barriers, epilogue staging, group table,
+    schedule, alignment."""
     stage = (TILE_FEATURES + MAX_WIDTH) * BLOCK_K * 2
     staging = 2 * 64 * 64 * 2
-    return 1023 + stages * stage + 2 * stages * 8 + staging + 3 * (MAX_GROUPS + 1) * 4
+    return 1023 + stages * stage + 2 * stages * 8 + staging + 4 * (MAX_GROUPS + 1) * 4 + 3 * 4
 
 
 def wgmma_header(dtype: str) -> str:
@@ -78,7 +80,7 @@ def nvcc_path() -> str | None:
     return found or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-def compile_cubin(dtype: str, stages: int, nvcc: str) -> bytes:
+def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str) -> bytes:
     """The kernel as an sm_90a cubin, built by `nvcc` (CUDA 12.3 or newer); no GPU."""
     if dtype not in _ELEM:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {tuple(_ELEM)}")
@@ -87,9 +89,11 @@ def compile_cubin(dtype: str, stages: int, nvcc: str) -> bytes:
         (tmp_path / "wgmma_sm90.cuh").write_text(wgmma_header(dtype))
         cubin = tmp_path / "kernel.cubin"
         command = [nvcc, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-Xptxas=-v", f"-I{tmp_path}",
-                   f"-DET_TRT_ELEM={_ELEM[dtype][0]}", f"-DSTAGES={stages}", f"-DMAX_GROUPS={MAX_GROUPS}", "-lineinfo",
+                   f"-DET_TRT_ELEM={_ELEM[dtype][0]}", f"-DSTAGES={stages}", f"-DCLUSTER={cluster}",
+                   f"-DMAX_GROUPS={MAX_GROUPS}", "-lineinfo",
                    str(SOURCE), "-o", str(cubin)]
-        logger.info("compiling %s (%s, %d stages) with %s", SOURCE.name, dtype, stages, os.path.basename(nvcc))
+        logger.info("compiling %s (%s, %d stages, clusters of %d) with %s", SOURCE.name, dtype, stages, cluster,
+                    os.path.basename(nvcc))
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"nvcc failed on {SOURCE.name}:\n{result.stderr[-4000:]}")
@@ -104,16 +108,16 @@ def nvcc_version(nvcc: str) -> str:
     return result.stdout.strip().splitlines()[-1] if result.returncode == 0 and result.stdout.strip() else "unknown"
 
 
-def image(dtype: str, stages: int = STAGES):
+def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER):
     """The sm_90a cubin with what the launcher needs (variant "wgmma", weights [G, N, K]), from the disk cache if there."""
     from et_trt_backend.kernels import aot
 
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
-    key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages]
+    key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages, cluster]
     return aot.cached_image(key, lambda: aot.KernelImage(
-        kernel="grouped_mm_wgmma_nk", arch="sm_90a", format="cubin", image=compile_cubin(dtype, stages, nvcc),
+        kernel="grouped_mm_wgmma_nk", arch="sm_90a", format="cubin", image=compile_cubin(dtype, stages, cluster, nvcc),
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES, block_k=BLOCK_K,
         persistent=True, ptx_version=""))

@@ -54,8 +54,9 @@ struct LoadedKernel {
   int shared_bytes = 0;
   int block_m = 0;
   int block_n = 0;
-  int max_grid = 0;
+  int max_grid = 0;  // CTAs; a multiple of `cluster`
   int sms = 0;
+  int cluster = 1;  // CTAs per cluster, from the kernel's required cluster width
   size_t scratch_stride = 0;  // global scratch bytes per CTA, aligned
   size_t profile_stride = 0;
   int k_n_multiple = 1;  // K and N must be multiples of this
@@ -64,7 +65,8 @@ struct LoadedKernel {
 };
 
 // grouped_mm_sm90.cu's group table holds this many groups (MAX_GROUPS in et_trt_backend/kernels/sm90.py);
-// its tiles are 128 weight rows by 16, 32, ..., 256 rows of a, with one descriptor of a per width.
+// its tiles are 128 weight rows by 16, 32, ..., 256 rows of a, with one descriptor of a per width, whose
+// boxes hold a CTA's share of the rows (the width divided by the cluster size).
 constexpr int64_t kWgmmaMaxGroups = 1024;
 constexpr int kWgmmaWidths = 16, kWgmmaWidthStep = 16, kWgmmaTileFeatures = 128;
 
@@ -251,6 +253,25 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     // Persistent kernels loop over tiles: one CTA per resident slot is enough.
     loaded.max_grid = image->persistent ? sms * per_sm : 0;
     loaded.sms = sms;
+    cu.cuFuncGetAttribute(&loaded.cluster, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, loaded.function);
+    loaded.cluster = std::max(loaded.cluster, 1);
+    if (loaded.cluster > 1) {
+      if (!loaded.tensor_maps || kWgmmaWidthStep % loaded.cluster != 0 || !image->persistent)
+        return failed("kernel " + image->kernel + " asks for clusters of " + std::to_string(loaded.cluster) +
+                      " CTAs; this launcher drives clusters only for the wgmma kernel, of 1 or 2");
+      // Multiprocessors pair up within a GPC only: ask how many clusters fit at once.
+      CUlaunchConfig config = {};
+      config.gridDimX = static_cast<unsigned>(loaded.max_grid);
+      config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1;
+      config.blockDimX = static_cast<unsigned>(loaded.threads);
+      config.sharedMemBytes = static_cast<unsigned>(image->shared_bytes);
+      int clusters = 0;
+      status = cu.cuOccupancyMaxActiveClusters(&clusters, loaded.function, &config);
+      if (status != CUDA_SUCCESS || clusters < 1)
+        return failed("kernel " + image->kernel + " cannot run clusters of " + std::to_string(loaded.cluster) +
+                      " CTAs on " + gpu + ": " + (status != CUDA_SUCCESS ? cu.describe(status) : "none fit"));
+      loaded.max_grid = clusters * loaded.cluster;
+    }
     if (!image->persistent && (image->global_scratch_bytes > 0 || image->profile_scratch_bytes > 0))
       return failed("kernel " + image->kernel + " needs scratch memory but is not persistent; its grid is unbounded");
     loaded.scratch_stride = round_up(static_cast<size_t>(image->global_scratch_bytes),
@@ -309,10 +330,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
 
   // Upper bound on output tiles: every non-empty group adds at most one partial
-  // row block, and the tail group one more.
-  auto max_tiles = [&](const LoadedKernel& kernel) {
+  // row block, and the tail group one more. A cluster's tile spans `cluster` column blocks.
+  auto max_tiles = [&](const LoadedKernel& kernel, int cluster) {
     int64_t row_blocks = std::min<int64_t>((rows + kernel.block_m - 1) / kernel.block_m + std::min(groups, rows) + 1, rows);
-    return row_blocks * ((n + kernel.block_n - 1) / kernel.block_n);
+    const int64_t columns = int64_t{kernel.block_n} * cluster;
+    return row_blocks * ((n + columns - 1) / columns);
   };
   const LoadedKernel* kernel = nullptr;
   const LoadedKernel* small = nullptr;
@@ -327,7 +349,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   }
   // Few rows per group, or large tiles that leave multiprocessors idle: more, smaller tiles win.
   const bool large_tiles = kernel && (kernel->variant == "wgmma" || kernel->variant == "tma");
-  if (small && (!large_tiles || rows < 64 * groups || max_tiles(*kernel) < kernel->sms))
+  if (small && (!large_tiles || rows < 64 * groups || max_tiles(*kernel, 1) < kernel->sms))
     kernel = small;
   if (kernel == nullptr) {
     std::string loaded;
@@ -339,9 +361,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return fail(error, "grouped_mm: kernel " + kernel->name + " needs a workspace of " +
                            std::to_string(state_->workspace_bytes) + " bytes");
 
-  int64_t tiles = max_tiles(*kernel);
-  unsigned grid = static_cast<unsigned>(kernel->max_grid > 0 ? std::min<int64_t>(tiles, kernel->max_grid)
-                                                             : std::min<int64_t>(tiles, 0x7fffffff));
+  const int64_t ctas = max_tiles(*kernel, kernel->cluster) * kernel->cluster;
+  unsigned grid = static_cast<unsigned>(kernel->max_grid > 0 ? std::min<int64_t>(ctas, kernel->max_grid)
+                                                             : std::min<int64_t>(ctas, 0x7fffffff));
 
   CUdeviceptr a_arg = reinterpret_cast<CUdeviceptr>(a), b_arg = reinterpret_cast<CUdeviceptr>(b);
   CUdeviceptr offs_arg = reinterpret_cast<CUdeviceptr>(offs), out_arg = reinterpret_cast<CUdeviceptr>(out);
@@ -354,7 +376,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
   // grouped_mm_sm90.cu: a as [rows, K] in boxes of 16, 32, ..., 256 rows by 64 (one descriptor per tile
-  // width, passed as one array); b as [G, N, K] in boxes of 1 x 128 x 64.
+  // width, passed as one array), divided among a cluster's CTAs; b as [G, N, K] in boxes of 1 x 128 x 64.
   struct {
     CUtensorMap by_width[kWgmmaWidths];
   } a_maps;
@@ -367,7 +389,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
     CUresult encoded = encode_tensor_map(cu, &b_map, bf16, b, 3, b_dims, b_box);
     for (int i = 0; i < kWgmmaWidths && encoded == CUDA_SUCCESS; ++i) {
-      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1) / kernel->cluster)};
       encoded = encode_tensor_map(cu, &a_maps.by_width[i], bf16, a, 2, a_dims, a_box);
     }
     if (encoded != CUDA_SUCCESS)
