@@ -158,8 +158,8 @@ def test_invalid_offsets_are_clamped(case, trans_b, variant):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_wgmma_every_tile_width(dtype):
-    """Groups of 13 to 253 rows (every width 16..256 of grouped_mm_sm90.cu) and groups split in 2 and 3 tiles."""
-    sizes = [16 * i - 3 for i in range(1, 17)] + [257, 600, 1, 0]
+    """Groups of 5 to 253 rows (every width 8..256 of grouped_mm_sm90.cu) and groups split in 2 and 3 tiles."""
+    sizes = [8 * i - 3 for i in range(1, 33)] + [257, 600, 1, 0]
     offs = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32).cuda()
     rows = int(offs[-1]) + 5  # 5 tail rows
     a, b = _inputs(rows, 192, 136, len(sizes), dtype, True, seed=21)

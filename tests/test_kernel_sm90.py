@@ -21,7 +21,7 @@ def test_generated_wgmma_statements_cover_every_width():
     for dtype, ptx_type in (("bf16", "bf16"), ("fp16", "f16")):
         header = sm90.wgmma_header(dtype)
         widths = [int(w) for w in re.findall(rf"m64n(\d+)k16\.f32\.{ptx_type}\.{ptx_type}", header)]
-        assert widths == list(range(16, 257, 16))
+        assert widths == list(range(8, 257, 8))
         for width in widths:
             # One "+f" accumulator operand per pair of output elements a thread holds.
             body = header.split(f"wgmma_m64k16<{width}>(float (&acc)[{width // 2}]")[1].split("}\n", 1)[0]
@@ -54,7 +54,7 @@ def test_cubin_uses_wgmma_tma_and_stmatrix(dtype, tmp_path):
     # cuobjdump names the input type for bf16 only: "HGMMA.64x224x16.F32.BF16", fp16 "HGMMA.64x224x16.F32".
     shapes = collections.Counter(re.findall(r"HGMMA\.64x(\d+)x16\.F32(\.BF16)?\s", sass))
     kind = ".BF16" if dtype == "bf16" else ""
-    assert {int(n) for n, k in shapes if k == kind} == set(range(16, 257, 16)), "a tile width has no wgmma"
+    assert {int(n) for n, k in shapes if k == kind} == set(range(8, 257, 8)), "a tile width has no wgmma"
     for op in ("UTMALDG.2D", "UTMALDG.3D", "STSM", "SYNCS", "USETMAXREG"):
         assert op in sass, f"{op} missing from the SASS"
     if sm90.CLUSTER > 1:  # the rows multicast to the cluster, whose CTAs meet at a cluster barrier at start

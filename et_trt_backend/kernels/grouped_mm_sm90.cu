@@ -8,8 +8,8 @@
 // 128 experts). Tiles whose row count is a power of two (Triton's only choice)
 // compute up to 256 rows for 219. Here a tile computes out^T = W_tile @ a_rows^T:
 // 128 weight rows are wgmma's M (two consumer warpgroups of 64) and the group's rows
-// are its N, which wgmma takes in steps of 16. A group of r rows is split into
-// ceil(r / 256) tiles of equal width rounded up to 16, so 219 rows cost 224.
+// are its N, which wgmma takes in steps of 8. A group of r rows is split into
+// ceil(r / 256) tiles of equal width rounded up to 8, so 219 rows cost 224 and 213 cost 216.
 //
 // Warp specialization: warpgroup 0 (one thread) issues TMA loads into a ring of
 // STAGES shared-memory stages; warpgroups 1 and 2 run wgmma on them and write the
@@ -24,8 +24,9 @@
 // at its power limit, moving fewer bytes leaves more power for the tensor cores.
 //
 // Parameters (the launcher, runtime/kernels, is the only caller): TMA descriptors
-// for a [rows, K], one per tile width (box width / CLUSTER x 64: a CTA's share of a
-// tile's rows is one load; TMA's cost grows with the number of boxes), and
+// for a [rows, K] with boxes of 8, 16, ..., 256 / CLUSTER rows by 64, one per share of
+// a tile's rows a CTA loads (a share is one load; TMA's cost grows with the number of
+// boxes), and
 // W [G, N, K] (box 1 x 128 x 64), all with 128-byte swizzle and zero fill, then offs,
 // out, rows, K, N, G. G <= MAX_GROUPS. The launcher reads CLUSTER from the kernel's
 // required cluster width.
@@ -52,7 +53,7 @@ namespace {
 
 constexpr int kTileFeatures = 128;  // weight rows per tile: wgmma M for two warpgroups
 constexpr int kMaxWidth = 256;      // rows per tile at most: wgmma N
-constexpr int kWidthStep = 16;
+constexpr int kWidthStep = 8;  // wgmma's N step for 16-bit inputs
 constexpr int kBlockK = 64;  // 128 bytes of 16-bit elements: one swizzled row
 constexpr int kWeightBytes = kTileFeatures * kBlockK * 2;
 constexpr int kRowBytes = kMaxWidth * kBlockK * 2;
@@ -248,6 +249,11 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   }
 }
 
+__device__ __forceinline__ void stmatrix_x2_trans(void* dst, uint32_t r0, uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(smem_addr(dst)), "r"(r0), "r"(r1)
+               : "memory");
+}
+
 __device__ __forceinline__ void stmatrix_x4_trans(void* dst, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(dst)), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
@@ -299,16 +305,20 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
   const int feature0 = tile.feature + warpgroup * 64;
   // stmatrix x4 stores matrices (h, j), (h + 1, j), (h, j + 1), (h + 1, j + 1); lane L
   // gives the address of row L % 8 of matrix L / 8.
+  // A last, odd block of 8 tile rows goes with x2 (lanes 0-15 give the addresses).
   const int matrix = lane / 8, piece = 2 * warp + matrix % 2;
 #pragma unroll
   for (int j = 0; j < WIDTH / 8; j += 2) {  // fully unrolled: acc is indexed by constants only
     const int row = (8 * j) % kStagingRows + 8 * (matrix / 2) + lane % 8;
-    stmatrix_x4_trans(&staging[row * 64 + (piece ^ (row % 8)) * 8], pack<T>(acc[4 * j], acc[4 * j + 1]),
-                      pack<T>(acc[4 * j + 2], acc[4 * j + 3]), pack<T>(acc[4 * j + 4], acc[4 * j + 5]),
-                      pack<T>(acc[4 * j + 6], acc[4 * j + 7]));
-    if ((j + 2) % (kStagingRows / 8) == 0 || j + 2 == WIDTH / 8) {  // a chunk of rows is staged
+    T* dst = &staging[row * 64 + (piece ^ (row % 8)) * 8];
+    if (j + 1 < WIDTH / 8)
+      stmatrix_x4_trans(dst, pack<T>(acc[4 * j], acc[4 * j + 1]), pack<T>(acc[4 * j + 2], acc[4 * j + 3]),
+                        pack<T>(acc[4 * j + 4], acc[4 * j + 5]), pack<T>(acc[4 * j + 6], acc[4 * j + 7]));
+    else
+      stmatrix_x2_trans(dst, pack<T>(acc[4 * j], acc[4 * j + 1]), pack<T>(acc[4 * j + 2], acc[4 * j + 3]));
+    if ((j + 2) % (kStagingRows / 8) == 0 || j + 2 >= WIDTH / 8) {  // a chunk of rows is staged
       const int chunk = j / (kStagingRows / 8) * kStagingRows;
-      const int staged_rows = 8 * (j + 2) - chunk;
+      const int staged_rows = min(8 * (j + 2), WIDTH) - chunk;
       warpgroup_sync(warpgroup);
       for (int i = thread; i < staged_rows * 8; i += 128) {
         const int staged = i / 8, part = i % 8;
@@ -323,7 +333,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
 }
 
 template <typename T>
-__device__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8_t* stages, uint64_t* full,
+__device__ __forceinline__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8_t* stages, uint64_t* full,
                               uint64_t* empty, int& stage, int& phase, int warpgroup, T* staging, T* out, int N) {
   switch (tile.width / kWidthStep) {
 #define ET_TRT_WIDTH_CASE(n)                                                                                  \
@@ -335,6 +345,10 @@ __device__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8
     ET_TRT_WIDTH_CASE(5) ET_TRT_WIDTH_CASE(6) ET_TRT_WIDTH_CASE(7) ET_TRT_WIDTH_CASE(8)
     ET_TRT_WIDTH_CASE(9) ET_TRT_WIDTH_CASE(10) ET_TRT_WIDTH_CASE(11) ET_TRT_WIDTH_CASE(12)
     ET_TRT_WIDTH_CASE(13) ET_TRT_WIDTH_CASE(14) ET_TRT_WIDTH_CASE(15) ET_TRT_WIDTH_CASE(16)
+    ET_TRT_WIDTH_CASE(17) ET_TRT_WIDTH_CASE(18) ET_TRT_WIDTH_CASE(19) ET_TRT_WIDTH_CASE(20)
+    ET_TRT_WIDTH_CASE(21) ET_TRT_WIDTH_CASE(22) ET_TRT_WIDTH_CASE(23) ET_TRT_WIDTH_CASE(24)
+    ET_TRT_WIDTH_CASE(25) ET_TRT_WIDTH_CASE(26) ET_TRT_WIDTH_CASE(27) ET_TRT_WIDTH_CASE(28)
+    ET_TRT_WIDTH_CASE(29) ET_TRT_WIDTH_CASE(30) ET_TRT_WIDTH_CASE(31) ET_TRT_WIDTH_CASE(32)
 #undef ET_TRT_WIDTH_CASE
     default:
       break;
@@ -344,7 +358,7 @@ __device__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8
 }  // namespace
 
 struct RowMaps {
-  CUtensorMap by_width[kMaxWidth / kWidthStep];  // [i]: boxes of (i + 1) * kWidthStep rows
+  CUtensorMap by_height[kMaxWidth / CLUSTER / kWidthStep];  // [i]: boxes of (i + 1) * kWidthStep rows
 };
 
 extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(CLUSTER, 1, 1)
@@ -434,9 +448,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(CLUSTER, 1
     for (int i = cluster; i < steps; i += clusters) {
       Tile tile = tile_at(i, schedule, table, G, rank);
       if (tile.group == G || tile.rows <= 0) continue;  // the tail group loads nothing
-      // This CTA's share of the rows; all of them land here (the others' shares multicast).
-      const int share = tile.width / CLUSTER;
-      const CUtensorMap* rows_map = &a_maps.by_width[tile.width / kWidthStep - 1];
+      // This CTA's share of the rows, whole 8-row groups (the swizzle's unit), the
+      // first CTA's the larger; all of them land here (the others' shares multicast).
+      const int eighths = tile.width / kWidthStep;
+      const int share = (eighths + CLUSTER - 1) / CLUSTER * kWidthStep;
+      const int share_start = rank * share;
+      const int share_rows = min(share, tile.width - share_start);
+      const CUtensorMap* rows_map = &a_maps.by_height[max(share_rows, kWidthStep) / kWidthStep - 1];
       const uint32_t bytes = kWeightBytes + tile.width * kBlockK * 2;
       for (int k = 0; k < k_steps; ++k) {
         barrier_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
@@ -445,9 +463,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(CLUSTER, 1
         tma_load_3d(base, &w_map, k * kBlockK, tile.feature, tile.group, &full[stage]);
         if constexpr (CLUSTER == 1)
           tma_load_2d(base + kWeightBytes, rows_map, k * kBlockK, tile.first_row, &full[stage]);
-        else
-          tma_load_2d_multicast(base + kWeightBytes + rank * share * kBlockK * 2, rows_map, k * kBlockK,
-                                tile.first_row + rank * share, &full[stage]);
+        else if (share_rows > 0)  // a tile of 8 rows is the first CTA's alone
+          tma_load_2d_multicast(base + kWeightBytes + share_start * kBlockK * 2, rows_map, k * kBlockK,
+                                tile.first_row + share_start, &full[stage]);
         next_stage();
       }
     }

@@ -1,7 +1,7 @@
 """Ahead-of-time build of the hand-written sm_90a grouped GEMM (grouped_mm_sm90.cu) with nvcc.
 
 Triton's tiles are powers of two, so a MoE group of ~219 rows costs 256; this kernel
-puts the rows in wgmma's N dimension, which takes any multiple of 16 (see the .cu).
+puts the rows in wgmma's N dimension, which takes any multiple of 8 (see the .cu).
 wgmma's accumulator is one register operand per element pair, so each width needs
 its own inline-assembly statement: they are generated here rather than written out.
 The launcher (runtime/kernels/grouped_mm_launcher.cc) knows the kernel's parameters:
@@ -25,7 +25,7 @@ NUM_WARPS = 12  # one producer and two consumer warpgroups
 TILE_FEATURES = 128  # launcher's block_n: weight rows (output columns) per tile
 MAX_WIDTH = 256  # launcher's block_m: rows per tile at most
 BLOCK_K = 64
-WIDTHS = range(16, MAX_WIDTH + 1, 16)
+WIDTHS = range(8, MAX_WIDTH + 1, 8)  # wgmma's N for 16-bit inputs
 MAX_GROUPS = 1024
 STAGES = 4  # 4 x 48 KiB: measured on the H200, 3 stages lose 20% (benchmarks/results/NOTES.md)
 CLUSTER = 2  # CTAs sharing one tile's rows by TMA multicast (benchmarks/results/NOTES.md)
@@ -97,6 +97,8 @@ def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str) -> bytes:
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"nvcc failed on {SOURCE.name}:\n{result.stderr[-4000:]}")
+        if "serialized" in result.stderr:  # ptxas C7510 and kin: wgmma no longer overlaps, the kernel is slow
+            raise RuntimeError(f"ptxas serialized the wgmma pipeline of {SOURCE.name}:\n{result.stderr[-4000:]}")
         for line in result.stderr.splitlines():
             if "registers" in line or "spill" in line:
                 logger.info("ptxas: %s", line.strip())

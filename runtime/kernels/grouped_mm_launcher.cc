@@ -65,10 +65,10 @@ struct LoadedKernel {
 };
 
 // grouped_mm_sm90.cu's group table holds this many groups (MAX_GROUPS in et_trt_backend/kernels/sm90.py);
-// its tiles are 128 weight rows by 16, 32, ..., 256 rows of a, with one descriptor of a per width, whose
-// boxes hold a CTA's share of the rows (the width divided by the cluster size).
+// its tiles are 128 weight rows by 8, 16, ..., 256 rows of a, which a cluster's CTAs load in shares of
+// whole 8-row groups: one descriptor of a per share height, 8 to 256 / cluster rows.
 constexpr int64_t kWgmmaMaxGroups = 1024;
-constexpr int kWgmmaWidths = 16, kWgmmaWidthStep = 16, kWgmmaTileFeatures = 128;
+constexpr int kWgmmaMaxWidth = 256, kWgmmaWidthStep = 8, kWgmmaTileFeatures = 128;
 
 // A TMA descriptor over a row-major tensor of 16-bit elements, dims innermost first,
 // with 128-byte swizzle and zero fill past the edges.
@@ -200,7 +200,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
         kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps ? 8 : kernel.variant == "any" ? 1 : 16;
     if (kernel.tensor_maps && !state->trans_b)
       return failed("kernel " + image->kernel + " takes weights stored [G, N, K] only (layout nk)");
-    if (kernel.tensor_maps && (image->block_m != kWgmmaWidths * kWgmmaWidthStep || image->block_n != kWgmmaTileFeatures))
+    if (kernel.tensor_maps && (image->block_m != kWgmmaMaxWidth || image->block_n != kWgmmaTileFeatures))
       return failed("kernel " + image->kernel + " has tiles " + std::to_string(image->block_m) + "x" +
                     std::to_string(image->block_n) + "; this launcher drives 256x128 (rebuild both from one release)");
 
@@ -256,7 +256,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     cu.cuFuncGetAttribute(&loaded.cluster, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, loaded.function);
     loaded.cluster = std::max(loaded.cluster, 1);
     if (loaded.cluster > 1) {
-      if (!loaded.tensor_maps || kWgmmaWidthStep % loaded.cluster != 0 || !image->persistent)
+      if (!loaded.tensor_maps || loaded.cluster > 2 || !image->persistent)
         return failed("kernel " + image->kernel + " asks for clusters of " + std::to_string(loaded.cluster) +
                       " CTAs; this launcher drives clusters only for the wgmma kernel, of 1 or 2");
       // Multiprocessors pair up within a GPC only: ask how many clusters fit at once.
@@ -375,10 +375,10 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   // Triton's signature: the user arguments, then the global and profile scratch pointers.
   void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
-  // grouped_mm_sm90.cu: a as [rows, K] in boxes of 16, 32, ..., 256 rows by 64 (one descriptor per tile
-  // width, passed as one array), divided among a cluster's CTAs; b as [G, N, K] in boxes of 1 x 128 x 64.
+  // grouped_mm_sm90.cu: a as [rows, K] in boxes of 8, 16, ..., 256 / cluster rows by 64 (passed as one
+  // array; the kernel reads as many as its cluster size makes); b as [G, N, K] in boxes of 1 x 128 x 64.
   struct {
-    CUtensorMap by_width[kWgmmaWidths];
+    CUtensorMap by_height[kWgmmaMaxWidth / kWgmmaWidthStep];
   } a_maps;
   CUtensorMap b_map;
   void* map_args[] = {&a_maps, &b_map, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
@@ -388,9 +388,10 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(groups)};
     const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
     CUresult encoded = encode_tensor_map(cu, &b_map, bf16, b, 3, b_dims, b_box);
-    for (int i = 0; i < kWgmmaWidths && encoded == CUDA_SUCCESS; ++i) {
-      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1) / kernel->cluster)};
-      encoded = encode_tensor_map(cu, &a_maps.by_width[i], bf16, a, 2, a_dims, a_box);
+    const int heights = kWgmmaMaxWidth / kernel->cluster / kWgmmaWidthStep;
+    for (int i = 0; i < heights && encoded == CUDA_SUCCESS; ++i) {
+      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+      encoded = encode_tensor_map(cu, &a_maps.by_height[i], bf16, a, 2, a_dims, a_box);
     }
     if (encoded != CUDA_SUCCESS)
       return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
