@@ -24,12 +24,11 @@
 // at its power limit, moving fewer bytes leaves more power for the tensor cores.
 //
 // Parameters (the launcher, runtime/kernels, is the only caller): TMA descriptors
-// for a [rows, K] with boxes of 8, 16, ..., 256 / CLUSTER rows by 64, one per share of
-// a tile's rows a CTA loads (a share is one load; TMA's cost grows with the number of
-// boxes), and
-// W [G, N, K] (box 1 x 128 x 64), all with 128-byte swizzle and zero fill, then offs,
-// out, rows, K, N, G. G <= MAX_GROUPS. The launcher reads CLUSTER from the kernel's
-// required cluster width.
+// for a [rows, K] with boxes of 8, 16, ..., 256 / CLUSTER rows by 64, one per height of
+// the share of a tile's rows a CTA loads (a share is one load; TMA's cost grows with
+// the number of boxes), and W [G, N, K] (box 1 x 128 x 64), all with 128-byte swizzle
+// and zero fill, then offs, out, rows, K, N, G. G <= MAX_GROUPS. The launcher reads
+// CLUSTER from the kernel's required cluster width.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -5,7 +5,7 @@ puts the rows in wgmma's N dimension, which takes any multiple of 8 (see the .cu
 wgmma's accumulator is one register operand per element pair, so each width needs
 its own inline-assembly statement: they are generated here rather than written out.
 The launcher (runtime/kernels/grouped_mm_launcher.cc) knows the kernel's parameters:
-TMA descriptors it encodes per call, one for `a` per tile width.
+TMA descriptors it encodes per call, one for `a` per height of a CTA's share of a tile's rows.
 """
 
 from __future__ import annotations
