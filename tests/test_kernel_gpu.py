@@ -167,16 +167,26 @@ def test_wgmma_every_tile_width(dtype):
     _assert_matches(out, _reference(a, b, offs, True), kernel)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_wgmma_long_k_many_tiles_per_cta(dtype):
+    """K of 1,000 (16 stage loads per tile, more than the ring holds) and ~15 tiles per cluster:
+    the ring's phases over many rounds and tiles, as at the MoE shapes (small tests never wrap it)."""
+    offs = _routed_offsets(1000, 64, 4, seed=31).cuda()  # 4,000 rows in 64 groups of ~62
+    a, b = _inputs(4000, 1000, 2048, 64, dtype, True, seed=32)
+    out, kernel = _run(a, b, offs, True, "wgmma")
+    _assert_matches(out, _reference(a, b, offs, True), kernel)
+
+
 def test_more_groups_than_the_wgmma_table_falls_back():
-    """The wgmma kernel holds 1024 groups: with more, the launcher picks the next variant, still correct."""
-    from et_trt_backend.kernels import op
+    """The wgmma kernel holds sm90.MAX_GROUPS groups: with more, the launcher picks the next variant, still correct."""
+    from et_trt_backend.kernels import op, sm90
 
     _launcher(torch.bfloat16, True)  # skips like the others where nothing can run
     device = torch.device("cuda", torch.cuda.current_device())
     if torch.cuda.get_device_capability(device) != (9, 0) or not any(
             i.kernel.startswith("grouped_mm_wgmma") for i in op._images_for(device, "bf16", True)):
         pytest.skip("the wgmma kernel serves sm_90 only, and only where its image was built (nvcc)")
-    for experts, picked_wgmma in ((1100, False), (1024, True)):
+    for experts, picked_wgmma in ((sm90.MAX_GROUPS + 76, False), (sm90.MAX_GROUPS, True)):
         offs = _routed_offsets(9000, experts, 8, seed=9).cuda()  # 72,000 rows: >= 64 per group
         a, b = _inputs(72_000, 64, 64, experts, torch.bfloat16, True, seed=10)
         out, kernel = _run(a, b, offs, True)
