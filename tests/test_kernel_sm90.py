@@ -82,3 +82,17 @@ def test_missing_nvcc_is_named_and_triton_images_still_come(monkeypatch, caplog)
 def test_bad_dtype_is_named():
     with pytest.raises(ValueError, match="fp32"):
         sm90.compile_cubin("fp32", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path() or "nvcc")
+
+
+def test_serialized_wgmma_pipeline_fails_the_build(tmp_path):
+    """ptxas builds a kernel whose wgmma no longer overlaps (e.g. across a call it did not
+    inline) with only an info line: the build must stop rather than ship a slow kernel."""
+    fake_nvcc = tmp_path / "nvcc"
+    fake_nvcc.write_text(
+        "#!/bin/sh\n"
+        'while [ "$1" != "-o" ]; do shift; done\n'
+        'printf "\\177ELF" > "$2"\n'
+        'echo "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized" >&2\n')
+    fake_nvcc.chmod(0o755)
+    with pytest.raises(RuntimeError, match="serialized the wgmma pipeline"):
+        sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, str(fake_nvcc))
