@@ -12,6 +12,10 @@ torch._grouped_mm before it is timed.
 
     python benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out results/
 
+With --sustained S, each of torch._grouped_mm, the baseline and ours then also runs alone for
+S seconds at the large shapes, with the SM clock and power draw sampled (sustained.py): at the
+power cap, speed is energy per product, and this shows it.
+
 Shapes: MoE layers of 128 experts, hidden 3072, expert FFN 3072, top-8 at 3500
 and 8740 tokens (gate+up: K 3072, N 6144; down: K 3072, N 3072), and robot sizes
 (1 to 256 tokens, 8 to 64 experts, hidden 1024 to 2048, top-2). Weights are stored
@@ -33,6 +37,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from et_trt_backend.kernels import aot  # noqa: E402
 from et_trt_backend.kernels.launcher import GroupedMMLauncher  # noqa: E402
+
+import sustained  # noqa: E402  (benchmarks/, next to this file)
 
 logger = logging.getLogger("grouped_mm_bench")
 
@@ -100,7 +106,7 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-6))
 
 
-def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
+def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, sampler=None, sustained_s=0.0):
     offs = routed_offsets(tokens, experts, top_k, seed).cuda()
     rows = tokens * top_k
     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
@@ -130,6 +136,13 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed):
     row.update({label: float("nan") for label in launchers})
     row.update(time_interleaved(graphs, calls, rounds))
     row["tflops"] = {key: flops / row[key] / 1e12 for key in ["torch", *launchers]}
+    if sampler is not None and sustained_s > 0:
+        row["sustained"] = {}
+        for label in ("torch", "baseline48k", "ours"):
+            if label in graphs:
+                result = sustained.run(graphs[label], calls, sustained_s, sampler)
+                result["tflops"] = flops / result["s_per_call"] / 1e12
+                row["sustained"][label] = result
     del a, w, outs, ref, graphs
     torch.cuda.empty_cache()
     return row
@@ -140,6 +153,9 @@ def main() -> None:
     parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--skip-robot", action="store_true")
+    parser.add_argument("--sustained", type=float, default=0.0, metavar="S",
+                        help="also run torch, the baseline and ours alone for S seconds each at the large shapes, "
+                             "sampling SM clock and power (needs nvidia-smi)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     images = aot.load_images(args.images)
@@ -156,11 +172,20 @@ def main() -> None:
           f"triton imported: {'triton' in sys.modules}", flush=True)
 
     rows = []
+    sampler = None
+    if args.sustained > 0:
+        if sustained.GpuSampler.available():
+            sampler = sustained.GpuSampler().start()
+        else:
+            logger.warning("nvidia-smi not found: no sustained runs (--sustained)")
     for tokens, experts, hidden, ffn, top_k in LARGE:
         for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
             name = f"{tokens}tok {gemm}"
-            rows.append(bench_shape(name, tokens, experts, k, n, top_k, large, seed=tokens))
+            rows.append(bench_shape(name, tokens, experts, k, n, top_k, large, seed=tokens, sampler=sampler,
+                                    sustained_s=args.sustained))
             logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["tflops"].items()})
+    if sampler is not None:
+        sampler.stop()
     if not args.skip_robot:
         for tokens, experts, hidden, ffn, top_k in ROBOT:
             for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
@@ -185,6 +210,17 @@ def main() -> None:
         lines.append(f"| {row['shape']} | {row['rows']} | {row['K']} | {row['N']} | {t['torch']:.1f} | "
                      f"{t['baseline48k']:.1f} ({t['baseline48k'] / t['torch']:.2f}x) | {t['ours']:.1f} ({t['ours'] / t['torch']:.2f}x) | "
                      f"{row['ours'] * 1e6:.1f} | {row['ours_kernel']} |")
+    steady = [row for row in rows if "sustained" in row]
+    if steady:
+        lines += ["", f"Sustained: each alone for {args.sustained:g} s after {sustained.WARM_UP_S:g} s of warm-up, "
+                      "median SM clock and power draw over that time (nvidia-smi, every 50 ms).", "",
+                  "| shape | contender | TFLOP/s (x torch) | SM clock MHz | power W | J per TFLOP | samples |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in steady:
+            base = row["sustained"]["torch"]["tflops"]
+            for label, r in row["sustained"].items():
+                lines.append(f"| {row['shape']} | {label} | {r['tflops']:.1f} ({r['tflops'] / base:.3f}x) | "
+                             f"{r['sm_mhz']:.0f} | {r['watts']:.1f} | {r['watts'] / r['tflops']:.3f} | {r['samples']} |")
     table = "\n".join(lines)
     (args.out / "grouped_mm_bench.md").write_text(table + "\n")
     print("\n" + table)

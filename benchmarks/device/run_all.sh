@@ -30,5 +30,5 @@ memcheck_rc=$?
 grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3
 fi
 
-python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60
+python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60
 echo "tests rc=$tests_rc memcheck rc=$memcheck_rc"
