@@ -177,6 +177,27 @@ def test_wgmma_long_k_many_tiles_per_cta(dtype):
     _assert_matches(out, _reference(a, b, offs, True), kernel)
 
 
+def test_wgmma_descriptors_follow_buffers_and_sizes():
+    """The launcher keeps the TMA descriptors of its last 8 wgmma calls and reuses them when a, b
+    and the sizes repeat. Ten slices of one buffer (more calls than it keeps), twice, with new
+    contents the second time, then the first call's pointers read with another K: each call must
+    read exactly what it is given."""
+    rows, k, n, groups = 512, 256, 384, 16
+    base, b = _inputs(rows + 9 * 64, k, n, groups, torch.bfloat16, True, seed=41)
+    offs = _routed_offsets(rows // 4, groups, 4, seed=42).cuda()
+    for round_ in range(2):
+        base.copy_(torch.randn(base.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(43 + round_)))
+        for i in range(10):
+            a = base[i * 64:i * 64 + rows]
+            out, kernel = _run(a, b, offs, True, "wgmma")
+            _assert_matches(out, _reference(a, b, offs, True), f"{kernel} (round {round_}, slice {i})")
+    # The first call's pointers and rows, K halved: only K tells the calls apart.
+    a = base.view(-1)[:rows * (k // 2)].view(rows, k // 2)
+    narrow_b = b.view(-1)[:groups * n * (k // 2)].view(groups, n, k // 2)
+    out, kernel = _run(a, narrow_b, offs, True, "wgmma")
+    _assert_matches(out, _reference(a, narrow_b, offs, True), f"{kernel} (K {k // 2})")
+
+
 def test_more_groups_than_the_wgmma_table_falls_back():
     """The wgmma kernel holds sm90.MAX_GROUPS groups: with more, the launcher picks the next variant, still correct."""
     from et_trt_backend.kernels import op, sm90

@@ -3,6 +3,7 @@
 #include "cuda_driver.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -89,6 +90,26 @@ CUresult encode_tensor_map(const CudaDriver& cu, CUtensorMap* map, bool bf16, co
 
 size_t round_up(size_t value, size_t align) { return align <= 1 ? value : (value + align - 1) / align * align; }
 
+// The TMA descriptors of one wgmma launch (grouped_mm_sm90.cu's first two parameters: a as
+// [rows, K] in boxes of 8, 16, ..., 256 / cluster rows by 64, passed as one array of which
+// the kernel reads as many as its cluster size makes; b as [G, N, K] in boxes of 1 x 128 x 64)
+// and what they were encoded for: they depend on nothing else.
+struct WgmmaMaps {
+  const LoadedKernel* kernel = nullptr;  // null: the slot holds nothing valid
+  const void* a = nullptr;
+  const void* b = nullptr;
+  int64_t rows = 0, k = 0, n = 0, groups = 0;
+  struct {
+    CUtensorMap by_height[kWgmmaMaxWidth / kWgmmaWidthStep];
+  } a_maps;
+  CUtensorMap b_map;
+
+  bool encoded_for(const LoadedKernel* kernel_, const void* a_, const void* b_, int64_t rows_, int64_t k_,
+                   int64_t n_, int64_t groups_) const {
+    return kernel == kernel_ && a == a_ && b == b_ && rows == rows_ && k == k_ && n == n_ && groups == groups_;
+  }
+};
+
 }  // namespace
 
 struct GroupedMMLauncher::State {
@@ -100,6 +121,10 @@ struct GroupedMMLauncher::State {
   size_t workspace_bytes = 0;
   CUdeviceptr own_workspace = 0;
   std::string last_kernel;
+  // Descriptors of the last few wgmma launches: a model calls each layer on the same buffers
+  // again, and encoding 17 descriptors costs more host time than a small launch's kernel runs.
+  std::array<WgmmaMaps, 8> wgmma_maps;
+  size_t next_maps_slot = 0;  // replaced in turn
 };
 
 GroupedMMLauncher::GroupedMMLauncher(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -375,27 +400,38 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   // Triton's signature: the user arguments, then the global and profile scratch pointers.
   void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
-  // grouped_mm_sm90.cu: a as [rows, K] in boxes of 8, 16, ..., 256 / cluster rows by 64 (passed as one
-  // array; the kernel reads as many as its cluster size makes); b as [G, N, K] in boxes of 1 x 128 x 64.
-  struct {
-    CUtensorMap by_height[kWgmmaMaxWidth / kWgmmaWidthStep];
-  } a_maps;
-  CUtensorMap b_map;
-  void* map_args[] = {&a_maps, &b_map, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
+  WgmmaMaps* maps = nullptr;
   if (kernel->tensor_maps) {
-    const bool bf16 = state_->dtype == "bf16";
-    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(groups)};
-    const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
-    CUresult encoded = encode_tensor_map(cu, &b_map, bf16, b, 3, b_dims, b_box);
-    const int heights = kWgmmaMaxWidth / kernel->cluster / kWgmmaWidthStep;
-    for (int i = 0; i < heights && encoded == CUDA_SUCCESS; ++i) {
-      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
-      encoded = encode_tensor_map(cu, &a_maps.by_height[i], bf16, a, 2, a_dims, a_box);
+    for (auto& cached : state_->wgmma_maps)
+      if (cached.encoded_for(kernel, a, b, rows, k, n, groups)) maps = &cached;
+    if (maps == nullptr) {
+      WgmmaMaps& slot = state_->wgmma_maps[state_->next_maps_slot++ % state_->wgmma_maps.size()];
+      slot.kernel = nullptr;  // until every descriptor is encoded
+      const bool bf16 = state_->dtype == "bf16";
+      const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+      const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
+                                    static_cast<cuuint64_t>(groups)};
+      const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
+      CUresult encoded = encode_tensor_map(cu, &slot.b_map, bf16, b, 3, b_dims, b_box);
+      const int heights = kWgmmaMaxWidth / kernel->cluster / kWgmmaWidthStep;
+      for (int i = 0; i < heights && encoded == CUDA_SUCCESS; ++i) {
+        const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+        encoded = encode_tensor_map(cu, &slot.a_maps.by_height[i], bf16, a, 2, a_dims, a_box);
+      }
+      if (encoded != CUDA_SUCCESS)
+        return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
+      slot.a = a;
+      slot.b = b;
+      slot.rows = rows;
+      slot.k = k;
+      slot.n = n;
+      slot.groups = groups;
+      slot.kernel = kernel;
+      maps = &slot;
     }
-    if (encoded != CUDA_SUCCESS)
-      return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
   }
+  // cuLaunchKernel copies the parameters: the descriptors may be replaced after it returns.
+  void* map_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
                                       static_cast<unsigned>(kernel->shared_bytes), stream,
                                       kernel->tensor_maps ? map_args : triton_args, nullptr);

@@ -29,9 +29,10 @@ enum class ImageFormat : int { kCubin = 0, kPtx = 1 };
 // Kernel names follow "grouped_mm_<variant>_<layout>":
 //   layout  "kn": b is [G, K, N] (trans_b = false); "nk": b is [G, N, K] (trans_b = true)
 //   variant "wgmma":     hand-written sm_90a kernel (et_trt_backend/kernels/grouped_mm_sm90.cu): rows
-//                        as wgmma's N in steps of 16; layout nk only; needs K % 8 == 0, N % 8 == 0
+//                        as wgmma's N in steps of 8; layout nk only; needs K % 8 == 0, N % 8 == 0
 //                        and at most 1024 groups (else the next variant serves); takes TMA
-//                        descriptors, which the launcher encodes per call
+//                        descriptors, which the launcher encodes (and keeps for calls on the
+//                        same a, b and sizes)
 //           "tma":       TMA + wgmma/tcgen05, large tiles; needs K % 8 == 0, N % 8 == 0
 //           "tma_small": the same with small tiles, for launches with few rows per group
 //           "tile":      pointer loads (cp.async); needs K % 16 == 0, N % 16 == 0
@@ -86,6 +87,9 @@ class GroupedMMLauncher {
   // groups == 0 writes zeros. Scratch memory the kernels need is owned by the
   // launcher (allocated at create), so one launcher must not run on two streams
   // at once; use one launcher per stream, or the workspace overload below.
+  // Not thread-safe (it keeps the last kernel's name and the wgmma kernel's TMA
+  // descriptors of recent calls, reused when a, b and the sizes repeat): one
+  // launcher per thread, as the TensorRT plugin has one per execution context.
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error);
 
