@@ -9,7 +9,6 @@ steady-state figure next to the interleaved timing of grouped_mm_bench.py.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import statistics
 import subprocess
@@ -17,8 +16,6 @@ import threading
 import time
 
 import torch
-
-logger = logging.getLogger(__name__)
 
 WARM_UP_S = 1.0  # the clock needs a few hundred ms to settle after a change of load
 

@@ -122,7 +122,7 @@ struct GroupedMMLauncher::State {
   CUdeviceptr own_workspace = 0;
   std::string last_kernel;
   // Descriptors of the last few wgmma launches: a model calls each layer on the same buffers
-  // again, and encoding 17 descriptors costs more host time than a small launch's kernel runs.
+  // again, and encoding 17 descriptors took ~1 us of a launch's ~8 us of host time (H200).
   std::array<WgmmaMaps, 8> wgmma_maps;
   size_t next_maps_slot = 0;  // replaced in turn
 };
@@ -431,7 +431,8 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     }
   }
   // cuLaunchKernel copies the parameters: the descriptors may be replaced after it returns.
-  void* map_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
+  void* map_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
+                      &rows_arg, &k_arg, &n_arg, &groups_arg};
   CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
                                       static_cast<unsigned>(kernel->shared_bytes), stream,
                                       kernel->tensor_maps ? map_args : triton_args, nullptr);
