@@ -108,6 +108,31 @@ struct WgmmaMaps {
                    int64_t n_, int64_t groups_) const {
     return kernel == kernel_ && a == a_ && b == b_ && rows == rows_ && k == k_ && n == n_ && groups == groups_;
   }
+
+  // Encodes every descriptor for these arguments; on failure the slot holds nothing valid.
+  CUresult encode(const CudaDriver& cu, bool bf16, const LoadedKernel* kernel_, const void* a_, const void* b_,
+                  int64_t rows_, int64_t k_, int64_t n_, int64_t groups_) {
+    kernel = nullptr;
+    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k_), static_cast<cuuint64_t>(rows_)};
+    const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k_), static_cast<cuuint64_t>(n_),
+                                  static_cast<cuuint64_t>(groups_)};
+    const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
+    CUresult status = encode_tensor_map(cu, &b_map, bf16, b_, 3, b_dims, b_box);
+    const int heights = kWgmmaMaxWidth / kernel_->cluster / kWgmmaWidthStep;
+    for (int i = 0; i < heights && status == CUDA_SUCCESS; ++i) {
+      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+      status = encode_tensor_map(cu, &a_maps.by_height[i], bf16, a_, 2, a_dims, a_box);
+    }
+    if (status != CUDA_SUCCESS) return status;
+    kernel = kernel_;
+    a = a_;
+    b = b_;
+    rows = rows_;
+    k = k_;
+    n = n_;
+    groups = groups_;
+    return CUDA_SUCCESS;
+  }
 };
 
 }  // namespace
@@ -406,27 +431,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
       if (cached.encoded_for(kernel, a, b, rows, k, n, groups)) maps = &cached;
     if (maps == nullptr) {
       WgmmaMaps& slot = state_->wgmma_maps[state_->next_maps_slot++ % state_->wgmma_maps.size()];
-      slot.kernel = nullptr;  // until every descriptor is encoded
-      const bool bf16 = state_->dtype == "bf16";
-      const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-      const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n),
-                                    static_cast<cuuint64_t>(groups)};
-      const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
-      CUresult encoded = encode_tensor_map(cu, &slot.b_map, bf16, b, 3, b_dims, b_box);
-      const int heights = kWgmmaMaxWidth / kernel->cluster / kWgmmaWidthStep;
-      for (int i = 0; i < heights && encoded == CUDA_SUCCESS; ++i) {
-        const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
-        encoded = encode_tensor_map(cu, &slot.a_maps.by_height[i], bf16, a, 2, a_dims, a_box);
-      }
+      CUresult encoded = slot.encode(cu, state_->dtype == "bf16", kernel, a, b, rows, k, n, groups);
       if (encoded != CUDA_SUCCESS)
         return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
-      slot.a = a;
-      slot.b = b;
-      slot.rows = rows;
-      slot.k = k;
-      slot.n = n;
-      slot.groups = groups;
-      slot.kernel = kernel;
       maps = &slot;
     }
   }
