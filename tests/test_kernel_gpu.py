@@ -157,17 +157,18 @@ def test_invalid_offsets_are_clamped(case, trans_b, variant):
 
 
 def test_wgmma_invalid_offsets_many_groups():
-    """The wgmma kernel clamps the offsets with a block-wide scan over all groups: 1,000 groups (more
-    than its 384 threads, so each takes several) whose offsets mix valid runs with negative,
-    decreasing and past-the-rows values, in a random order drawn fresh each run."""
+    """The wgmma kernel clamps the offsets with block-wide scans over all groups: 1,000 groups (more
+    than its 384 threads, so each thread takes several) whose offsets mix valid runs with negative
+    and slightly decreasing values throughout and values past the rows in the last tenth; drawn fresh each run."""
     seed = int(torch.randint(0, 2**31 - 1, ()))
     gen = torch.Generator().manual_seed(seed)
     rows, groups = 3000, 1000
     offs = torch.sort(torch.randint(0, rows, (groups,), generator=gen)).values
     pick = torch.rand(groups, generator=gen)
     offs = torch.where(pick < 0.05, -torch.randint(1, 2**31 - 1, (groups,), generator=gen), offs)
-    offs = torch.where((pick > 0.05) & (pick < 0.1), torch.randint(rows, 2**31 - 1, (groups,), generator=gen), offs)
-    offs = torch.where((pick > 0.1) & (pick < 0.15), torch.randint(0, rows, (groups,), generator=gen), offs)
+    offs = torch.where((pick >= 0.05) & (pick < 0.1), offs - torch.randint(1, 60, (groups,), generator=gen), offs)
+    past = (pick >= 0.1) & (pick < 0.3) & (torch.arange(groups) >= 900)
+    offs = torch.where(past, torch.randint(rows, 2**31 - 1, (groups,), generator=gen), offs)
     offs = offs.to(torch.int32).cuda()
     a, b = _inputs(rows, 64, 136, groups, torch.bfloat16, True, seed=seed)
     out, kernel = _run(a, b, offs, True, "wgmma")
