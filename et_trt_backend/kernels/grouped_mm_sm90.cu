@@ -163,6 +163,11 @@ struct Tile {
   int feature;
 };
 
+// Width of `parts` equal parts of `count` rows: a multiple of kWidthStep, the last part the narrowest.
+__device__ __forceinline__ int part_width(int count, int parts) {
+  return ((count + parts - 1) / parts + kWidthStep - 1) / kWidthStep * kWidthStep;
+}
+
 // Width of each row tile of a group of `count` rows (0 for none), and how many.
 __device__ __forceinline__ void row_tiling(int count, int* width, int* tiles) {
   if (count <= 0) {
@@ -170,8 +175,7 @@ __device__ __forceinline__ void row_tiling(int count, int* width, int* tiles) {
     *tiles = 0;
     return;
   }
-  int even = (count + kMaxWidth - 1) / kMaxWidth;
-  *width = ((count + even - 1) / even + kWidthStep - 1) / kWidthStep * kWidthStep;
+  *width = part_width(count, (count + kMaxWidth - 1) / kMaxWidth);
   *tiles = (count + *width - 1) / *width;
 }
 
@@ -252,7 +256,7 @@ __device__ __forceinline__ Tile tile_at(int i, const Schedule& schedule, const G
   if (i < schedule.whole) return find_tile(i, table, groups, rank);
   const int part = (i - schedule.whole) / schedule.rest;
   Tile tile = find_tile(schedule.whole + (i - schedule.whole) % schedule.rest, table, groups, rank);
-  const int width = ((tile.rows + schedule.pieces - 1) / schedule.pieces + kWidthStep - 1) / kWidthStep * kWidthStep;
+  const int width = part_width(tile.rows, schedule.pieces);
   tile.first_row += part * width;
   tile.rows -= part * width;
   tile.rows = min(tile.rows, width);
