@@ -428,7 +428,10 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   WgmmaMaps* maps = nullptr;
   if (kernel->tensor_maps) {
     for (auto& cached : state_->wgmma_maps)
-      if (cached.encoded_for(kernel, a, b, rows, k, n, groups)) maps = &cached;
+      if (cached.encoded_for(kernel, a, b, rows, k, n, groups)) {
+        maps = &cached;
+        break;
+      }
     if (maps == nullptr) {
       WgmmaMaps& slot = state_->wgmma_maps[state_->next_maps_slot++ % state_->wgmma_maps.size()];
       CUresult encoded = slot.encode(cu, state_->dtype == "bf16", kernel, a, b, rows, k, n, groups);
