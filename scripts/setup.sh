@@ -18,9 +18,11 @@ command -v flatc >/dev/null || need_apt+=(flatbuffers-compiler)
 [ -f /usr/include/openssl/evp.h ] || need_apt+=(libssl-dev)  # sha256 of the blob payload (runtime/)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing system packages: ${need_apt[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -q
-  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
+  # As root, run apt-get directly; otherwise through sudo. `env` carries the
+  # variable either way (a bare VAR=value after an empty $SUDO is a command).
+  as_root=(); [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
 fi
 
 PY=${PYTHON:-python3}
