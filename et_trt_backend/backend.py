@@ -54,13 +54,13 @@ class TensorRTBackend(BackendDetails):
             options=options,
             onnx=onnx_bytes,
             kernels=kernels,
-            engine=None,
+            engines=[],
             producer=blob.producer_versions(ONNX_OPSET, **producer_extra),
         )
-        contents.engine = engine_build.maybe_build_engine(contents, options)
-        if contents.engine is not None:
+        contents.engines = engine_build.maybe_build_engines(contents, options)
+        if contents.engines:
             contents.producer = blob.producer_versions(
-                ONNX_OPSET, **producer_extra, tensorrt=contents.engine.tensorrt_version)
+                ONNX_OPSET, **producer_extra, tensorrt=contents.engines[0].tensorrt_version)
         data = blob.serialize(contents)
         logger.info("part %r: blob %.1f KiB in %.1f s", part, len(data) / 1024, time.perf_counter() - start)
         return PreprocessResult(processed_bytes=data)

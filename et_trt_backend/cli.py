@@ -146,6 +146,8 @@ def _print_summary(data: bytes, detail: bool = False) -> list:
 
 
 def _print_partition(i: int, partition, detail: bool) -> None:
+    from et_trt_backend.serialization.blob import PROVIDERS
+
     c, d = partition.contents, partition.delegate
     print(f"\n[{i}] part {c.part!r}: plan '{d.plan}' delegate {d.index}, blob {_size(len(d.data))}, "
           f"content id {partition.header.content_id[:16]}")
@@ -174,12 +176,12 @@ def _print_partition(i: int, partition, detail: bool) -> None:
                  for fmt in ("cubin", "ptx")}
         print(f"    kernel images: {len(c.kernels)}, {_size(sum(len(k.image) for k in c.kernels))}; "
               + "; ".join(f"{fmt} {', '.join(a)}" for fmt, a in archs.items() if a))
-    if c.engine is None:
-        print("    engine: not embedded; the robot builds it from the ONNX at first load (then caches it)")
-    else:
-        e = c.engine
-        print(f"    engine: embedded, {_size(len(e.plan))}, TensorRT {e.tensorrt_version}, {e.gpu_name} "
-              f"(sm_{e.compute_capability})")
+    if not c.engines:
+        print("    engines: none embedded; the robot builds one from the ONNX at first load (then caches it)")
+    for e in c.engines:
+        built_on = f", built on {e.gpu_name}" if e.gpu_name else ""
+        print(f"    engine: {PROVIDERS[e.provider]} {e.tensorrt_version}, sm_{e.compute_capability}{built_on}, "
+              f"{_size(len(e.plan))}")
     if detail:
         print("    producer: " + ", ".join(f"{k} {v}" for k, v in c.producer.items() if v not in ("", 0)))
 

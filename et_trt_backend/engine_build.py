@@ -29,18 +29,19 @@ def _build(contents: blob.BlobContents) -> blob.EngineRecord:
 
     runtime.load()
     plan, version, gpu, capability = runtime.build_engine(blob.serialize(contents))
-    return blob.EngineRecord(plan=plan, tensorrt_version=version, gpu_name=gpu, compute_capability=capability)
+    return blob.EngineRecord(plan=plan, provider="tensorrt", tensorrt_version=version, gpu_name=gpu,
+                             compute_capability=capability)
 
 
-def maybe_build_engine(contents: blob.BlobContents, options: CompileOptions) -> blob.EngineRecord | None:
-    """The engine for the blob `contents` (its engine unset) per options.engine_build,
-    or None when the device will build it from the ONNX."""
+def maybe_build_engines(contents: blob.BlobContents, options: CompileOptions) -> list[blob.EngineRecord]:
+    """The engines for the blob `contents` (its engines unset) per options.engine_build;
+    empty when the device will build the engine from the ONNX."""
     from et_trt_backend.runtime import EngineBuildUnavailable, RuntimeLoadError
 
     part = contents.part
     if options.engine_build == "never":
         logger.info("part %r: engine_build = never; the device builds the engine from the ONNX", part)
-        return None
+        return []
     try:
         logger.info("part %r: building the TensorRT engine at export", part)
         engine = _build(contents)
@@ -52,9 +53,9 @@ def maybe_build_engine(contents: blob.BlobContents, options: CompileOptions) -> 
                 "or set engine_build = \"auto\" to let the device build the engine"
             ) from e
         logger.info("part %r: no engine at export (%s); the device will build it from the ONNX", part, e)
-        return None
+        return []
     except RuntimeError as e:
         raise EngineBuildError(f"part {part!r}: TensorRT failed to build the engine: {e}") from e
     logger.info("part %r: engine built with TensorRT %s for %s (sm_%d), %.1f MiB", part,
                 engine.tensorrt_version, engine.gpu_name, engine.compute_capability, len(engine.plan) / 2**20)
-    return engine
+    return [engine]

@@ -59,14 +59,14 @@ def test_dense_grouped_mm_needs_no_kernel_images(caplog):
 def test_engine_auto_without_tensorrt_leaves_the_engine_to_the_device(caplog):
     with caplog.at_level(logging.INFO, logger="et_trt_backend.engine_build"):
         (contents,) = _blobs({"default": {"grouped_gemm_kernel": False, "engine_build": "auto"}})
-    assert contents.engine is None and contents.producer["tensorrt"] == ""
+    assert contents.engines == [] and contents.producer["tensorrt"] == ""
     assert "the device will build it from the ONNX" in caplog.text
 
 
 def test_engine_never_is_not_attempted(caplog):
     with caplog.at_level(logging.INFO, logger="et_trt_backend.engine_build"):
         (contents,) = _blobs({"default": {"grouped_gemm_kernel": False, "engine_build": "never"}})
-    assert contents.engine is None
+    assert contents.engines == []
     assert "engine_build = never" in caplog.text
 
 
@@ -89,7 +89,8 @@ def test_engine_built_at_export_where_tensorrt_and_a_gpu_exist():
     if not torch.cuda.is_available():
         pytest.skip("no NVIDIA GPU here: TensorRT engines are built on the device")
     (contents,) = _blobs({"default": {"kernel_archs": ["sm_90a"], "engine_build": "always"}})
-    assert contents.engine is not None and contents.engine.plan
-    assert contents.producer["tensorrt"] == contents.engine.tensorrt_version
-    assert contents.engine.compute_capability == 10 * torch.cuda.get_device_capability()[0] + \
+    (engine,) = contents.engines
+    assert engine.provider == "tensorrt" and engine.plan
+    assert contents.producer["tensorrt"] == engine.tensorrt_version
+    assert engine.compute_capability == 10 * torch.cuda.get_device_capability()[0] + \
         torch.cuda.get_device_capability()[1]

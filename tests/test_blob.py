@@ -90,11 +90,17 @@ def random_kernel(rng: random.Random) -> KernelImage:
     )
 
 
+def random_engine(rng: random.Random) -> EngineRecord:
+    if rng.random() < 0.5:
+        return EngineRecord(rng.randbytes(rng.randint(1, 5000)), "tensorrt", "10." + str(rng.randint(0, 20)),
+                            random_text(rng), rng.choice([80, 87, 90, 100, 110, 120]))
+    return EngineRecord(rng.randbytes(rng.randint(1, 5000)), "tensorrt_rtx", "1." + str(rng.randint(0, 20)), "",
+                        rng.choice([80, 86, 89, 120]))
+
+
 def random_contents(rng: random.Random) -> BlobContents:
     engine = None
-    if rng.random() < 0.5:
-        engine = EngineRecord(rng.randbytes(rng.randint(0, 5000)), "10." + str(rng.randint(0, 20)),
-                              random_text(rng), rng.choice([80, 87, 90, 100, 110, 120]))
+    engines = [random_engine(rng) for _ in range(rng.choice([0, 0, 1, 3]))]
     return BlobContents(
         part=random_text(rng),
         inputs=[random_tensor(rng) for _ in range(rng.randint(0, 4))],
@@ -102,7 +108,7 @@ def random_contents(rng: random.Random) -> BlobContents:
         options=random_options(rng),
         onnx=rng.randbytes(rng.randint(0, 20000)),
         kernels=[random_kernel(rng) for _ in range(rng.randint(0, 3))],
-        engine=engine,
+        engines=engines,
         producer={"et_trt": "0.1.0", "torch": torch.__version__, "executorch": random_text(rng),
                   "onnx_opset": rng.randint(1, 30), "triton": random_text(rng), "cuda": "13.0",
                   "tensorrt": rng.choice(["", "10.13.0"])},
@@ -115,7 +121,8 @@ def small_contents(seed: int) -> BlobContents:
     contents = random_contents(rng)
     contents.onnx = rng.randbytes(200)
     contents.kernels = [dataclasses.replace(random_kernel(rng), image=rng.randbytes(100))]
-    contents.engine = EngineRecord(rng.randbytes(100), "10.13.0", "NVIDIA H200", 90)
+    contents.engines = [EngineRecord(rng.randbytes(100), "tensorrt", "10.13.0", "NVIDIA H200", 90),
+                        EngineRecord(rng.randbytes(100), "tensorrt_rtx", "1.7.1.116", "", 120)]
     return contents
 
 
@@ -138,7 +145,7 @@ def test_round_trip_of_random_contents(trial):
 
 
 def test_round_trip_of_defaults_and_empty_fields():
-    contents = BlobContents("", [], [], CompileOptions(), b"", [], None,
+    contents = BlobContents("", [], [], CompileOptions(), b"", [], [],
                             {key: kind() for key, kind in blob.PRODUCER_FIELDS.items()})
     assert deserialize(serialize(contents)) == contents
 
@@ -158,7 +165,7 @@ def test_header_layout_is_the_documented_one():
     payload = data[HEADER_SIZE:]
     assert HEADER_SIZE == 56
     assert data[0:8] == MAGIC == b"ETTRTBLB"
-    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 1
+    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 2
     assert struct.unpack_from("<I", data, 12)[0] == zlib.crc32(data[16:])
     assert struct.unpack_from("<Q", data, 16)[0] == len(payload)
     assert data[24:56] == hashlib.sha256(payload).digest()
@@ -232,7 +239,7 @@ def test_errors_name_the_problem():
     with pytest.raises(BlobError, match="magic"):
         deserialize(b"XXXXXXXX" + data[8:])
     newer = data[:8] + struct.pack("<I", SCHEMA_VERSION + 1) + data[12:]
-    with pytest.raises(BlobError, match="schema version 2.*re-export"):
+    with pytest.raises(BlobError, match=f"schema version {SCHEMA_VERSION + 1}.*re-export"):
         deserialize(newer)
     with pytest.raises(BlobError, match="crc32"):
         deserialize(data[:-1] + bytes([data[-1] ^ 0x80]))
@@ -287,3 +294,8 @@ def test_serialize_refuses_bad_contents():
     with pytest.raises(BlobError, match="format"):
         serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
 
+    bad_engine = dataclasses.replace(contents.engines[0], provider="onnxruntime")
+    with pytest.raises(BlobError, match="engine provider 'onnxruntime' is not one of tensorrt, tensorrt_rtx"):
+        serialize(dataclasses.replace(contents, engines=[bad_engine]))
+    with pytest.raises(BlobError, match="empty plan"):
+        serialize(dataclasses.replace(contents, engines=[dataclasses.replace(contents.engines[0], plan=b"")]))

@@ -260,7 +260,7 @@ def test_build_engine_entry_point_verifies_the_blob_and_reports_tensorrt(built_r
 
     spec = TensorSpec("x", _torch.bfloat16, [DimSpec(None, "tokens", 1, 8, 64)])
     blob = serialize(BlobContents("velocity", [spec], [TensorSpec("y", _torch.bfloat16, spec.dims)],
-                                  CompileOptions(), b"\x08\x09", [], None, producer_versions(onnx_opset=18)))
+                                  CompileOptions(), b"\x08\x09", [], [], producer_versions(onnx_opset=18)))
     with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
         runtime.build_engine(blob)
     bad = bytearray(blob)

@@ -29,7 +29,7 @@ from et_trt_backend.serialization import schema_generated as fb
 
 MAGIC = b"ETTRTBLB"
 # Bump on any change an older reader cannot read (and in runtime/ too).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILE_IDENTIFIER = b"ETRT"
 
 # magic, schema version, crc32 of bytes [16:], payload size, sha256 of payload
@@ -60,6 +60,10 @@ _IMAGE_FORMAT_TO_FB = {"cubin": fb.ImageFormat.Cubin, "ptx": fb.ImageFormat.Ptx}
 _FB_TO_IMAGE_FORMAT = {v: k for k, v in _IMAGE_FORMAT_TO_FB.items()}
 _PRECISION_TO_FB = {"bf16": fb.Precision.BF16, "fp16": fb.Precision.FP16, "fp32": fb.Precision.FP32}
 _ENGINE_BUILD_TO_FB = {"auto": fb.EngineBuild.Auto, "always": fb.EngineBuild.Always, "never": fb.EngineBuild.Never}
+# Engine providers, as et-trt names them (inspect, logs).
+PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
+_PROVIDER_TO_FB = {"tensorrt": fb.Provider.TensorRT, "tensorrt_rtx": fb.Provider.TensorRTRTX}
+_FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
 
 # Every CompileOptions field is either copied into the table BuildOptions
 # (the runtime needs it to build the engine as export would) or export-only.
@@ -114,9 +118,10 @@ class TensorSpec:
 @dataclasses.dataclass
 class EngineRecord:
     plan: bytes
-    tensorrt_version: str
-    gpu_name: str
-    compute_capability: int  # major * 10 + minor
+    provider: str  # a key of PROVIDERS
+    tensorrt_version: str  # the provider library's version
+    gpu_name: str  # the GPU it was built on; "" for an ahead-of-time build (TensorRT for RTX)
+    compute_capability: int  # the target: major * 10 + minor
 
 
 @dataclasses.dataclass
@@ -127,7 +132,7 @@ class BlobContents:
     options: CompileOptions
     onnx: bytes
     kernels: list[KernelImage]
-    engine: EngineRecord | None
+    engines: list[EngineRecord]  # empty: the device builds the engine from the ONNX
     producer: dict[str, str | int]
 
 
@@ -163,8 +168,7 @@ def serialize(contents: BlobContents) -> bytes:
     """The blob of one partition: header + flatbuffer payload."""
     _check_producer(contents.producer)
     payload_hint = len(contents.onnx) + sum(len(k.image) for k in contents.kernels)
-    if contents.engine is not None:
-        payload_hint += len(contents.engine.plan)
+    payload_hint += sum(len(e.plan) for e in contents.engines)
     if payload_hint > MAX_PAYLOAD_BYTES:
         raise BlobError(
             f"part '{contents.part}': {payload_hint} bytes of ONNX, kernels and engine exceed the "
@@ -182,7 +186,8 @@ def serialize(contents: BlobContents) -> bytes:
     onnx = builder.CreateByteVector(bytes(contents.onnx))
     kernels = _build_vector(builder, [_build_kernel(builder, k) for k in contents.kernels],
                             fb.BlobStartKernelsVector)
-    engine = _build_engine(builder, contents.engine) if contents.engine is not None else None
+    engines = _build_vector(builder, [_build_engine(builder, e) for e in contents.engines],
+                            fb.BlobStartEnginesVector)
 
     fb.BlobStart(builder)
     fb.BlobAddPart(builder, part)
@@ -193,8 +198,7 @@ def serialize(contents: BlobContents) -> bytes:
     fb.BlobAddOptionsJson(builder, options_json)
     fb.BlobAddOnnx(builder, onnx)
     fb.BlobAddKernels(builder, kernels)
-    if engine is not None:
-        fb.BlobAddEngine(builder, engine)
+    fb.BlobAddEngines(builder, engines)
     builder.Finish(fb.BlobEnd(builder), file_identifier=FILE_IDENTIFIER)
     payload = bytes(builder.Output())
     if len(payload) > MAX_PAYLOAD_BYTES:
@@ -323,11 +327,17 @@ def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
 
 
 def _build_engine(builder: flatbuffers.Builder, engine: EngineRecord) -> int:
+    if engine.provider not in _PROVIDER_TO_FB:
+        raise BlobError(f"engine provider {engine.provider!r} is not one of {', '.join(_PROVIDER_TO_FB)}")
+    if not engine.plan or not engine.tensorrt_version:
+        raise BlobError(f"{PROVIDERS[engine.provider]} engine for sm_{engine.compute_capability}: "
+                        "empty plan or no version")
     plan = builder.CreateByteVector(bytes(engine.plan))
     version = builder.CreateString(engine.tensorrt_version)
     gpu = builder.CreateString(engine.gpu_name)
     fb.EngineStart(builder)
     fb.EngineAddPlan(builder, plan)
+    fb.EngineAddProvider(builder, _PROVIDER_TO_FB[engine.provider])
     fb.EngineAddTensorrtVersion(builder, version)
     fb.EngineAddGpuName(builder, gpu)
     fb.EngineAddComputeCapability(builder, engine.compute_capability)
@@ -415,15 +425,8 @@ def _read_blob(payload: bytes) -> BlobContents:
                       "outputs", payload)
     options = _read_options(root)
     kernels = _vector(root.KernelsLength(), lambda i: _read_kernel(root.Kernels(i), payload), "kernels", payload)
-    engine_table = root.Engine()
-    engine = None
-    if engine_table is not None:
-        engine = EngineRecord(
-            plan=_bytes(engine_table, "Plan", payload),
-            tensorrt_version=_str(engine_table.TensorrtVersion(), "engine.tensorrt_version"),
-            gpu_name=_str(engine_table.GpuName(), "engine.gpu_name"),
-            compute_capability=engine_table.ComputeCapability(),
-        )
+    engines = _vector(root.EnginesLength(), lambda i: _read_engine(root.Engines(i), f"engines[{i}]", payload),
+                      "engines", payload)
     return BlobContents(
         part=part,
         inputs=inputs,
@@ -431,7 +434,7 @@ def _read_blob(payload: bytes) -> BlobContents:
         options=options,
         onnx=_bytes(root, "Onnx", payload),
         kernels=kernels,
-        engine=engine,
+        engines=engines,
         producer=_read_producer(root.Producer()),
     )
 
@@ -481,6 +484,16 @@ def _read_options(root: fb.Blob) -> CompileOptions:
                 f"blob build_options.{key} = {value!r} disagrees with options_json ({getattr(options, key)!r})"
             )
     return options
+
+
+def _read_engine(table: fb.Engine, where: str, payload: bytes) -> EngineRecord:
+    return EngineRecord(
+        plan=_bytes(table, "Plan", payload),
+        provider=_enum(table.Provider(), _FB_TO_PROVIDER, f"{where}.provider"),
+        tensorrt_version=_str(table.TensorrtVersion(), f"{where}.tensorrt_version"),
+        gpu_name=_str(table.GpuName(), f"{where}.gpu_name"),
+        compute_capability=table.ComputeCapability(),
+    )
 
 
 def _read_kernel(table: fb.KernelImage, payload: bytes) -> KernelImage:

@@ -36,6 +36,11 @@ class ImageFormat(object):
     Ptx = 1
 
 
+class Provider(object):
+    TensorRT = 0
+    TensorRTRTX = 1
+
+
 class Dim(object):
     __slots__ = ['_tab']
 
@@ -559,32 +564,40 @@ class Engine(object):
         return o == 0
 
     # Engine
-    def TensorrtVersion(self):
+    def Provider(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
 
     # Engine
-    def GpuName(self):
+    def TensorrtVersion(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # Engine
-    def ComputeCapability(self):
+    def GpuName(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Engine
+    def ComputeCapability(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
-def EngineStart(builder): builder.StartObject(4)
+def EngineStart(builder): builder.StartObject(5)
 def EngineAddPlan(builder, plan): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(plan), 0)
 def EngineStartPlanVector(builder, numElems): return builder.StartVector(1, numElems, 1)
-def EngineAddTensorrtVersion(builder, tensorrtVersion): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrtVersion), 0)
-def EngineAddGpuName(builder, gpuName): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(gpuName), 0)
-def EngineAddComputeCapability(builder, computeCapability): builder.PrependInt32Slot(3, computeCapability, 0)
+def EngineAddProvider(builder, provider): builder.PrependInt8Slot(1, provider, 0)
+def EngineAddTensorrtVersion(builder, tensorrtVersion): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrtVersion), 0)
+def EngineAddGpuName(builder, gpuName): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(gpuName), 0)
+def EngineAddComputeCapability(builder, computeCapability): builder.PrependInt32Slot(4, computeCapability, 0)
 def EngineEnd(builder): return builder.EndObject()
 
 
@@ -744,14 +757,28 @@ class Blob(object):
         return o == 0
 
     # Blob
-    def Engine(self):
+    def Engines(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
-            x = self._tab.Indirect(o + self._tab.Pos)
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
             obj = Engine()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
+
+    # Blob
+    def EnginesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Blob
+    def EnginesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
 
 def BlobStart(builder): builder.StartObject(9)
 def BlobAddPart(builder, part): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(part), 0)
@@ -766,7 +793,8 @@ def BlobAddOnnx(builder, onnx): builder.PrependUOffsetTRelativeSlot(6, flatbuffe
 def BlobStartOnnxVector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def BlobAddKernels(builder, kernels): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
 def BlobStartKernelsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
-def BlobAddEngine(builder, engine): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(engine), 0)
+def BlobAddEngines(builder, engines): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(engines), 0)
+def BlobStartEnginesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobEnd(builder): return builder.EndObject()
 
 

@@ -221,14 +221,21 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
     return fail(error, "build_options: optimization_level must be 0-5, got " +
                            std::to_string(options->optimization_level()));
   }
-  const blob::Engine* engine = root->engine();
-  if (engine != nullptr && (engine->plan() == nullptr || engine->plan()->size() == 0)) {
-    return fail(error, "blob has an engine record with an empty plan");
+  const bool has_engines = root->engines() != nullptr && root->engines()->size() > 0;
+  if (has_engines) {
+    for (flatbuffers::uoffset_t i = 0; i < root->engines()->size(); ++i) {
+      const blob::Engine* engine = root->engines()->Get(i);
+      const std::string where = "blob engines[" + std::to_string(i) + "]";
+      if (blob::EnumNameProvider(engine->provider())[0] == '\0') {
+        return fail(error, where + ": unknown provider " + std::to_string(int(engine->provider())));
+      }
+      if (engine->plan() == nullptr || engine->plan()->size() == 0) return fail(error, where + " has an empty plan");
+      if (engine->tensorrt_version() == nullptr || engine->tensorrt_version()->size() == 0) {
+        return fail(error, where + " lacks its provider's version");
+      }
+    }
   }
-  if (engine != nullptr && (engine->tensorrt_version() == nullptr || engine->tensorrt_version()->size() == 0)) {
-    return fail(error, "blob has an engine without its TensorRT version");
-  }
-  if ((root->onnx() == nullptr || root->onnx()->size() == 0) && engine == nullptr) {
+  if ((root->onnx() == nullptr || root->onnx()->size() == 0) && !has_engines) {
     return fail(error, "blob has neither an ONNX model nor an engine: nothing to run");
   }
   if (!check_kernels(root, error)) return false;

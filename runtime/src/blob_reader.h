@@ -14,7 +14,7 @@
 namespace et_trt {
 
 // Must equal SCHEMA_VERSION in et_trt_backend/serialization/blob.py.
-constexpr uint32_t kSchemaVersion = 1;
+constexpr uint32_t kSchemaVersion = 2;
 constexpr char kBlobMagic[8] = {'E', 'T', 'T', 'R', 'T', 'B', 'L', 'B'};
 constexpr size_t kHeaderSize = 56;
 // TensorRT's Dims::MAX_DIMS; a higher rank cannot be bound.

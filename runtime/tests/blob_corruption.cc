@@ -64,7 +64,9 @@ size_t walk(const BlobView& view) {
       str(k->kernel()), str(k->arch()), str(k->entry()), str(k->ptx_version()), bytes(k->image());
     }
   }
-  if (const blob::Engine* e = root->engine()) bytes(e->plan()), str(e->tensorrt_version()), str(e->gpu_name());
+  if (root->engines()) {
+    for (const blob::Engine* e : *root->engines()) bytes(e->plan()), str(e->tensorrt_version()), str(e->gpu_name());
+  }
   return sum;
 }
 

@@ -128,7 +128,7 @@ TEST(BlobReader, RefusesOtherSchemaVersionAsIncompatible) {
   testing::store_u32(blob.data() + 8, kSchemaVersion + 1);
   const BlobError e = read_error(blob);
   EXPECT_EQ(e.kind, BlobError::Kind::kIncompatible);
-  EXPECT_NE(e.message.find("schema version 2"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("schema version " + std::to_string(kSchemaVersion + 1)), std::string::npos) << e.message;
 }
 
 TEST(BlobReader, RefusesTruncatedAndExtendedBlobs) {
@@ -189,6 +189,7 @@ struct Knobs {
   blob::DType dtype = blob::DType::BFloat16;
   const char* output_name = "y";
   bool outputs = true, build_options = true, onnx = true, engine = false, engine_plan = true, producer = true;
+  blob::Provider provider = blob::Provider::TensorRT;
   blob::Precision precision = blob::Precision::BF16;
   int32_t optimization_level = 3;
   int rank = 2;
@@ -220,14 +221,16 @@ std::vector<uint8_t> build(const Knobs& k) {
   }
   const std::vector<uint8_t> plan = {7};
   const std::vector<uint8_t> empty;
-  auto engine = k.engine ? blob::CreateEngineDirect(fbb, k.engine_plan ? &plan : &empty, "10.13.0", "H200", 90)
-                         : 0;
+  std::vector<flatbuffers::Offset<blob::Engine>> engines;
+  if (k.engine) {
+    engines.push_back(blob::CreateEngineDirect(fbb, k.engine_plan ? &plan : &empty, k.provider, "10.13.0", "H200", 90));
+  }
   auto options = k.build_options
                      ? blob::CreateBuildOptionsDirect(fbb, k.precision, true, 0, k.optimization_level)
                      : 0;
   auto producer = k.producer ? blob::CreateProducerDirect(fbb, "0.1.0", "2.13.0", "1.5.1", 18) : 0;
   fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", producer, &inputs, &outputs, options, "{}",
-                                    k.onnx ? &onnx : nullptr, &kernels, engine),
+                                    k.onnx ? &onnx : nullptr, &kernels, &engines),
              blob::BlobIdentifier());
   return testing::seal(fbb.GetBufferPointer(), fbb.GetSize());
 }
@@ -292,7 +295,10 @@ TEST(BlobReader, RefusesMissingOrInvalidRecords) {
   EXPECT_NE(refusal(k).find("neither an ONNX model nor an engine"), std::string::npos);
   k = Knobs{};
   k.engine = true, k.engine_plan = false;
-  EXPECT_NE(refusal(k).find("empty plan"), std::string::npos);
+  EXPECT_NE(refusal(k).find("engines[0] has an empty plan"), std::string::npos);
+  k = Knobs{};
+  k.engine = true, k.provider = static_cast<blob::Provider>(5);
+  EXPECT_NE(refusal(k).find("engines[0]: unknown provider 5"), std::string::npos);
   k = Knobs{};
   k.precision = static_cast<blob::Precision>(7);
   EXPECT_NE(refusal(k).find("unknown precision 7"), std::string::npos);

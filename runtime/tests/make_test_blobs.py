@@ -41,7 +41,7 @@ def _contents(part: str, dims: list[DimSpec], options: CompileOptions) -> BlobCo
         options=options,
         onnx=_onnx_relu(onnx_dims),
         kernels=[],
-        engine=None,
+        engines=[],
         producer=producer_versions(onnx_opset=18),
     )
 

@@ -469,8 +469,11 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   // From here the engine owns the context reference (released in its destructor).
   auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io);
 
-  // 1. The engine embedded at export, if it was built for this GPU and TensorRT.
-  if (const blob::Engine* embedded = root.engine()) {
+  // 1. An engine embedded at export, if one was built by TensorRT for this GPU and TensorRT version.
+  const auto* embedded_engines = root.engines();
+  for (flatbuffers::uoffset_t i = 0; embedded_engines != nullptr && i < embedded_engines->size(); ++i) {
+    const blob::Engine* embedded = embedded_engines->Get(i);
+    if (embedded->provider() != blob::Provider::TensorRT) continue;
     const std::string built_for = embedded->gpu_name() ? embedded->gpu_name()->str() : "";
     if (trt->same_version(embedded->tensorrt_version()->str()) && built_for == gpu_name &&
         embedded->compute_capability() == capability) {
