@@ -23,10 +23,11 @@ PART_SPEC_KEY = "et_trt.part"
 PRECISIONS = ("bf16", "fp16", "fp32")
 ENGINE_BUILD_POLICIES = ("auto", "always", "never")
 PREFLIGHT_POLICIES = ("error", "warn")
-# Architectures the grouped-GEMM kernel can be compiled for. "a" suffixes are
-# the arch-specific targets (wgmma on sm_90a, tcgen05 on sm_100a).
-KERNEL_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90a", "sm_100a", "sm_110", "sm_120")
-DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110", "sm_120")
+# Architectures the grouped-GEMM kernel can be compiled for, named as the
+# kernel images are: from sm_90 on, the arch-specific "a" targets (wgmma on
+# sm_90a, tcgen05 on sm_100a/sm_110a, Triton's sm_120a).
+KERNEL_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90a", "sm_100a", "sm_110a", "sm_120a")
+DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110a", "sm_120a")
 OPTIMIZATION_LEVELS = range(0, 6)  # TensorRT's builder optimization levels
 
 _SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -165,6 +166,9 @@ def _kernel_archs(key: str, value: Any) -> tuple[str, ...]:
     if not value:
         raise OptionsError(f"option '{key}': give at least one architecture, from {', '.join(KERNEL_ARCHS)}")
     for arch in value:
+        if isinstance(arch, str) and arch not in KERNEL_ARCHS and f"{arch}a" in KERNEL_ARCHS:
+            raise OptionsError(f"option '{key}': {arch!r} is not one of {', '.join(KERNEL_ARCHS)}; "
+                               f"write {arch}a (the kernel images are arch-specific from sm_90 on)")
         _choice(key, arch, KERNEL_ARCHS)
     return tuple(dict.fromkeys(value))
 

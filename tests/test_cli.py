@@ -59,7 +59,7 @@ def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsy
     for part in ("decoder", "velocity"):
         assert re.search(rf"\[\d\] part '{part}': plan 'forward' delegate \d, blob", out)
     assert "et_trt::GroupedMM" in out and "TopK" in out
-    assert '"precision": "fp16"' in out and '"kernel_archs": ["sm_87", "sm_90a", "sm_110"]' in out
+    assert '"precision": "fp16"' in out and '"kernel_archs": ["sm_87", "sm_90a", "sm_110a"]' in out
     assert re.search(r"sm_90a\s+cubin grouped_mm_\w+ bf16", out)
     assert out.count("engines: none embedded") == 2  # no TensorRT here: the robot builds the engine
     assert "tokens 2..64..512" in out  # the decoder's dynamic token range

@@ -69,6 +69,7 @@ def test_base_options_are_overridden_not_replaced():
         ({"workspace_bytes": 0}, "option 'workspace_bytes': size must be positive"),
         ({"kernel_archs": ["sm_75"]}, "option 'kernel_archs': 'sm_75' is not one of"),
         ({"kernel_archs": []}, "option 'kernel_archs': give at least one architecture"),
+        ({"kernel_archs": ["sm_110"]}, "sm_100a, sm_110a, sm_120a; write sm_110a (the kernel images are arch-specific"),
         ({"engine_build": "sometimes"}, "option 'engine_build': 'sometimes' is not one of auto, always, never"),
         ({"preflight": "ignore"}, "option 'preflight': 'ignore' is not one of error, warn"),
         ({"timing_cache": 3}, "option 'timing_cache': expected a path (string)"),

@@ -134,7 +134,7 @@ def test_policy_has_one_partition_per_part(policy):
     velocity, _ = policy.options(by_part["velocity"])
     assert (decoder.precision, decoder.optimization_level) == ("bf16", 3)
     assert (velocity.precision, velocity.optimization_level) == ("fp16", 5)
-    assert decoder.kernel_archs == ("sm_87", "sm_90a", "sm_110")
+    assert decoder.kernel_archs == ("sm_87", "sm_90a", "sm_110a")
     # Each part's partition holds that part's MoE blocks: 2 in the decoder, 1 in the head.
     assert policy.ops_in(by_part["decoder"])[aten._grouped_mm.default] == 4
     assert policy.ops_in(by_part["velocity"])[aten._grouped_mm.default] == 2

@@ -28,7 +28,7 @@ EXAMPLE = {
             "precision": "bf16",
             "optimization_level": 3,
             "workspace_bytes": "2GiB",
-            "kernel_archs": ["sm_87", "sm_90a", "sm_110"],
+            "kernel_archs": ["sm_87", "sm_90a", "sm_110a"],
         },
     },
 }
