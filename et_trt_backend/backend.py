@@ -35,7 +35,7 @@ def _kernel_images(lowered, options: CompileOptions):
     return images, {"triton": triton.__version__}
 
 
-class TensorRTBackend(BackendDetails):
+class EtTrtBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program: torch.export.ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
         options, part = CompileOptions.from_compile_specs(compile_specs)

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from et_trt_backend import log_config
+
 logger = logging.getLogger(__name__)
 
 # The example policy and recipe live in the source tree (examples/), next to the package.
@@ -62,7 +64,7 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
-    import et_trt_backend.backend  # noqa: F401  (ExecuTorch finds TensorRTBackend by class name)
+    import et_trt_backend.backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
     from et_trt_partitioner import TensorRTPartitioner
 
     if recipe is not None and not recipe.is_file():
@@ -260,7 +262,8 @@ def _file_safe(name: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="et-trt", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, other libraries' logs and warnings included")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -286,8 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_config.configure(verbose=args.verbose, quiet=args.quiet)
     from et_trt_backend.lowering.errors import LoweringError
     from et_trt_backend.options import OptionsError
     from et_trt_backend.preflight import PreflightError

@@ -1,7 +1,7 @@
 """Running et-trt `.pte` files from Python: load the C++ delegate into ExecuTorch's runtime.
 
     from et_trt_backend import runtime
-    runtime.load()                                   # registers "TensorRTBackend"
+    runtime.load()                                   # registers "EtTrtBackend"
     from executorch.runtime import Runtime
     method = Runtime.get().load_program("policy.pte").load_method("forward")
 

@@ -1,6 +1,7 @@
 """The et-trt command: export the example policy, inspect and check .pte files, refuse bad input clearly."""
 
 import dataclasses
+import random
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 from onnx import helper
 
+import damaged_pte
 from et_trt_backend import BACKEND_ID, cli
 from et_trt_backend.serialization import blob
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
@@ -166,7 +168,7 @@ def test_not_a_pte(tmp_path, capsys):
     path = tmp_path / "x.pte"
     path.write_bytes(b"definitely not a program")
     code, _, err = run(capsys, "inspect", path)
-    assert code == 1 and "not a readable ExecuTorch program" in err
+    assert code == 1 and "not an ExecuTorch program" in err
     code, _, err = run(capsys, "check", tmp_path / "missing.pte")
     assert code == 2 and "no such file" in err
 
@@ -199,3 +201,15 @@ def test_bad_recipe_is_refused_before_export(tmp_path, capsys):
     code, _, err = run(capsys, "export", "--recipe", recipe, "--output", tmp_path / "x.pte")
     assert code == 1 and "precison" in err
     assert not (tmp_path / "x.pte").exists()
+
+
+@pytest.mark.parametrize("kind", damaged_pte.KINDS)
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_damaged_pte_is_refused_in_one_line(policy_pte, tmp_path, capsys, command, kind):
+    path = tmp_path / f"{kind}.pte"
+    path.write_bytes(damaged_pte.damaged(policy_pte.read_bytes(), kind, seed=random.randrange(1 << 30)))
+    code, out, err = run(capsys, command, path)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.match(rf"et-trt {command}: (not an ExecuTorch program|truncated or corrupted ExecuTorch program"
+                    r"|corrupted ExecuTorch program): ", err), err

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 
-from et_trt_backend.backend import TensorRTBackend  # noqa: F401  (registers the backend by name)
+from et_trt_backend.backend import EtTrtBackend  # noqa: F401  (registers the backend by name)
 from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
 from et_trt_backend.options import CompileOptions, ShapeRange
 from et_trt_backend.serialization import blob

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import moe_models
-from et_trt_backend import op_support
+from et_trt_backend import BACKEND_ID, op_support
 from et_trt_backend.op_support._common import aten_overload
 from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_partitioner import PartitionError, TensorRTPartitioner
@@ -139,7 +139,7 @@ def test_policy_has_one_partition_per_part(policy):
     assert policy.ops_in(by_part["decoder"])[aten._grouped_mm.default] == 4
     assert policy.ops_in(by_part["velocity"])[aten._grouped_mm.default] == 2
     for tag in by_part.values():
-        assert policy.result.partition_tags[tag].backend_id == "TensorRTBackend"
+        assert policy.result.partition_tags[tag].backend_id == BACKEND_ID == "EtTrtBackend"
 
 
 def test_policy_moe_blocks_whole_and_nothing_left_outside(policy):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import random
 import subprocess
 import sys
 
@@ -18,7 +19,9 @@ import numpy as np
 import pytest
 import torch
 
+import damaged_pte
 from et_trt_backend import BACKEND_ID, runtime
+from et_trt_backend.serialization.pte import read_delegates
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BUILD = REPO / "runtime" / "build"
@@ -61,7 +64,9 @@ def example_pte(tmp_path_factory) -> pathlib.Path:
 
 
 def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kwargs)
+    # errors="replace": ExecuTorch logs a bad file's identifier bytes as they are.
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, errors="replace", timeout=600,
+                          **kwargs)
 
 
 # ---- the C++ tests ---------------------------------------------------------------------------------
@@ -82,12 +87,16 @@ def test_ctest_suite(built_runtime, example_pte):
 
 
 # ---- the delegate in ExecuTorch's Python runtime --------------------------------------------------
-def test_load_registers_the_backend(built_runtime):
+def test_load_registers_the_backend(built_runtime, example_pte):
     from executorch.runtime import Runtime
 
     runtime.load()
     assert BACKEND_ID in Runtime.get().backend_registry.registered_backend_names
     assert runtime.load() is runtime.load()  # loading again is a no-op
+    # Torch-TensorRT's ExecuTorch runtime registers "TensorRTBackend" (FACTS.md); ours must
+    # differ, or a process could not hold both.
+    assert BACKEND_ID != "TensorRTBackend"
+    assert all(d.backend_id == BACKEND_ID for d in read_delegates(example_pte.read_bytes()))
 
 
 def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
@@ -99,7 +108,7 @@ def test_example_pte_holds_verified_blobs(example_pte):
     from et_trt_backend.serialization.blob import deserialize
 
     blobs = runtime.delegate_blobs(example_pte)
-    assert blobs, "the example .pte has no TensorRTBackend delegate"
+    assert blobs, "the example .pte has no et-trt delegate"
     parts = {deserialize(blob).part for _, blob in blobs}
     assert {"velocity", "decoder"} <= {p.split(".")[0] for p in parts}, parts
 
@@ -267,3 +276,20 @@ def test_build_engine_entry_point_verifies_the_blob_and_reports_tensorrt(built_r
     bad[-1] ^= 1
     with pytest.raises(RuntimeError, match="blob refused: blob checksum mismatch"):
         runtime.build_engine(bytes(bad))
+
+
+@pytest.mark.parametrize("kind", damaged_pte.KINDS)
+def test_runner_refuses_a_damaged_file_in_one_line(built_runtime, example_pte, tmp_path, kind):
+    path = tmp_path / f"{kind}.pte"
+    path.write_bytes(damaged_pte.damaged(example_pte.read_bytes(), kind, seed=random.randrange(1 << 30)))
+    result = _run([RUNNER, path, "--iterations", "1"])
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])  # refused, not a crash
+    ours = [line for line in result.stderr.splitlines() if line.startswith("et_trt_runner:")]
+    assert len(ours) == 1, result.stderr
+    assert ours[0].startswith(f"et_trt_runner: {path} is not a valid ExecuTorch program (truncated or corrupted?")
+
+
+def test_runner_names_an_unknown_option(built_runtime, example_pte):
+    for args in (["--bogus"], ["--bogus", "1"]):
+        result = _run([RUNNER, example_pte, *args])
+        assert result.returncode == 1 and result.stderr.startswith("et_trt_runner: unknown option --bogus\n")

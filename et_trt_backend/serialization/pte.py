@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
-from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir._serialize._program import _ExtendedHeader, deserialize_pte_binary
 from executorch.exir.schema import DataLocation
 
 from et_trt_backend import BACKEND_ID
@@ -33,12 +34,29 @@ class Partition:
     contents: blob.BlobContents
 
 
+def _check_framing(pte: bytes) -> None:
+    """The checks a .pte's first bytes allow, with a message a user can act on: the
+    flatbuffer identifier ("ET" + schema version) and, where the extended header is
+    present, that the file holds the program and segments it announces."""
+    if len(pte) < 8 or not re.fullmatch(rb"ET\d\d", pte[4:8]):
+        raise PteError(f"not an ExecuTorch program: {len(pte)} bytes without the 'ET..' identifier at byte 4 "
+                       "that every .pte has; export it with to_executorch() or `et-trt export`")
+    header = _ExtendedHeader.from_bytes(pte[8:]) if len(pte) >= 8 + _ExtendedHeader.EXPECTED_LENGTH else None
+    if header is not None and header.is_valid():
+        needed = max(header.program_size, header.segment_base_offset + header.segment_data_size)
+        if needed > len(pte):
+            raise PteError(f"truncated or corrupted ExecuTorch program: its header announces {needed} bytes, the file has "
+                           f"{len(pte)}; copy or export it again")
+
+
 def read_delegates(pte: bytes) -> list[Delegate]:
     """Every delegate of every execution plan, with its processed bytes."""
+    _check_framing(pte)
     try:
         program = deserialize_pte_binary(pte).program
     except Exception as e:  # the deserializer raises many kinds on foreign bytes
-        raise PteError(f"not a readable ExecuTorch program ({type(e).__name__}: {e})") from e
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise PteError(f"corrupted ExecuTorch program: its flatbuffer does not parse ({detail})") from e
     delegates = []
     for plan in program.execution_plan:
         for index, delegate in enumerate(plan.delegates):

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <vector>
 
+#include "backend_id.h"
 #include "host_tensor.h"
 #include "runner_args.h"
 
@@ -62,8 +63,13 @@ int main(int argc, char** argv) {
     }
     (void)trt_options.set_option("engine_cache_dir", args.engine_cache_dir.c_str());
   }
-  (void)load_options.set_options("TensorRTBackend", trt_options.view());
-  Error err = module.load(load_options);
+  (void)load_options.set_options(et_trt::kBackendId, trt_options.view());
+  // Full flatbuffer verification: a damaged file is refused instead of read out of bounds.
+  Error err = module.load(load_options, executorch::runtime::Program::Verification::InternalConsistency);
+  if (err == Error::InvalidProgram || err == Error::InvalidArgument) {
+    return fail(args.model + " is not a valid ExecuTorch program (truncated or corrupted? " + error_text(err) +
+                "; the log above says what is wrong)");
+  }
   if (err != Error::Ok) return fail("cannot load program " + args.model + ": " + error_text(err));
 
   auto names = module.method_names();

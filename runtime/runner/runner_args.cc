@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <set>
 
 namespace et_trt::runner {
 namespace {
@@ -76,6 +77,9 @@ std::string parse_args(const std::vector<std::string>& argv, RunnerArgs* args) {
       args->model = arg;
       continue;
     }
+    static const std::set<std::string> kOptions = {"--method",     "--input",        "--shape",       "--seed",
+                                                   "--warmup",     "--iterations",   "--engine-cache", "--save-outputs"};
+    if (!kOptions.count(arg)) return "unknown option " + arg;
     if (i + 1 >= argv.size()) return "option " + arg + " needs a value";
     const std::string& value = argv[++i];
     long long n;
@@ -112,8 +116,6 @@ std::string parse_args(const std::vector<std::string>& argv, RunnerArgs* args) {
       args->engine_cache_dir = value;
     } else if (arg == "--save-outputs") {
       args->save_outputs_dir = value;
-    } else {
-      return "unknown option " + arg;
     }
   }
   if (args->model.empty()) return "no model given";

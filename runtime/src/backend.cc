@@ -1,4 +1,4 @@
-// ExecuTorch glue: the "TensorRTBackend" delegate (init / execute / destroy),
+// ExecuTorch glue: the et-trt delegate (kBackendId: init / execute / destroy),
 // registered from a static initializer when libet_trt_runtime.so loads.
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_id.h"
 #include "blob_reader.h"
 #include "engine.h"
 #include "engine_cache.h"
@@ -34,8 +35,7 @@ using executorch::runtime::FreeableBuffer;
 using executorch::runtime::Result;
 using executorch::runtime::Span;
 
-constexpr char kBackendId[] = "TensorRTBackend";
-// Load-time option (BackendOptions for "TensorRTBackend") naming the engine cache directory.
+// Load-time option (BackendOptions for kBackendId) naming the engine cache directory.
 constexpr char kCacheDirOption[] = "engine_cache_dir";
 constexpr char kDeviceOption[] = "device";
 
@@ -78,7 +78,7 @@ CallArg call_arg(const EValue& value) {
   return {CallArg::Kind::kOther, tag};
 }
 
-class TensorRTBackend final : public BackendInterface {
+class EtTrtBackend final : public BackendInterface {
  public:
   // Always true: the delegate itself has no requirement; init reports what a
   // blob needs that is missing (TensorRT, a GPU) with a message.
@@ -184,7 +184,7 @@ class TensorRTBackend final : public BackendInterface {
   void destroy(DelegateHandle* opaque) const override { delete static_cast<PartitionHandle*>(opaque); }
 };
 
-TensorRTBackend backend_instance;
+EtTrtBackend backend_instance;
 const Error registered = executorch::runtime::register_backend(Backend{kBackendId, &backend_instance});
 
 }  // namespace

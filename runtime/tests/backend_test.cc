@@ -3,6 +3,7 @@
 #include <executorch/runtime/backend/interface.h>
 #include <gtest/gtest.h>
 
+#include "backend_id.h"
 #include "test_blobs.h"
 
 namespace et_trt {
@@ -14,8 +15,8 @@ using executorch::runtime::Error;
 using executorch::runtime::FreeableBuffer;
 
 Error init_error(const std::vector<uint8_t>& blob, size_t misalign = 0) {
-  BackendInterface* backend = executorch::runtime::get_backend_class("TensorRTBackend");
-  EXPECT_NE(backend, nullptr) << "TensorRTBackend is not registered";
+  BackendInterface* backend = executorch::runtime::get_backend_class(kBackendId);
+  EXPECT_NE(backend, nullptr) << kBackendId << " is not registered";
   if (backend == nullptr) return Error::Ok;
   std::vector<uint64_t> storage(blob.size() / 8 + 2);
   uint8_t* data = reinterpret_cast<uint8_t*>(storage.data()) + misalign;
@@ -33,7 +34,7 @@ std::vector<uint8_t> writer_blob() {
 }
 
 TEST(Backend, IsRegisteredAndAvailable) {
-  BackendInterface* backend = executorch::runtime::get_backend_class("TensorRTBackend");
+  BackendInterface* backend = executorch::runtime::get_backend_class(kBackendId);
   ASSERT_NE(backend, nullptr);
   EXPECT_TRUE(backend->is_available());
 }

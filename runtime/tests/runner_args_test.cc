@@ -35,6 +35,7 @@ TEST(RunnerArgs, RefusesWithAMessage) {
   EXPECT_EQ(parse({"m.pte", "--seed", "-1"}, &(a = {})), "--seed -1: expected a non-negative integer");
   EXPECT_EQ(parse({"m.pte", "--warmup"}, &(a = {})), "option --warmup needs a value");
   EXPECT_EQ(parse({"m.pte", "--bogus", "1"}, &(a = {})), "unknown option --bogus");
+  EXPECT_EQ(parse({"m.pte", "--bogus"}, &(a = {})), "unknown option --bogus");
   EXPECT_EQ(parse({"m.pte", "n.pte"}, &(a = {})), "unexpected argument 'n.pte': give one model");
   EXPECT_EQ(parse({"m.pte", "--shape", "4x8"}, &(a = {})), "--shape 4x8: write INDEX=AxBxC, e.g. 0=16x64");
   EXPECT_EQ(parse({"m.pte", "--shape", "0=4xq"}, &(a = {})), "--shape 0=4xq: write INDEX=AxBxC, e.g. 0=16x64");

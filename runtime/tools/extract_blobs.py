@@ -2,7 +2,7 @@
 
     python runtime/tools/extract_blobs.py out/moe_policy.pte OUTDIR
 
-Writes OUTDIR/<method>_<i>.blob, one per TensorRTBackend delegate, in program order.
+Writes OUTDIR/<method>_<i>.blob, one per et-trt delegate, in program order.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     blobs = delegate_blobs(sys.argv[1])
     if not blobs:
-        sys.exit(f"{sys.argv[1]} has no TensorRTBackend delegate")
+        sys.exit(f"{sys.argv[1]} has no et-trt delegate")
     for i, (method, blob) in enumerate(blobs):
         path = out / f"{method}_{i}.blob"
         path.write_bytes(blob)

@@ -1,0 +1,26 @@
+"""Damaged .pte files, made from a good one, for the tools that must refuse them in one clear line."""
+
+from __future__ import annotations
+
+import random
+
+KINDS = ("empty", "random", "truncated", "garbage_after_identifier", "flipped_header")
+
+
+def damaged(good: bytes, kind: str, seed: int) -> bytes:
+    """`good` damaged as `kind` (one of KINDS), with fresh random bytes from `seed`."""
+    rng = random.Random(seed)
+    if kind == "empty":
+        return b""
+    if kind == "random":
+        return rng.randbytes(rng.randint(8, 5000))
+    if kind == "truncated":
+        return good[: rng.randint(64, len(good) - 1)]
+    if kind == "garbage_after_identifier":  # a valid "ET12" identifier, nothing valid after it
+        return good[:8] + rng.randbytes(rng.randint(100, 5000))
+    if kind == "flipped_header":  # the extended header's sizes scrambled
+        data = bytearray(good)
+        for i in range(16, 40):
+            data[i] ^= rng.randint(1, 255)
+        return bytes(data)
+    raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
