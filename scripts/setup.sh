@@ -8,22 +8,7 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*"; }
 
-# System packages: flatc + flatbuffers headers for the blob schema, gtest for
-# the C++ tests, zlib for the blob checksum.
-need_apt=()
-command -v flatc >/dev/null || need_apt+=(flatbuffers-compiler)
-[ -f /usr/include/flatbuffers/flatbuffers.h ] || need_apt+=(libflatbuffers-dev)
-[ -d /usr/include/gtest ] || need_apt+=(libgtest-dev)
-[ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
-[ -f /usr/include/openssl/evp.h ] || need_apt+=(libssl-dev)  # sha256 of the blob payload (runtime/)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  log "installing system packages: ${need_apt[*]}"
-  # As root, run apt-get directly; otherwise through sudo. `env` carries the
-  # variable either way (a bare VAR=value after an empty $SUDO is a command).
-  as_root=(); [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
-fi
+./scripts/system_packages.sh
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

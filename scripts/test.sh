@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build_runtime.sh >/dev/null
-exec .venv/bin/python -m pytest "$@"
+# -ra: the summary lists every skip with its reason (what is missing here and why).
+exec .venv/bin/python -m pytest -ra "$@"
