@@ -12,6 +12,7 @@ import importlib.util
 import os
 import pathlib
 import random
+import struct
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import torch
 
 import damaged_pte
 from et_trt_backend import BACKEND_ID, runtime
+from et_trt_backend.serialization.blob import deserialize
 from et_trt_backend.serialization.pte import read_delegates
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -105,8 +107,6 @@ def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
 
 
 def test_example_pte_holds_verified_blobs(example_pte):
-    from et_trt_backend.serialization.blob import deserialize
-
     blobs = runtime.delegate_blobs(example_pte)
     assert blobs, "the example .pte has no et-trt delegate"
     parts = {deserialize(blob).part for _, blob in blobs}
@@ -293,3 +293,34 @@ def test_runner_names_an_unknown_option(built_runtime, example_pte):
     for args in (["--bogus"], ["--bogus", "1"]):
         result = _run([RUNNER, example_pte, *args])
         assert result.returncode == 1 and result.stderr.startswith("et_trt_runner: unknown option --bogus\n")
+
+
+def test_python_runtime_survives_a_part_name_that_is_not_utf8(built_runtime, example_pte, tmp_path):
+    """A checksum-valid blob whose part name is not UTF-8: refused at init, and no raw bytes reach
+    ExecuTorch's Python log sink (which throws on them and aborts the process)."""
+    from test_blob import reseal
+
+    data = bytearray(example_pte.read_bytes())
+    _, blob = runtime.delegate_blobs(example_pte)[0]
+    part = deserialize(blob).part.encode()
+    stored = struct.pack("<I", len(part)) + part + b"\0"  # a flatbuffer string
+    assert blob.count(stored) == 1
+    bad_blob = reseal(blob.replace(stored, stored[:4] + b"\xff" + stored[5:]))
+    at = bytes(data).find(blob)
+    data[at:at + len(blob)] = bad_blob
+    bad = tmp_path / "bad_part.pte"
+    bad.write_bytes(bytes(data))
+    script = (
+        "import sys\n"
+        "from executorch.runtime import Runtime\n"
+        "from et_trt_backend import runtime\n"
+        "runtime.load()\n"
+        f"program = Runtime.get().load_program({str(bad)!r})\n"
+        "try:\n"
+        "    program.load_method('forward')\n"
+        "except Exception:\n"
+        "    sys.exit(3)\n"
+    )
+    result = _run([sys.executable, "-c", script])
+    assert result.returncode == 3, (result.returncode, result.stderr[-3000:])  # refused, not aborted
+    assert "blob field part is not UTF-8 text" in result.stderr, result.stderr[-3000:]

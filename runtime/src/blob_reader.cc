@@ -1,11 +1,14 @@
 #include "blob_reader.h"
 
+#include <flatbuffers/util.h>
 #include <openssl/evp.h>
 #include <zlib.h>
 
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace et_trt {
 namespace {
@@ -34,6 +37,58 @@ bool fail(BlobError* error, std::string message, BlobError::Kind kind = BlobErro
   error->kind = kind;
   error->message = std::move(message);
   return false;
+}
+
+bool is_utf8(const flatbuffers::String* s) {
+  if (s == nullptr) return true;
+  // The verifier guarantees a terminating NUL, where a cut-off sequence stops.
+  const char* p = s->c_str();
+  const char* end = p + s->size();
+  while (p < end) {
+    if (flatbuffers::FromUTF8(&p) < 0) return false;
+  }
+  return true;
+}
+
+// Every string of the blob must be UTF-8: they reach logs and ExecuTorch's log
+// sinks, and the Python runtime's sink throws on anything else, which aborts
+// the process. A refusal names the field, never its bytes.
+bool check_strings(const blob::Blob* root, BlobError* error) {
+  std::vector<std::pair<std::string, const flatbuffers::String*>> fields = {
+      {"part", root->part()}, {"options_json", root->options_json()}};
+  if (const blob::Producer* p = root->producer()) {
+    for (const auto& [name, s] : {std::pair{"et_trt", p->et_trt()}, {"torch", p->torch()},
+                                  {"executorch", p->executorch()}, {"triton", p->triton()},
+                                  {"cuda", p->cuda()}, {"tensorrt", p->tensorrt()}}) {
+      fields.emplace_back(std::string("producer.") + name, s);
+    }
+  }
+  if (root->build_options()) fields.emplace_back("build_options.timing_cache", root->build_options()->timing_cache());
+  for (const auto& [what, specs] : {std::pair{"inputs", root->inputs()}, {"outputs", root->outputs()}}) {
+    for (flatbuffers::uoffset_t i = 0; specs != nullptr && i < specs->size(); ++i) {
+      const std::string where = std::string(what) + "[" + std::to_string(i) + "]";
+      fields.emplace_back(where + ".name", specs->Get(i)->name());
+      const auto* dims = specs->Get(i)->dims();
+      for (flatbuffers::uoffset_t d = 0; dims != nullptr && d < dims->size(); ++d) {
+        fields.emplace_back(where + ".dims[" + std::to_string(d) + "].name", dims->Get(d)->name());
+      }
+    }
+  }
+  for (flatbuffers::uoffset_t i = 0; root->kernels() != nullptr && i < root->kernels()->size(); ++i) {
+    const blob::KernelImage* k = root->kernels()->Get(i);
+    const std::string where = "kernels[" + std::to_string(i) + "].";
+    fields.insert(fields.end(), {{where + "kernel", k->kernel()}, {where + "arch", k->arch()},
+                                 {where + "entry", k->entry()}, {where + "ptx_version", k->ptx_version()}});
+  }
+  for (flatbuffers::uoffset_t i = 0; root->engines() != nullptr && i < root->engines()->size(); ++i) {
+    const blob::Engine* e = root->engines()->Get(i);
+    const std::string where = "engines[" + std::to_string(i) + "].";
+    fields.insert(fields.end(), {{where + "tensorrt_version", e->tensorrt_version()}, {where + "gpu_name", e->gpu_name()}});
+  }
+  for (const auto& [where, s] : fields) {
+    if (!is_utf8(s)) return fail(error, "blob field " + where + " is not UTF-8 text: the blob is corrupted");
+  }
+  return true;
 }
 
 bool known_dtype(blob::DType dtype) {
@@ -203,6 +258,7 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
     return fail(error, "blob payload fails flatbuffers verification (schema.fbs, identifier \"ETRT\")");
   }
   const blob::Blob* root = blob::GetBlob(payload);
+  if (!check_strings(root, error)) return false;
 
   if (root->producer() == nullptr) return fail(error, "blob lacks its producer record");
   std::set<std::string> names;

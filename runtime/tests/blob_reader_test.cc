@@ -188,6 +188,7 @@ struct Knobs {
   int64_t size = -1, min = 1, opt = 8, max = 64;
   blob::DType dtype = blob::DType::BFloat16;
   const char* output_name = "y";
+  const char* part = "velocity";
   bool outputs = true, build_options = true, onnx = true, engine = false, engine_plan = true, producer = true;
   blob::Provider provider = blob::Provider::TensorRT;
   blob::Precision precision = blob::Precision::BF16;
@@ -229,7 +230,7 @@ std::vector<uint8_t> build(const Knobs& k) {
                      ? blob::CreateBuildOptionsDirect(fbb, k.precision, true, 0, k.optimization_level)
                      : 0;
   auto producer = k.producer ? blob::CreateProducerDirect(fbb, "0.1.0", "2.13.0", "1.5.1", 18) : 0;
-  fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", producer, &inputs, &outputs, options, "{}",
+  fbb.Finish(blob::CreateBlobDirect(fbb, k.part, producer, &inputs, &outputs, options, "{}",
                                     k.onnx ? &onnx : nullptr, &kernels, &engines),
              blob::BlobIdentifier());
   return testing::seal(fbb.GetBufferPointer(), fbb.GetSize());
@@ -281,6 +282,34 @@ TEST(BlobReader, RefusesBadTensorSpecs) {
   k = Knobs{};
   k.outputs = false;
   EXPECT_NE(refusal(k).find("no outputs"), std::string::npos);
+}
+
+TEST(BlobReader, RefusesTextThatIsNotUtf8WithoutEchoingIt) {
+  const auto ascii_only = [](const std::string& s) {
+    for (char c : s) {
+      if (static_cast<unsigned char>(c) >= 0x80) return false;
+    }
+    return true;
+  };
+  Knobs k;
+  k.part = "\xff\xfevelocity";
+  std::string message = refusal(k);
+  EXPECT_NE(message.find("blob field part is not UTF-8 text"), std::string::npos) << message;
+  EXPECT_TRUE(ascii_only(message));
+  k = Knobs{};
+  k.output_name = "y\xc3";  // a two-byte sequence cut off
+  message = refusal(k);
+  EXPECT_NE(message.find("blob field outputs[0].name is not UTF-8 text"), std::string::npos) << message;
+  EXPECT_TRUE(ascii_only(message));
+  k = Knobs{};
+  k.part = "\xc0\xaf";  // an overlong encoding of '/'
+  EXPECT_NE(refusal(k).find("part is not UTF-8"), std::string::npos);
+  k = Knobs{};
+  k.part = "d\xc3\xa9" "codeur.\xe5\xb1\x82";  // valid UTF-8 is accepted
+  Bytes bytes = Bytes::of(build(k));
+  BlobView view;
+  BlobError error;
+  EXPECT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
 }
 
 TEST(BlobReader, RefusesMissingOrInvalidRecords) {
