@@ -148,7 +148,8 @@ def compile_image(
         raise ValueError(f"image format must be 'cubin' or 'ptx', not {fmt!r}")
     cap = _capability(arch)
     ptx_version = _PTX_VERSION[cap]
-    key = [_source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version]
+    key = [_source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version,
+           "no line info"]
     return cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version))
 
 
@@ -175,9 +176,13 @@ def _compile(
         attrs[(5,)] = attrs[(6,)] = [["tt.divisibility", config.k_n_multiple]]
     source = triton.compiler.ASTSource(grouped_mm.grouped_mm_kernel, signature, constexprs, attrs)
     target = triton.backends.compiler.GPUTarget("cuda", cap, 32)
-    compiled = triton.compile(source, target=target, options={
-        "num_warps": config.num_warps, "num_stages": config.num_stages, "ptx_version": ptx_version,
-        "enable_fp_fusion": True})
+    # No line info: it holds this checkout's path to grouped_mm.py, and an export must not depend
+    # on where it ran (same model and options, same bytes). The SASS is the same without it.
+    with triton.knobs.compilation.scope():
+        triton.knobs.compilation.disable_line_info = True
+        compiled = triton.compile(source, target=target, options={
+            "num_warps": config.num_warps, "num_stages": config.num_stages, "ptx_version": ptx_version,
+            "enable_fp_fusion": True})
     meta = compiled.metadata
     image = KernelImage(
         kernel=name,

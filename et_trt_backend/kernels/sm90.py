@@ -90,8 +90,8 @@ def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str) -> bytes:
         cubin = tmp_path / "kernel.cubin"
         command = [nvcc, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-Xptxas=-v", f"-I{tmp_path}",
                    f"-DET_TRT_ELEM={_ELEM[dtype][0]}", f"-DSTAGES={stages}", f"-DCLUSTER={cluster}",
-                   f"-DMAX_GROUPS={MAX_GROUPS}", "-lineinfo",
-                   str(SOURCE), "-o", str(cubin)]
+                   f"-DMAX_GROUPS={MAX_GROUPS}", str(SOURCE), "-o", str(cubin)]
+        # No -lineinfo: it embeds the build directory, and an export must not depend on where it ran.
         logger.info("compiling %s (%s, %d stages, clusters of %d) with %s", SOURCE.name, dtype, stages, cluster,
                     os.path.basename(nvcc))
         result = subprocess.run(command, capture_output=True, text=True)
@@ -117,7 +117,7 @@ def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER):
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
-    key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages, cluster]
+    key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages, cluster, "no line info"]
     return aot.cached_image(key, lambda: aot.KernelImage(
         kernel="grouped_mm_wgmma_nk", arch="sm_90a", format="cubin", image=compile_cubin(dtype, stages, cluster, nvcc),
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,

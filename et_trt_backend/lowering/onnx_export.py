@@ -133,6 +133,16 @@ def _rename_dims(model: onnx.ModelProto, by_symbol: dict[str, _DynamicDim]) -> N
                 dim.dim_param = pattern.sub(lambda m: by_symbol[m.group(1)].name, dim.dim_param)
 
 
+def _drop_stack_traces(model: onnx.ModelProto) -> None:
+    """Removes each node's "pkg.torch.onnx.stack_trace": it holds the absolute paths of the
+    model's source files, and an export must not depend on where it ran (same model and
+    options, same bytes and content id). The other metadata (module path, FX node) stays."""
+    for node in [*model.graph.node, *(n for f in model.functions for n in f.node)]:
+        kept = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+
+
 def _tensor_specs(values, by_symbol) -> list[TensorSpec]:
     specs = []
     for value in values:
@@ -207,6 +217,7 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
         verbose=False,
     )
     model = onnx_program.model_proto
+    _drop_stack_traces(model)
     inputs = _tensor_specs(model.graph.input, ranges)
     outputs = _tensor_specs(model.graph.output, ranges)
     _rename_dims(model, ranges)

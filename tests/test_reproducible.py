@@ -1,0 +1,57 @@
+"""Exports are reproducible: the same model and options give the same .pte from any checkout.
+
+Content ids key engine caches on robots, so they must depend on the model and its
+options only. Two copies of this checkout in different folders each export the
+example policy with fresh kernel caches (so every kernel image is compiled anew in
+each), and the two .pte files must be byte-identical.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SOURCES = ("et_trt_backend", "partitioner", "examples")
+
+
+def _checkout_copy(where: pathlib.Path) -> pathlib.Path:
+    """The package sources and the example, copied to `where`; et_trt_partitioner importable from it."""
+    for name in SOURCES:
+        shutil.copytree(REPO / name, where / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (where / "et_trt_partitioner").symlink_to(where / "partitioner")
+    return where
+
+
+def _export(checkout: pathlib.Path) -> bytes:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "ET_TRT_KERNEL_CACHE": str(checkout / "kernel_cache"),
+           "TRITON_CACHE_DIR": str(checkout / "triton_cache")}
+    code = ("import et_trt_backend, et_trt_partitioner, sys\n"
+            f"assert et_trt_backend.__file__.startswith({str(checkout)!r}), et_trt_backend.__file__\n"
+            f"assert et_trt_partitioner.__file__.startswith({str(checkout)!r}), et_trt_partitioner.__file__\n"
+            "from et_trt_backend import cli\n"
+            "sys.exit(cli.main(['-q', 'export', '--output', 'policy.pte']))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True,
+                            timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return (checkout / "policy.pte").read_bytes()
+
+
+@pytest.mark.slow
+def test_two_checkouts_export_identical_bytes(tmp_path):
+    first = _export(_checkout_copy(tmp_path / "checkout_a"))
+    second = _export(_checkout_copy(tmp_path / "somewhere" / "else" / "checkout_b"))
+    if first != second:
+        from et_trt_backend.serialization.pte import read_partitions
+
+        differing = []
+        for a, b in zip(read_partitions(first), read_partitions(second)):
+            differing += [f"{a.contents.part}: onnx"] if a.contents.onnx != b.contents.onnx else []
+            differing += [f"{a.contents.part}: {k.kernel} {k.arch} {k.format}"
+                          for k, j in zip(a.contents.kernels, b.contents.kernels) if k.image != j.image]
+        pytest.fail(f"the exports differ: {differing or 'outside the blobs'}")
