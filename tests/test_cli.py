@@ -63,6 +63,11 @@ def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsy
     assert re.search(r"sm_90a\s+cubin grouped_mm_\w+ bf16", out)
     assert out.count("engine: not embedded") == 2  # no TensorRT here: the robot builds the engine
     assert "tokens 2..64..512" in out  # the decoder's dynamic token range
+    # The precision the ONNX really carries: velocity fp16 (float32 islands, bf16 only at its boundary).
+    assert re.search(r"part 'decoder'.*?precision in the ONNX: weights bf16 \d+, fp32 \d+; "
+                     r"computed bf16 \d+, fp32 \d+; inputs/outputs bf16 2\n", out, re.S)
+    assert re.search(r"part 'velocity'.*?precision in the ONNX: weights fp16 \d+, fp32 \d+; "
+                     r"computed fp16 \d+, fp32 \d+; inputs/outputs bf16 4\n", out, re.S)
 
 
 @pytest.mark.slow
