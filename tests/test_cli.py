@@ -204,3 +204,13 @@ def test_bad_recipe_is_refused_before_export(tmp_path, capsys):
     code, _, err = run(capsys, "export", "--recipe", recipe, "--output", tmp_path / "x.pte")
     assert code == 1 and "precison" in err
     assert not (tmp_path / "x.pte").exists()
+
+
+def test_a_misspelled_part_is_refused_and_nothing_is_written(tmp_path, capsys):
+    recipe = tmp_path / "typo.toml"
+    recipe.write_text('[parts.decodr]\nprecision = "fp16"\n')
+    code, _, err = run(capsys, "export", "--recipe", recipe, "--output", tmp_path / "x.pte")
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("et-trt export: recipe part 'decodr' (closest module paths: "
+                                                      "'decoder'"), err
+    assert list(tmp_path.iterdir()) == [recipe]
