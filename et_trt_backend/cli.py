@@ -157,9 +157,13 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         print(f"    {kind}:")
         for spec in specs:
             print(f"      {spec.name}: {str(spec.dtype).removeprefix('torch.')} [{_dims(spec.dims)}]")
-    ops, opset = _onnx_ops(partition)
+    model = load_onnx(partition)
+    ops, opset = _onnx_ops(model)
     print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
           + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
+    print("    precision in the ONNX: " + "; ".join(
+        f"{kind} " + ", ".join(f"{t} {n}" for t, n in counts.items())
+        for kind, counts in onnx_precision(model).items() if counts))
     options = c.options.to_json()
     if detail:
         print(f"    options: {json.dumps(options, sort_keys=True)}")
@@ -200,13 +204,33 @@ def load_onnx(partition):
         raise BlobError(f"part {partition.contents.part!r}: the blob's ONNX does not parse ({e})") from e
 
 
-def _onnx_ops(partition) -> tuple[collections.Counter, int | None]:
-    model = load_onnx(partition)
+def _onnx_ops(model) -> tuple[collections.Counter, int | None]:
     ops = collections.Counter(
         node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}" for node in model.graph.node
     )
     opset = next((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), None)
     return ops, opset
+
+
+def onnx_precision(model) -> dict[str, dict[str, int]]:
+    """The floating types the ONNX really holds (what the engine computes in, TensorRT networks being
+    strongly typed): for its weights (initializers), the values its nodes compute and its inputs and
+    outputs, how many tensors of each type."""
+    from onnx import TensorProto
+
+    names = {TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT16: "fp16", TensorProto.FLOAT: "fp32",
+             TensorProto.DOUBLE: "fp64"}
+    graph = model.graph
+
+    def count(types) -> dict[str, int]:  # in the order of `names`
+        counted = collections.Counter(types)
+        return {name: counted[t] for t, name in names.items() if counted[t]}
+
+    return {
+        "weights": count(t.data_type for t in graph.initializer),
+        "computed": count(v.type.tensor_type.elem_type for v in graph.value_info),
+        "inputs/outputs": count(v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]),
+    }
 
 
 def _arch_number(arch: str) -> int:

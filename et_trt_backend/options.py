@@ -53,7 +53,8 @@ class ShapeRange:
 class CompileOptions:
     """Options of one partition (one TensorRT engine)."""
 
-    # Precision of the engine's layers; tf32 lets fp32 layers use TF32 math.
+    # The dtype the partition computes in, written into its ONNX (lowering/precision.py: the model's
+    # bf16/fp16 becomes it, float32 islands stay); tf32 lets fp32 layers use TF32 math.
     precision: str = "bf16"
     tf32: bool = True
     # Per dynamic dimension, by its torch.export Dim name (or "input:axis").

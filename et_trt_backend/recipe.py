@@ -27,7 +27,9 @@ module path when it matches the path's first segments, segment by segment
 (fnmatch globs per segment: "*" never crosses a "."). So "decoder" matches
 everything inside the decoder and "decoder.layers.*" every layer. Of the
 patterns that match, the most specific wins: more segments, then more literal
-segments. Two different patterns that tie are refused as ambiguous.
+segments. Two different patterns that tie are refused as ambiguous, and a
+pattern that matches no module of the exported program is refused with the
+closest module paths (Recipe.check_parts, called by the partitioner).
 
 Naming dynamic dimensions. A key under shape_ranges names one dynamic
 dimension of the exported program, in either of two ways:
@@ -44,12 +46,13 @@ an upper bound must then be given one, in the recipe or with Dim(max=...).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import fnmatch
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import sympy
 import torch
@@ -267,6 +270,27 @@ class Recipe:
 
     def options_of(self, part: str) -> CompileOptions:
         return self.parts.get(part, self.default) if part != DEFAULT_PART else self.default
+
+    def check_parts(self, module_paths: Iterable[str]) -> None:
+        """Refuse parts that match none of `module_paths` (the modules that created the exported
+        program's ops), naming the closest module paths: a misspelled part must not leave its
+        modules to [default] unnoticed."""
+        paths = {p for p in module_paths if p}
+        known = sorted({".".join(p.split(".")[:i]) for p in paths for i in range(1, p.count(".") + 2)})
+        unmatched = [pattern for pattern in self.parts if not any(_matches(pattern, path) for path in paths)]
+        if not unmatched:
+            return
+        described = []
+        for pattern in unmatched:
+            close = difflib.get_close_matches(pattern, known, n=3, cutoff=0.6)
+            described.append(f"{pattern!r}" + (f" (closest module paths: {', '.join(map(repr, close))})"
+                                               if close else ""))
+        top = sorted({p.split(".")[0] for p in paths})
+        raise RecipeError(
+            f"recipe part{'s' if len(unmatched) > 1 else ''} {', '.join(described)} "
+            f"match{'' if len(unmatched) > 1 else 'es'} no module of the exported program; a part is a module path "
+            f"or a glob over module paths (top-level modules: {', '.join(top) or 'none'})"
+        )
 
     # ---- shape ranges ----
     def check_shape_ranges(self, program: ExportedProgram) -> dict[str, DynamicDim]:

@@ -200,7 +200,7 @@ class Velocity(nn.Module):
         half = HIDDEN // 2
         freqs = torch.exp(torch.arange(half, dtype=torch.float32) * (-math.log(10000.0) / half))
         angles = timestep.float().unsqueeze(-1) * freqs  # [1, half]
-        return torch.cat([angles.sin(), angles.cos()], dim=-1).to(DTYPE)
+        return torch.cat([angles.sin(), angles.cos()], dim=-1).to(timestep.dtype)
 
     def forward(self, noisy_actions: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         x = self.action_in(noisy_actions) + self.time_mlp(self.time_embedding(timestep))

@@ -5,7 +5,8 @@ program lowerable and its token count dynamic (partitioner/rewrites.py), and
 ops_to_not_decompose keeps the non-core ops the lowering needs
 (op_support.PRESERVED_OPS). Then, on the edge program:
 1. Each node gets its part from the recipe (module path -> part name) and a
-   support verdict from et_trt_backend.op_support.
+   support verdict from et_trt_backend.op_support. A recipe part that matches
+   no module of the program is refused, with the closest module paths.
 2. MoE blocks are found (partitioner/moe.py). A block whose region holds an
    op TensorRT cannot run, or that the recipe splits across parts, stops the
    export with an error naming the op, its source line and the fix.
@@ -118,9 +119,10 @@ class TensorRTPartitioner(Partitioner):
     # ---- partitioning ----
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         # Every check runs before the first tag is written: an error leaves the program untouched.
-        dims = self.recipe.check_shape_ranges(exported_program)
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
+        self.recipe.check_parts(module_path(n) for n in nodes)
+        dims = self.recipe.check_shape_ranges(exported_program)
         parts = self._assign_parts(nodes)
         reasons = {n: op_support.unsupported_reason(n) for n in nodes}
         supported = {n for n, r in reasons.items() if r is None}

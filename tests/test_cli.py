@@ -65,6 +65,11 @@ def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsy
     assert re.search(r"sm_90a\s+cubin grouped_mm_\w+ bf16", out)
     assert out.count("engines: none embedded") == 2  # no TensorRT here: the robot builds the engine
     assert "tokens 2..64..512" in out  # the decoder's dynamic token range
+    # The precision the ONNX really carries: velocity fp16 (float32 islands, bf16 only at its boundary).
+    assert re.search(r"part 'decoder'.*?precision in the ONNX: weights bf16 \d+, fp32 \d+; "
+                     r"computed bf16 \d+, fp32 \d+; inputs/outputs bf16 2\n", out, re.S)
+    assert re.search(r"part 'velocity'.*?precision in the ONNX: weights fp16 \d+, fp32 \d+; "
+                     r"computed fp16 \d+, fp32 \d+; inputs/outputs bf16 4\n", out, re.S)
 
 
 @pytest.mark.slow
@@ -213,3 +218,13 @@ def test_a_damaged_pte_is_refused_in_one_line(policy_pte, tmp_path, capsys, comm
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert re.match(rf"et-trt {command}: (not an ExecuTorch program|truncated or corrupted ExecuTorch program"
                     r"|corrupted ExecuTorch program): ", err), err
+
+
+def test_a_misspelled_part_is_refused_and_nothing_is_written(tmp_path, capsys):
+    recipe = tmp_path / "typo.toml"
+    recipe.write_text('[parts.decodr]\nprecision = "fp16"\n')
+    code, _, err = run(capsys, "export", "--recipe", recipe, "--output", tmp_path / "x.pte")
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("et-trt export: recipe part 'decodr' (closest module paths: "
+                                                      "'decoder'"), err
+    assert list(tmp_path.iterdir()) == [recipe]

@@ -193,6 +193,28 @@ def test_dynamic_dims_know_dim_name_and_input_axis(program):
     assert (dim.min, dim.max) == (2, 512)
 
 
+@pytest.mark.parametrize("part, message", [
+    ("decodr", "recipe part 'decodr' (closest module paths: 'decoder'"),
+    ("decoder.layer.*", "recipe part 'decoder.layer.*' (closest module paths: 'decoder.layers."),
+    ("*.attention", "recipe part '*.attention' matches no module"),
+])
+def test_a_part_matching_no_module_is_refused_before_anything_is_tagged(program, part, message):
+    recipe = {"parts": {"velocity": {"precision": "fp16"}, part: {"precision": "fp32"}}}
+    with pytest.raises(RecipeError) as error:
+        TensorRTPartitioner(recipe).partition(program)
+    assert message in str(error.value)
+    assert "matches no module of the exported program" in str(error.value)
+    assert "(top-level modules: decoder, velocity)" in str(error.value) and "\n" not in str(error.value)
+    assert not any("delegation_tag" in n.meta for n in program.graph.nodes)
+
+
+def test_every_matching_part_and_glob_is_accepted(program):
+    from et_trt_partitioner.moe import module_path
+
+    recipe = Recipe.from_dict({"parts": {p: {} for p in ("decoder", "decoder.layers.*", "*.block.moe", "velocity.time_mlp.0")}})
+    recipe.check_parts(module_path(n) for n in program.graph.nodes)
+
+
 def test_unbounded_dims_need_a_range():
     class Twice(torch.nn.Module):
         def forward(self, x):

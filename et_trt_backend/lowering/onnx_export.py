@@ -5,7 +5,8 @@ torch.export Dim name, else "input:axis") and gives each its range: from
 CompileOptions.shape_ranges when set there, else the program's range
 constraints. Integer (SymInt) inputs are recomputed from tensor inputs
 (size_inputs.py). Weights are ONNX initializers, stored once, as the model holds
-them (grouped GEMM weights are not transposed: GroupedMM takes trans_b).
+them, in the recipe's precision (precision.py; grouped GEMM weights are not transposed:
+GroupedMM takes trans_b).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec
 
 from . import rewrites, translations
 from .errors import LoweringError
+from .precision import apply_precision
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
 
@@ -202,6 +204,7 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
     inline_size_inputs(program)
     rewrites.rewrite(program)
     _check_tensor_inputs(program)
+    apply_precision(program, options.precision)
     ranges = _ranges(program, options)
     kernel = options.grouped_gemm_kernel
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)

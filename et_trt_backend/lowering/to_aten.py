@@ -2,8 +2,9 @@
 
 Edge programs wrap every ATen overload in an EdgeOpOverload, replace views by
 their `*_copy` forms and casts/clones by ExecuTorch's dim-order ops. This maps
-each back to the ATen overload it stands for, on a copy of the graph (the edge
-program passed to preprocess is left as it is).
+each back to the ATen overload it stands for, on a copy of the graph and of its
+weight tables (the edge program passed to preprocess is left as it is, whatever
+later passes change).
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def to_aten_program(edge_program: torch.export.ExportedProgram) -> torch.export.
         root=gm,
         graph=gm.graph,
         graph_signature=copy.deepcopy(edge_program.graph_signature),
-        state_dict=edge_program.state_dict,
+        state_dict=dict(edge_program.state_dict),
         range_constraints=edge_program.range_constraints,
         module_call_graph=copy.deepcopy(edge_program.module_call_graph),
-        constants=edge_program.constants,
+        constants=dict(edge_program.constants),
         verifiers=[Verifier],
     )

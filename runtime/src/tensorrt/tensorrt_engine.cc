@@ -284,10 +284,18 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     *error = "TensorRT could not create a builder";
     return false;
   }
-  // TensorRT 10: a weakly typed network with the precision flag, as the
-  // export-time build does. TensorRT 11 networks are strongly typed only: the
-  // ONNX's tensor types are the precision.
+  // Strongly typed on every TensorRT: the lowering wrote the recipe's precision
+  // into the ONNX's tensor types (lowering/precision.py), float32 islands
+  // included, and TensorRT 11 networks are strongly typed only. TensorRT 10
+  // must be asked: weakly typed (its default), with the kFP16/kBF16 flags set
+  // before, the builder could run layers in other types than the ONNX's. No
+  // precision flag is set; kTF32 still governs the float32 layers.
+#if NV_TENSORRT_MAJOR < 11
+  const nvinfer1::NetworkDefinitionCreationFlags flags =
+      1U << static_cast<uint32_t>(nvinfer1::NetworkDefinitionCreationFlag::kSTRONGLY_TYPED);
+#else
   const nvinfer1::NetworkDefinitionCreationFlags flags = 0;
+#endif
   std::unique_ptr<nvinfer1::INetworkDefinition> network(builder->createNetworkV2(flags));
   if (network == nullptr) {
     *error = "TensorRT could not create a network";
@@ -314,10 +322,6 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     config->setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, options.workspace_bytes());
   }
   config->setBuilderOptimizationLevel(options.optimization_level());
-#if NV_TENSORRT_MAJOR < 11
-  if (options.precision() == blob::Precision::BF16) config->setFlag(nvinfer1::BuilderFlag::kBF16);
-  if (options.precision() == blob::Precision::FP16) config->setFlag(nvinfer1::BuilderFlag::kFP16);
-#endif
   if (options.tf32()) {
     config->setFlag(nvinfer1::BuilderFlag::kTF32);
   } else {
