@@ -3,6 +3,8 @@
 import dataclasses
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -228,3 +230,29 @@ def test_a_misspelled_part_is_refused_and_nothing_is_written(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("et-trt export: recipe part 'decodr' (closest module paths: "
                                                       "'decoder'"), err
     assert list(tmp_path.iterdir()) == [recipe]
+
+
+@pytest.mark.slow
+def test_export_prints_only_et_trt_lines_unless_verbose(tmp_path):
+    """Other libraries' INFO lines and warnings (onnx_ir, onnxscript, torchao, torch) stay out of
+    the default output; -v shows them."""
+    factory = tmp_path / "small.py"
+    factory.write_text(
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport moe_models\n"
+        "def make():\n    return moe_models.export(moe_models.bf16(moe_models.GroupedMoE(experts=4)))\n")
+    recipe = tmp_path / "dense.toml"
+    recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
+
+    def export(*flags):
+        result = subprocess.run([sys.executable, "-m", "et_trt_backend.cli", *flags, "export", "--module",
+                                 f"{factory}:make", "--recipe", str(recipe), "--output", str(tmp_path / "x.pte")],
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stderr.splitlines()
+
+    log_line = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ [A-Z]+ (\S+): ")
+    default = export()
+    assert default and all(log_line.match(line) for line in default), "\n".join(default)
+    assert {log_line.match(line)[1].split(".")[0] for line in default} == {"et_trt_backend", "et_trt_partitioner"}
+    verbose = {m[1].split(".")[0] for m in map(log_line.match, export("-v")) if m}
+    assert verbose - {"et_trt_backend", "et_trt_partitioner"}, "-v shows other libraries' logs too"
