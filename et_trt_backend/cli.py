@@ -188,6 +188,8 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         built_on = f", built on {e.gpu_name}" if e.gpu_name else ""
         print(f"    engine: {PROVIDERS[e.provider]} {e.tensorrt_version}, sm_{e.compute_capability}{built_on}, "
               f"{_size(len(e.plan))}")
+        for note in e.options_not_applied:
+            print(f"      not applied: {note}")
     if detail:
         print("    producer: " + ", ".join(f"{k} {v}" for k, v in c.producer.items() if v not in ("", 0)))
 

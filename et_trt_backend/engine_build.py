@@ -1,18 +1,23 @@
-"""Build the TensorRT engine at export, where TensorRT and a GPU are present.
+"""Engines at export: which ones can be built here, built, as blob records.
 
-The engine is built by the et-trt C++ runtime (runtime.build_engine), the same
-builder the robot runs at init: same ONNX parser, BuildOptions, optimization
-profile (from the IO specs' dynamic ranges) and GroupedMM plugin with the
-blob's kernel images. One builder means an engine embedded at export is the
-engine the device would have built. Where the runtime library, TensorRT, CUDA
-or a GPU is missing, the device builds the engine (engine_build "auto"/"never")
-or the export fails (engine_build "always"). Nothing here pretends to build.
+Two providers can build at export (blob.PROVIDERS):
+- TensorRT, where it and a GPU are present: the et-trt C++ runtime builds the
+  engine for this GPU (runtime.build_engine), the same builder the robot runs at
+  init: same ONNX parser, BuildOptions, optimization profile and GroupedMM plugin.
+- TensorRT for RTX, where installed (the `tensorrt-rtx` extra): one engine per
+  target of kernel_archs it can build for (sm_80, sm_86, sm_89, sm_120a), ahead
+  of time with no GPU, in Python (engines/onnx_build.py), with the Python
+  build phase of the GroupedMM plugin: no C++ build needed.
+Options a provider cannot honour are logged and recorded in the engine. Where
+no engine can be built, the device builds it from the ONNX (engine_build
+"auto") or the export fails (engine_build "always"). Nothing here pretends to build.
 """
 
 from __future__ import annotations
 
 import logging
 
+from et_trt_backend.engines import onnx_build, providers
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import blob
 
@@ -23,39 +28,82 @@ class EngineBuildError(RuntimeError):
     """The engine could not be built at export; the message says why and what to do."""
 
 
-def _build(contents: blob.BlobContents) -> blob.EngineRecord:
-    """Raises runtime.EngineBuildUnavailable / RuntimeLoadError where it cannot build here."""
+def _tensorrt_engine(contents: blob.BlobContents, unavailable: list[str]) -> list[blob.EngineRecord]:
+    """The TensorRT engine for this GPU, built by the C++ runtime; none (reason in `unavailable`) where
+    the runtime library, TensorRT or a GPU is missing."""
     from et_trt_backend import runtime
 
-    runtime.load()
-    plan, version, gpu, capability = runtime.build_engine(blob.serialize(contents))
-    return blob.EngineRecord(plan=plan, provider="tensorrt", tensorrt_version=version, gpu_name=gpu,
-                             compute_capability=capability)
+    try:
+        runtime.load()
+        plan, version, gpu, capability = runtime.build_engine(blob.serialize(contents))
+    except (runtime.EngineBuildUnavailable, runtime.RuntimeLoadError) as e:
+        unavailable.append(f"TensorRT: {e}")
+        return []
+    except RuntimeError as e:
+        raise EngineBuildError(f"part {contents.part!r}: TensorRT failed to build the engine: {e}") from e
+    engine = blob.EngineRecord(plan=plan, provider="tensorrt", tensorrt_version=version, gpu_name=gpu,
+                               compute_capability=capability)
+    logger.info("part %r: engine built with TensorRT %s for %s (sm_%d), %.1f MiB", contents.part, version, gpu,
+                capability, len(plan) / 2**20)
+    return [engine]
+
+
+def _tensorrt_rtx_engines(contents: blob.BlobContents, options: CompileOptions,
+                          unavailable: list[str]) -> list[blob.EngineRecord]:
+    """One TensorRT for RTX engine per target of kernel_archs it builds for; none (reason in `unavailable`)
+    where it is not installed or no such target is asked for."""
+    part = contents.part
+    targets = [arch for arch in options.kernel_archs if arch in providers.RTX_TARGETS]
+    if not targets:
+        unavailable.append(f"TensorRT for RTX: kernel_archs ({', '.join(options.kernel_archs)}) names none of the "
+                           f"targets it builds for ({', '.join(providers.RTX_TARGETS)})")
+        return []
+    try:
+        builder = providers.tensorrt_rtx()
+    except providers.BuilderUnavailable as e:
+        unavailable.append(str(e))
+        return []
+    others = [arch for arch in options.kernel_archs if arch not in providers.RTX_TARGETS]
+    if others:
+        logger.info("part %r: %s cannot target %s; the device builds those engines from the ONNX", part, builder,
+                    ", ".join(others))
+    not_applied = onnx_build.options_not_applied(options)
+    for note in not_applied:
+        logger.warning("part %r: %s engines do not apply option %s", part, builder, note)
+    engines = []
+    for target in targets:
+        logger.info("part %r: building the %s engine for %s", part, builder, target)
+        try:
+            engine = onnx_build.parse_and_build(builder, contents, target)
+        except onnx_build.BuildFailed as e:
+            raise EngineBuildError(f"part {part!r}: {e}\nFix the model or its recipe, or set engine_build = \"never\" "
+                                   "to leave the engine to the device") from e
+        logger.info("part %r: %s engine for %s built in %.2f s, %.1f MiB", part, builder, target, engine.seconds,
+                    len(engine.plan) / 2**20)
+        engines.append(blob.EngineRecord(plan=engine.plan, provider="tensorrt_rtx", tensorrt_version=builder.version,
+                                         gpu_name="", compute_capability=engine.compute_capability,
+                                         options_not_applied=not_applied))
+    return engines
 
 
 def maybe_build_engines(contents: blob.BlobContents, options: CompileOptions) -> list[blob.EngineRecord]:
     """The engines for the blob `contents` (its engines unset) per options.engine_build;
     empty when the device will build the engine from the ONNX."""
-    from et_trt_backend.runtime import EngineBuildUnavailable, RuntimeLoadError
-
     part = contents.part
     if options.engine_build == "never":
         logger.info("part %r: engine_build = never; the device builds the engine from the ONNX", part)
         return []
-    try:
-        logger.info("part %r: building the TensorRT engine at export", part)
-        engine = _build(contents)
-    except (EngineBuildUnavailable, RuntimeLoadError) as e:
-        if options.engine_build == "always":
-            raise EngineBuildError(
-                f"part {part!r}: engine_build = always, but no engine can be built here: {e}. Export on a "
-                "machine with TensorRT, an NVIDIA GPU and the et-trt runtime built (scripts/build_runtime.sh), "
-                "or set engine_build = \"auto\" to let the device build the engine"
-            ) from e
-        logger.info("part %r: no engine at export (%s); the device will build it from the ONNX", part, e)
-        return []
-    except RuntimeError as e:
-        raise EngineBuildError(f"part {part!r}: TensorRT failed to build the engine: {e}") from e
-    logger.info("part %r: engine built with TensorRT %s for %s (sm_%d), %.1f MiB", part,
-                engine.tensorrt_version, engine.gpu_name, engine.compute_capability, len(engine.plan) / 2**20)
-    return [engine]
+    unavailable: list[str] = []
+    engines = _tensorrt_engine(contents, unavailable) + _tensorrt_rtx_engines(contents, options, unavailable)
+    if engines:
+        return engines
+    reasons = "; ".join(unavailable)
+    if options.engine_build == "always":
+        raise EngineBuildError(
+            f"part {part!r}: engine_build = always, but no engine can be built here: {reasons}. Export where "
+            "TensorRT, an NVIDIA GPU and the et-trt runtime (scripts/build_runtime.sh) are, or install TensorRT for "
+            f"RTX ({providers.RTX_EXTRA}) and name one of its targets in kernel_archs, or set engine_build = \"auto\" "
+            "to let the device build the engine"
+        )
+    logger.info("part %r: no engine at export (%s); the device will build it from the ONNX", part, reasons)
+    return []

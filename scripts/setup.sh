@@ -19,7 +19,7 @@ log "installing et-trt and its pinned dependencies into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
 # torch 2.13.0 (CPU) first so nothing pulls a CUDA build; then the package.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]" "cmake>=3.28,<4"
+.venv/bin/python -m pip install -q -e ".[test,tensorrt-rtx]" "cmake>=3.28,<4"
 
 log "building the C++ runtime (runtime/build)"
 ./scripts/build_runtime.sh

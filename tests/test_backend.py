@@ -55,12 +55,19 @@ def test_dense_grouped_mm_needs_no_kernel_images(caplog):
     assert "lowered densely (grouped_gemm_kernel = false): 4 x the multiply-adds" in caplog.text
 
 
+# sm_90a only: a target neither TensorRT for RTX (which cannot build for it) nor, without a GPU, TensorRT serves.
+NO_BUILDER_HERE = {"grouped_gemm_kernel": False, "kernel_archs": ["sm_90a"]}
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason=GPU_REASON)
-def test_engine_auto_without_tensorrt_leaves_the_engine_to_the_device(caplog):
+def test_engine_auto_without_a_builder_leaves_the_engine_to_the_device(caplog):
     with caplog.at_level(logging.INFO, logger="et_trt_backend.engine_build"):
-        (contents,) = _blobs({"default": {"grouped_gemm_kernel": False, "engine_build": "auto"}})
+        (contents,) = _blobs({"default": {**NO_BUILDER_HERE, "engine_build": "auto"}})
     assert contents.engines == [] and contents.producer["tensorrt"] == ""
     assert "the device will build it from the ONNX" in caplog.text
+    assert "TensorRT for RTX: kernel_archs (sm_90a) names none of the targets it builds for" in caplog.text
+    # Nothing announces a build that does not happen.
+    assert "building" not in caplog.text
 
 
 def test_engine_never_is_not_attempted(caplog):
@@ -72,7 +79,7 @@ def test_engine_never_is_not_attempted(caplog):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason=GPU_REASON)
 def test_engine_always_without_tensorrt_is_a_clear_error():
-    recipe = {"default": {"grouped_gemm_kernel": False, "engine_build": "always"}}
+    recipe = {"default": {**NO_BUILDER_HERE, "engine_build": "always"}}
     with pytest.raises(EngineBuildError, match=r"engine_build = always, but no engine can be built here: .*"
                        r"set engine_build = \"auto\""):
         to_edge_transform_and_lower(_moe_program(), partitioner=[TensorRTPartitioner(recipe)])

@@ -95,7 +95,7 @@ def random_engine(rng: random.Random) -> EngineRecord:
         return EngineRecord(rng.randbytes(rng.randint(1, 5000)), "tensorrt", "10." + str(rng.randint(0, 20)),
                             random_text(rng), rng.choice([80, 87, 90, 100, 110, 120]))
     return EngineRecord(rng.randbytes(rng.randint(1, 5000)), "tensorrt_rtx", "1." + str(rng.randint(0, 20)), "",
-                        rng.choice([80, 86, 89, 120]))
+                        rng.choice([80, 86, 89, 120]), [random_text(rng) for _ in range(rng.randint(0, 2))])
 
 
 def random_contents(rng: random.Random) -> BlobContents:
@@ -122,7 +122,7 @@ def small_contents(seed: int) -> BlobContents:
     contents.onnx = rng.randbytes(200)
     contents.kernels = [dataclasses.replace(random_kernel(rng), image=rng.randbytes(100))]
     contents.engines = [EngineRecord(rng.randbytes(100), "tensorrt", "10.13.0", "NVIDIA H200", 90),
-                        EngineRecord(rng.randbytes(100), "tensorrt_rtx", "1.7.1.116", "", 120)]
+                        EngineRecord(rng.randbytes(100), "tensorrt_rtx", "1.7.1.116", "", 120, ["timing_cache: not read"])]
     return contents
 
 

@@ -122,6 +122,7 @@ class EngineRecord:
     tensorrt_version: str  # the provider library's version
     gpu_name: str  # the GPU it was built on; "" for an ahead-of-time build (TensorRT for RTX)
     compute_capability: int  # the target: major * 10 + minor
+    options_not_applied: list[str] = dataclasses.field(default_factory=list)  # partition options the build skipped, why
 
 
 @dataclasses.dataclass
@@ -335,12 +336,15 @@ def _build_engine(builder: flatbuffers.Builder, engine: EngineRecord) -> int:
     plan = builder.CreateByteVector(bytes(engine.plan))
     version = builder.CreateString(engine.tensorrt_version)
     gpu = builder.CreateString(engine.gpu_name)
+    not_applied = _build_vector(builder, [builder.CreateString(note) for note in engine.options_not_applied],
+                                fb.EngineStartOptionsNotAppliedVector)
     fb.EngineStart(builder)
     fb.EngineAddPlan(builder, plan)
     fb.EngineAddProvider(builder, _PROVIDER_TO_FB[engine.provider])
     fb.EngineAddTensorrtVersion(builder, version)
     fb.EngineAddGpuName(builder, gpu)
     fb.EngineAddComputeCapability(builder, engine.compute_capability)
+    fb.EngineAddOptionsNotApplied(builder, not_applied)
     return fb.EngineEnd(builder)
 
 
@@ -493,6 +497,9 @@ def _read_engine(table: fb.Engine, where: str, payload: bytes) -> EngineRecord:
         tensorrt_version=_str(table.TensorrtVersion(), f"{where}.tensorrt_version"),
         gpu_name=_str(table.GpuName(), f"{where}.gpu_name"),
         compute_capability=table.ComputeCapability(),
+        options_not_applied=_vector(table.OptionsNotAppliedLength(),
+                                    lambda i: _str(table.OptionsNotApplied(i), f"{where}.options_not_applied[{i}]"),
+                                    f"{where}.options_not_applied", payload),
     )
 
 

@@ -591,13 +591,35 @@ class Engine(object):
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
-def EngineStart(builder): builder.StartObject(5)
+    # Engine
+    def OptionsNotApplied(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Engine
+    def OptionsNotAppliedLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Engine
+    def OptionsNotAppliedIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+def EngineStart(builder): builder.StartObject(6)
 def EngineAddPlan(builder, plan): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(plan), 0)
 def EngineStartPlanVector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def EngineAddProvider(builder, provider): builder.PrependInt8Slot(1, provider, 0)
 def EngineAddTensorrtVersion(builder, tensorrtVersion): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrtVersion), 0)
 def EngineAddGpuName(builder, gpuName): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(gpuName), 0)
 def EngineAddComputeCapability(builder, computeCapability): builder.PrependInt32Slot(4, computeCapability, 0)
+def EngineAddOptionsNotApplied(builder, optionsNotApplied): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(optionsNotApplied), 0)
+def EngineStartOptionsNotAppliedVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def EngineEnd(builder): return builder.EndObject()
 
 

@@ -1,0 +1,206 @@
+"""The GroupedMM plugin's build phase in Python, for building engines at export with no C++ build.
+
+It is the C++ plugin (runtime/src/tensorrt/grouped_mm_plugin.cc) as the builder
+sees it: name "GroupedMM", version "1", namespace "et_trt"; inputs a [rows, K],
+b [G, K, N] (or [G, N, K] with trans_b), offs int32 [G]; output [rows, N] in a's
+dtype, bf16 or fp16 where the blob has kernel images of that dtype and layout.
+It serializes the fields the C++ plugin reads back when the engine is loaded
+(schema.fbs, table Engine): `trans_b` (kINT32, 1) and `kernel_images_id`
+(kUNKNOWN, 32 bytes, the sha256 of the blob's concatenated kernel images).
+It cannot run: engines run in the C++ runtime, which loads its own plugin.
+
+The classes derive from the builder module's plugin interfaces, so they are
+made per module (TensorRT or TensorRT for RTX) by `plugin_classes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+
+import numpy as np
+
+from et_trt_backend.kernels import KernelImage
+from et_trt_backend.lowering.translations import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
+
+logger = logging.getLogger(__name__)
+
+TRANS_B_FIELD = "trans_b"
+KERNEL_IMAGES_ID_FIELD = "kernel_images_id"
+KERNEL_IMAGES_ID_BYTES = 32
+
+# One GroupedMM creator per registry at a time: registering is global to the process.
+_registry_lock = threading.Lock()
+
+
+class PluginFieldError(ValueError):
+    """A GroupedMM node or engine carries a field the plugin cannot take; the message names it."""
+
+
+def kernel_images_id(kernels: Sequence[KernelImage]) -> bytes:
+    """The reference a GroupedMM plugin serializes: sha256 of the kernels' images, concatenated in blob order."""
+    digest = hashlib.sha256()
+    for kernel in kernels:
+        digest.update(kernel.image)
+    return digest.digest()
+
+
+def kernel_dtypes(kernels: Sequence[KernelImage], trans_b: bool) -> frozenset[str]:
+    """The dtypes ("bf16", "fp16") there are images for in this layout (kernel names end in _nk for trans_b)."""
+    suffix = "_nk" if trans_b else "_kn"
+    return frozenset(k.dtype for k in kernels if k.kernel.endswith(suffix))
+
+
+def read_fields(trt: ModuleType, fields) -> dict[str, object]:
+    """{trans_b: bool, kernel_images_id: bytes | None} from a PluginFieldCollection; PluginFieldError if a field
+    is unknown, of the wrong type or size (the C++ creator's contract)."""
+    values: dict[str, object] = {TRANS_B_FIELD: None, KERNEL_IMAGES_ID_FIELD: None}
+    for field in fields:
+        data = np.asarray(field.data)
+        if field.name == TRANS_B_FIELD:
+            if field.type not in (trt.PluginFieldType.INT32, trt.PluginFieldType.INT64) or data.size != 1 \
+                    or int(data.reshape(-1)[0]) not in (0, 1):
+                raise PluginFieldError(f"field {TRANS_B_FIELD} must be one integer, 0 or 1; got {field.type.name} "
+                                       f"{data.reshape(-1).tolist()}")
+            values[TRANS_B_FIELD] = bool(data.reshape(-1)[0])
+        elif field.name == KERNEL_IMAGES_ID_FIELD:
+            raw = data.tobytes()
+            if field.type != trt.PluginFieldType.UNKNOWN or len(raw) != KERNEL_IMAGES_ID_BYTES:
+                raise PluginFieldError(f"field {KERNEL_IMAGES_ID_FIELD} must be {KERNEL_IMAGES_ID_BYTES} bytes "
+                                       f"(UNKNOWN); got {field.type.name}, {len(raw)} bytes")
+            values[KERNEL_IMAGES_ID_FIELD] = raw
+        else:
+            raise PluginFieldError(f"unknown field {field.name!r}; GroupedMM takes {TRANS_B_FIELD} and "
+                                   f"{KERNEL_IMAGES_ID_FIELD}")
+    if values[TRANS_B_FIELD] is None:
+        raise PluginFieldError(f"field {TRANS_B_FIELD} is missing (the ONNX node's attribute)")
+    return values
+
+
+def serialized_fields(trt: ModuleType, trans_b: bool, images_id: bytes):
+    """The PluginFieldCollection a GroupedMM plugin serializes into an engine."""
+    return trt.PluginFieldCollection([
+        trt.PluginField(TRANS_B_FIELD, np.array([int(trans_b)], dtype=np.int32), trt.PluginFieldType.INT32),
+        trt.PluginField(KERNEL_IMAGES_ID_FIELD, np.frombuffer(images_id, dtype=np.uint8).copy(),
+                        trt.PluginFieldType.UNKNOWN),
+    ])
+
+
+@functools.cache
+def plugin_classes(trt: ModuleType) -> tuple[type, type]:
+    """(plugin, creator) classes deriving from `trt`'s IPluginV3 interfaces."""
+    dtypes = {"bf16": trt.bfloat16, "fp16": trt.float16}
+
+    class GroupedMMPlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
+        def __init__(self, trans_b: bool, images_id: bytes, kernel_types: frozenset[str]):
+            trt.IPluginV3.__init__(self)
+            trt.IPluginV3OneCore.__init__(self)
+            trt.IPluginV3OneBuild.__init__(self)
+            trt.IPluginV3OneRuntime.__init__(self)
+            self.plugin_name, self.plugin_version, self.plugin_namespace = GROUPED_MM_OP, PLUGIN_VERSION, \
+                PLUGIN_NAMESPACE
+            self.num_outputs = 1
+            self.trans_b, self.images_id, self.kernel_types = trans_b, images_id, kernel_types
+            self.types = {dtypes[t] for t in kernel_types}
+
+        def get_capability_interface(self, kind):
+            return self
+
+        def clone(self):
+            return GroupedMMPlugin(self.trans_b, self.images_id, self.kernel_types)
+
+        def get_output_data_types(self, input_types):
+            return [input_types[0]]
+
+        def get_output_shapes(self, inputs, shape_inputs, expr_builder):
+            if len(inputs) != 3 or len(inputs[0]) != 2 or len(inputs[1]) != 3:
+                raise ValueError("GroupedMM expects a [rows, K], b [G, K, N] or [G, N, K], offs [G]")
+            out = trt.DimsExprs(2)
+            out[0] = inputs[0][0]
+            out[1] = inputs[1][1 if self.trans_b else 2]
+            return [out]
+
+        def supports_format_combination(self, pos, in_out, num_inputs):
+            desc = in_out[pos].desc
+            if desc.format != trt.TensorFormat.LINEAR:
+                return False
+            if pos == 2:
+                return desc.type == trt.int32
+            if pos == 0:
+                return desc.type in self.types
+            return desc.type == in_out[0].desc.type  # b and out in a's dtype
+
+        def configure_plugin(self, inputs, outputs):
+            pass
+
+        def get_fields_to_serialize(self):
+            return serialized_fields(trt, self.trans_b, self.images_id)
+
+        def on_shape_change(self, inputs, outputs):
+            pass
+
+        def set_tactic(self, tactic):
+            pass
+
+        def attach_to_context(self, context):
+            return self.clone()
+
+        def enqueue(self, *args):
+            raise RuntimeError("the Python GroupedMM plugin only builds engines; they run in et-trt's C++ runtime")
+
+    class GroupedMMCreator(trt.IPluginCreatorV3One):
+        """Creates plugins for one blob's kernel images (those the ONNX's GroupedMM nodes refer to)."""
+
+        def __init__(self, kernels: Sequence[KernelImage]):
+            trt.IPluginCreatorV3One.__init__(self)
+            self.name, self.plugin_version, self.plugin_namespace = GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE
+            self.field_names = trt.PluginFieldCollection([
+                trt.PluginField(TRANS_B_FIELD, np.array([], dtype=np.int32), trt.PluginFieldType.INT32),
+                trt.PluginField(KERNEL_IMAGES_ID_FIELD, np.array([], dtype=np.uint8), trt.PluginFieldType.UNKNOWN),
+            ])
+            self.kernels = list(kernels)
+            self.images_id = kernel_images_id(self.kernels)
+            self.refusals: list[str] = []  # why create_plugin refused, for the build's report
+
+        def create_plugin(self, name, fields, phase):
+            try:
+                values = read_fields(trt, fields)
+                images_id = values[KERNEL_IMAGES_ID_FIELD]
+                if images_id is not None and images_id != self.images_id:
+                    raise PluginFieldError(f"{KERNEL_IMAGES_ID_FIELD} {images_id.hex()[:16]}... names other "
+                                           f"kernel images than this blob's ({self.images_id.hex()[:16]}...)")
+                trans_b = values[TRANS_B_FIELD]
+                kernel_types = kernel_dtypes(self.kernels, trans_b)
+                if not kernel_types:
+                    raise PluginFieldError(f"the blob has no kernel image for trans_b={int(trans_b)}; re-export with "
+                                           "grouped_gemm_kernel on")
+            except PluginFieldError as e:
+                message = f"GroupedMM node {name!r}: {e}"
+                logger.error("%s", message)
+                self.refusals.append(message)
+                return None
+            return GroupedMMPlugin(trans_b, self.images_id, kernel_types)
+
+    return GroupedMMPlugin, GroupedMMCreator
+
+
+@contextlib.contextmanager
+def registered(trt: ModuleType, kernels: Sequence[KernelImage]) -> Iterator[object]:
+    """The Python GroupedMM creator for `kernels`, registered in `trt`'s plugin registry while inside;
+    yields the creator (its `refusals` say why a node was refused)."""
+    _, creator_class = plugin_classes(trt)
+    creator = creator_class(kernels)
+    registry = trt.get_plugin_registry()
+    with _registry_lock:
+        if not registry.register_creator(creator, PLUGIN_NAMESPACE):
+            raise RuntimeError(f"another {PLUGIN_NAMESPACE}::{GROUPED_MM_OP} v{PLUGIN_VERSION} plugin creator is "
+                               "registered in this process (the C++ plugin library?); build with one of them")
+        try:
+            yield creator
+        finally:
+            registry.deregister_creator(creator)

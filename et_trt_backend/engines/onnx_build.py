@@ -1,0 +1,161 @@
+"""Parse a partition's ONNX with NVIDIA's ONNX parser and build its engine, in this process.
+
+The same steps the C++ runtime takes at init (runtime/src/tensorrt/tensorrt_engine.cc,
+build_plan): a strongly typed network (the precision is in the ONNX's types), the
+GroupedMM plugin for the blob's kernel images, the partition's BuildOptions and one
+optimization profile from the blob's IO specs. The plugin is our Python build-phase
+plugin (grouped_mm_plugin.py), or the C++ plugin library where one is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import functools
+import logging
+import pathlib
+import time
+from types import ModuleType
+
+from et_trt_backend.engines import grouped_mm_plugin
+from et_trt_backend.engines.providers import RTX_TARGETS, Builder
+from et_trt_backend.serialization import blob
+
+logger = logging.getLogger(__name__)
+
+# The parser warns once per GroupedMM node that the ONNX lacks this field: expected, the
+# plugin takes it from the blob (the node carries only trans_b).
+_EXPECTED_WARNING = f"Attribute {grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD} not found in plugin node"
+
+
+class BuildFailed(RuntimeError):
+    """The parser or the builder refused the partition; `errors` holds their messages verbatim."""
+
+    def __init__(self, summary: str, errors: list[str]):
+        super().__init__(summary + (":\n  " + "\n  ".join(errors) if errors else ""))
+        self.errors = errors
+
+
+@dataclasses.dataclass
+class Engine:
+    plan: bytes
+    compute_capability: int  # the target; 0 for "the GPU here" (TensorRT)
+    seconds: float
+    options_not_applied: list[str]  # partition options this provider did not apply, and why
+
+
+@functools.cache
+def _logger_class(trt: ModuleType) -> type:
+    class Logger(trt.ILogger):
+        """Collects the builder's errors (reported verbatim by the caller) and forwards the rest to logging."""
+
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
+
+        def log(self, severity, message):
+            if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
+                self.errors.append(message)
+                logger.debug("%s", message)
+            elif severity == trt.ILogger.Severity.WARNING and _EXPECTED_WARNING not in message:
+                logger.warning("%s", message)
+            else:
+                logger.debug("%s", message)
+
+    return Logger
+
+
+def options_not_applied(options) -> list[str]:
+    """The partition options a build here does not apply, each with why (logged, and recorded in the engine)."""
+    notes = []
+    if options.timing_cache:
+        notes.append(f"timing_cache {options.timing_cache!r}: not read by a build at export (TensorRT for RTX reads "
+                     "one only with a GPU present); the device's own build uses it")
+    return notes
+
+
+def _parser_error(error) -> str:
+    """One parser error as the parser states it, with the node it concerns."""
+    where = f"node {error.node_name()!r} ({error.node_operator()})" if error.node_name() else "model"
+    return f"{where}: {error.desc()}"
+
+
+@contextlib.contextmanager
+def _plugin(trt: ModuleType, contents: blob.BlobContents, plugin_library: pathlib.Path | None):
+    """Our GroupedMM plugin, available to the parser: the Python one, or the C++ library at `plugin_library`
+    handed the blob's kernel images. Yields a list the plugin's refusals are appended to."""
+    if plugin_library is None:
+        with grouped_mm_plugin.registered(trt, contents.kernels) as creator:
+            yield creator.refusals
+        return
+    registry = trt.get_plugin_registry()
+    handle = registry.load_library(str(plugin_library))
+    if handle is None:
+        raise BuildFailed(f"{plugin_library}: not a TensorRT plugin library (getCreators missing?)", [])
+    try:
+        library = ctypes.CDLL(str(plugin_library))
+        use = library.et_trt_plugin_use_kernel_images
+        use.restype = ctypes.c_int32
+        use.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        data, error = blob.serialize(contents), ctypes.create_string_buffer(1024)
+        if use(data, len(data), None, error, len(error)) != 0:
+            raise BuildFailed(f"{plugin_library} refused the blob's kernel images", [error.value.decode()])
+        yield []
+    finally:
+        registry.deregister_library(handle)
+
+
+def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str | None,
+                    plugin_library: pathlib.Path | None = None) -> Engine:
+    """The engine of the partition `contents` for `target`: a kernel_archs name in RTX_TARGETS for TensorRT
+    for RTX, None (the GPU here) for TensorRT. BuildFailed with the parser's or builder's own messages if they
+    refuse it. The plugin is the Python one, or the C++ library at `plugin_library`."""
+    wanted = "a target in " + ", ".join(RTX_TARGETS) if builder.ahead_of_time else "no target (the GPU here)"
+    if not (target in RTX_TARGETS if builder.ahead_of_time else target is None):
+        raise ValueError(f"{builder} builds for {wanted}, not {target!r}")
+    trt = builder.module
+    log = _logger_class(trt)()
+    nv_builder = trt.Builder(log)
+    network = nv_builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, log)
+    # The plugin stays registered until the build is done: the network's plugin layers use it.
+    with _plugin(trt, contents, plugin_library) as refusals:
+        if not parser.parse(contents.onnx):
+            errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals
+            raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors)
+        config = _config(trt, nv_builder, network, contents, target)
+        start = time.perf_counter()
+        plan = nv_builder.build_serialized_network(network, config)
+        seconds = time.perf_counter() - start
+    if plan is None:
+        raise BuildFailed(f"{builder} could not build the engine for {target or 'this GPU'}", log.errors)
+    capability = int(RTX_TARGETS[target].removeprefix("SM")) if target is not None else 0
+    return Engine(bytes(plan), capability, seconds, options_not_applied(contents.options))
+
+
+def _config(trt: ModuleType, nv_builder, network, contents: blob.BlobContents, target: str | None):
+    """The builder config of the partition's BuildOptions, with one profile from its IO specs' ranges."""
+    config = nv_builder.create_builder_config()
+    options = contents.options
+    if options.workspace_bytes:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
+    config.builder_optimization_level = options.optimization_level
+    if options.tf32:
+        config.set_flag(trt.BuilderFlag.TF32)
+    else:
+        config.clear_flag(trt.BuilderFlag.TF32)
+    profile = nv_builder.create_optimization_profile()
+    specs = {spec.name: spec for spec in contents.inputs}
+    for i in range(network.num_inputs):
+        name = network.get_input(i).name
+        if name not in specs:
+            raise BuildFailed(f"the ONNX input {name!r} is not among the blob's inputs", [])
+        dims = specs[name].dims
+        profile.set_shape(name, *([d.size if d.size is not None else getattr(d, which) for d in dims]
+                                  for which in ("min", "opt", "max")))
+    config.add_optimization_profile(profile)
+    if target is not None:
+        config.num_compute_capabilities = 1
+        config.set_compute_capability(getattr(trt.ComputeCapability, RTX_TARGETS[target]), 0)
+    return config
