@@ -2,7 +2,7 @@
 
     et-trt export [--module pkg.mod:factory | file.py:factory] [--recipe FILE] [--output PATH]
     et-trt inspect FILE.pte [--dump-onnx DIR]
-    et-trt check FILE.pte
+    et-trt check FILE.pte [--build [--require-builder] [--plugin-library PATH]]
 """
 
 from __future__ import annotations
@@ -253,7 +253,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if not partitions:
         print(f"{args.file}: no TensorRT partitions")
         return 0
-    total = 0
+    builder = _check_builder(args) if args.build else None
+    total = failures = 0
     for i, partition in enumerate(partitions):
         model = load_onnx(partition)
         violations = preflight.check(model) + preflight.check_io(
@@ -263,8 +264,51 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"[{i}] part {partition.contents.part!r}: {status}")
         for violation in violations:
             print(f"  {violation}")
-    print(f"{args.file}: {len(partitions)} partition(s), {total} violation(s)")
-    return 1 if total else 0
+        if builder is not None:
+            failures += _check_build(builder, partition.contents, args.plugin_library)
+    summary = f"{args.file}: {len(partitions)} partition(s), {total} violation(s)"
+    print(summary + (f", {failures} build failure(s)" if builder is not None else ""))
+    if args.build and builder is None and args.require_builder:
+        return 1
+    return 1 if total or failures else 0
+
+
+def _check_builder(args: argparse.Namespace):
+    """The NVIDIA builder `check --build` uses (TensorRT, else TensorRT for RTX), or None (said why)."""
+    from et_trt_backend.engines import providers
+
+    if args.plugin_library is not None and not args.plugin_library.is_file():
+        raise UsageError(f"--plugin-library {args.plugin_library}: no such file")
+    try:
+        return providers.any_builder()
+    except providers.BuilderUnavailable as e:
+        consequence = "an error (--require-builder)" if args.require_builder else \
+            "build check skipped (--require-builder makes this an error)"
+        print(f"{e}: {consequence}")
+        return None
+
+
+def _check_build(builder, contents, plugin_library: Path | None) -> int:
+    """Parses and builds one partition for its targets; prints the outcome, the parser's and builder's own
+    messages verbatim; returns the number of failed targets."""
+    from et_trt_backend.engines import onnx_build
+
+    targets, note = onnx_build.check_targets(builder, contents.options.kernel_archs)
+    if note:
+        print(f"    {builder}: {note}")
+    failed = 0
+    for target in targets:
+        where = target or "this GPU"
+        try:
+            engine = onnx_build.parse_and_build(builder, contents, target, plugin_library)
+        except onnx_build.BuildFailed as e:
+            print(f"    {builder}: FAILED for {where}: " + str(e).replace("\n", "\n    "))
+            if not e.parsed:  # the parse does not depend on the target
+                return len(targets)
+            failed += 1
+            continue
+        print(f"    {builder}: built for {where} in {engine.seconds:.1f} s ({_size(len(engine.plan))})")
+    return failed
 
 
 # ---- shared ----------------------------------------------------------------------
@@ -309,6 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
     check_cmd.add_argument("file", type=Path)
+    check_cmd.add_argument("--build", action="store_true", help="then parse and build each partition with NVIDIA's "
+                           "own ONNX parser and builder (TensorRT where installed, else TensorRT for RTX) for its "
+                           "targets; exit 1 on any failure")
+    check_cmd.add_argument("--require-builder", action="store_true", help="with --build: fail where no NVIDIA "
+                           "builder is installed (default: skip the build check and say so)")
+    check_cmd.add_argument("--plugin-library", type=Path, metavar="PATH", help="with --build: use this GroupedMM "
+                           "plugin library (libet_trt_plugin.so, the C++ plugin) instead of the Python build phase")
     check_cmd.set_defaults(run=_cmd_check)
     return parser
 

@@ -104,6 +104,35 @@ def test_check_passes_the_example_policy(policy_pte, capsys):
 
 
 @pytest.mark.slow
+def test_check_build_parses_and_builds_each_partition_with_nvidias_builder(policy_pte, capsys):
+    try:
+        rtx = providers.tensorrt_rtx()
+    except providers.BuilderUnavailable as e:
+        pytest.skip(f"needs TensorRT for RTX ({providers.RTX_EXTRA}): {e}")
+    code, out, _ = run(capsys, "check", "--build", "--require-builder", policy_pte)
+    assert code == 0, out
+    # The decoder's kernel_archs (sm_87, sm_90a, sm_110a) hold no RTX target: checked with an sm_80 build.
+    assert re.search(rf"part 'decoder': ok\n    TensorRT for RTX {rtx.version}: kernel_archs \(sm_87, sm_90a, sm_110a\) "
+                     rf"names no target TensorRT for RTX builds for; checked with an sm_80 build\n"
+                     rf"    TensorRT for RTX {rtx.version}: built for sm_80 in [\d.]+ s \([\d.]+ MiB\)\n", out)
+    assert re.search(rf"part 'velocity': ok\n    TensorRT for RTX {rtx.version}: built for sm_80 in .*\n"
+                     rf"    TensorRT for RTX {rtx.version}: built for sm_120a in ", out)
+    assert "2 partition(s), 0 violation(s), 0 build failure(s)" in out
+
+
+@pytest.mark.slow
+def test_check_build_without_a_builder_skips_or_fails_as_asked(policy_pte, capsys, monkeypatch):
+    for module in ("tensorrt", *providers.RTX_MODULES):  # as on a machine with neither installed
+        monkeypatch.setitem(sys.modules, module, None)
+    code, out, _ = run(capsys, "check", "--build", policy_pte)
+    assert code == 0
+    assert "no NVIDIA builder installed: TensorRT is not installed" in out
+    assert "build check skipped (--require-builder makes this an error)" in out
+    code, out, _ = run(capsys, "check", "--build", "--require-builder", policy_pte)
+    assert code == 1 and "no NVIDIA builder installed" in out and ": an error (--require-builder)" in out
+
+
+@pytest.mark.slow
 def test_check_names_a_violating_node(policy_pte, tmp_path, capsys):
     def add_unique(data: bytes) -> bytes:
         contents = blob.deserialize(data)

@@ -97,7 +97,7 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
     dtypes = {"bf16": trt.bfloat16, "fp16": trt.float16}
 
     class GroupedMMPlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
-        def __init__(self, trans_b: bool, images_id: bytes, kernel_types: frozenset[str]):
+        def __init__(self, trans_b: bool, images_id: bytes, kernel_types: frozenset[str], refusals: list[str]):
             trt.IPluginV3.__init__(self)
             trt.IPluginV3OneCore.__init__(self)
             trt.IPluginV3OneBuild.__init__(self)
@@ -107,14 +107,23 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
             self.num_outputs = 1
             self.trans_b, self.images_id, self.kernel_types = trans_b, images_id, kernel_types
             self.types = {dtypes[t] for t in kernel_types}
+            self.refusals = refusals  # the creator's: why this plugin refused its inputs
 
         def get_capability_interface(self, kind):
             return self
 
         def clone(self):
-            return GroupedMMPlugin(self.trans_b, self.images_id, self.kernel_types)
+            return GroupedMMPlugin(self.trans_b, self.images_id, self.kernel_types, self.refusals)
 
         def get_output_data_types(self, input_types):
+            # Refused here, while parsing, rather than by supports_format_combination while building: a
+            # build that finds no format for a Python plugin can abort the process (TensorRT for RTX 1.7).
+            if input_types[0] not in self.types:
+                names = {v: k for k, v in dtypes.items()}
+                self.refusals.append(f"GroupedMM: the blob has no {names.get(input_types[0], input_types[0])} "
+                                     f"kernel image for trans_b={int(self.trans_b)} (it has "
+                                     f"{', '.join(sorted(self.kernel_types))}); the node's inputs must be of those")
+                raise ValueError(self.refusals[-1])
             return [input_types[0]]
 
         def get_output_shapes(self, inputs, shape_inputs, expr_builder):
@@ -184,7 +193,7 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
                 logger.error("%s", message)
                 self.refusals.append(message)
                 return None
-            return GroupedMMPlugin(trans_b, self.images_id, kernel_types)
+            return GroupedMMPlugin(trans_b, self.images_id, kernel_types, self.refusals)
 
     return GroupedMMPlugin, GroupedMMCreator
 

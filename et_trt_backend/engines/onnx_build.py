@@ -30,11 +30,12 @@ _EXPECTED_WARNING = f"Attribute {grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD} not f
 
 
 class BuildFailed(RuntimeError):
-    """The parser or the builder refused the partition; `errors` holds their messages verbatim."""
+    """The parser or the builder refused the partition; `errors` holds their messages verbatim,
+    `parsed` whether the parser accepted it (a parse failure fails every target alike)."""
 
-    def __init__(self, summary: str, errors: list[str]):
+    def __init__(self, summary: str, errors: list[str], parsed: bool = True):
         super().__init__(summary + (":\n  " + "\n  ".join(errors) if errors else ""))
-        self.errors = errors
+        self.errors, self.parsed = errors, parsed
 
 
 @dataclasses.dataclass
@@ -73,6 +74,19 @@ def options_not_applied(options) -> list[str]:
         notes.append(f"timing_cache {options.timing_cache!r}: not read by a build at export (TensorRT for RTX reads "
                      "one only with a GPU present); the device's own build uses it")
     return notes
+
+
+def check_targets(builder: Builder, kernel_archs) -> tuple[list[str | None], str]:
+    """The targets to check a partition's build for, and a note where they are not the partition's own:
+    TensorRT builds for the GPU here; TensorRT for RTX for its targets in kernel_archs, or for sm_80 where
+    kernel_archs names none (the network is checked; the device builds its own engine)."""
+    if not builder.ahead_of_time:
+        return [None], ""
+    targets = [arch for arch in kernel_archs if arch in RTX_TARGETS]
+    if targets:
+        return targets, ""
+    return ["sm_80"], (f"kernel_archs ({', '.join(kernel_archs)}) names no target {builder.name} builds for; "
+                       "checked with an sm_80 build")
 
 
 def _parser_error(error) -> str:
@@ -123,7 +137,7 @@ def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str |
     with _plugin(trt, contents, plugin_library) as refusals:
         if not parser.parse(contents.onnx):
             errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals
-            raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors)
+            raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors, parsed=False)
         config = _config(trt, nv_builder, network, contents, target)
         start = time.perf_counter()
         plan = nv_builder.build_serialized_network(network, config)

@@ -1,0 +1,293 @@
+"""NVIDIA's own ONNX parser and builder (TensorRT for RTX, on this CPU machine) on every partition we produce,
+with our GroupedMM plugin: the example policy, the test models and unmodified transformers MoE blocks parse with
+0 errors and build for sm_80, sm_86, sm_89 and sm_120. Negative controls fail with the parser's or builder's own
+message, not a crash (they run in a subprocess: the library can abort a process). Where the real parser and a
+pre-flight rule disagree, DISAGREEMENTS records it.
+
+Skipped, with the reason, where TensorRT for RTX is not installed (pip install 'et-trt[tensorrt-rtx]').
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from executorch.exir import to_edge_transform_and_lower
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import moe_models
+from et_trt_backend import preflight
+from et_trt_backend.engines import onnx_build
+from et_trt_backend.serialization import blob
+from et_trt_partitioner import TensorRTPartitioner
+from nvidia_builders import tensorrt_rtx_or_skip
+from test_lowering import delegated_parts
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
+# Kernel images for the RTX targets only (fewer to compile); no engine at export: the test builds them.
+RECIPE = {"kernel_archs": TARGETS, "engine_build": "never"}
+
+
+@pytest.fixture(scope="module")
+def rtx():
+    return tensorrt_rtx_or_skip()
+
+
+def _partitions(exported, recipe=None) -> list[blob.BlobContents]:
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(recipe or {"default": RECIPE})])
+    return [contents for _, contents in delegated_parts(edge)]
+
+
+def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents]) -> None:
+    assert partitions, "nothing was delegated"
+    for contents in partitions:
+        for target in TARGETS:
+            engine = onnx_build.parse_and_build(rtx, contents, target)  # BuildFailed lists the parser's errors
+            assert len(engine.plan) > 10_000
+
+
+# ---- every partition we produce ---------------------------------------------------------------
+@pytest.mark.slow
+def test_example_policy(rtx):
+    import tomllib
+
+    from examples import moe_policy
+
+    recipe = tomllib.loads((ROOT / "examples" / "recipe.toml").read_text())
+    for table in [recipe["default"], *recipe["parts"].values()]:
+        table["engine_build"] = "never"
+    partitions = _partitions(moe_policy.export_policy(), recipe)
+    assert sorted(c.part for c in partitions) == ["decoder", "velocity"]
+    _assert_builds_everywhere(rtx, partitions)
+
+
+MODELS = {
+    "argsort-index_add-histc": lambda: moe_models.GroupedMoE(sort="argsort_stable", combine="index_add"),
+    "sort-scatter_add-one_hot": lambda: moe_models.GroupedMoE(sort="sort", combine="scatter_add", counts="one_hot"),
+    "sort_stable-index_put-bincount": lambda: moe_models.GroupedMoE(sort="sort_stable", counts="bincount"),
+    "sigmoid-grouped-shared": lambda: moe_models.GroupedMoE(experts=8, scoring="sigmoid", groups=(4, 2), shared=True),
+    "top1-max": lambda: moe_models.GroupedMoE(top_k=1),
+    "stack-of-two": lambda: moe_models.MoEStack(),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_test_models(rtx, name):
+    _assert_builds_everywhere(rtx, _partitions(moe_models.export(moe_models.bf16(MODELS[name]()))))
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "gpt_oss"])
+def test_transformers_moe_blocks(rtx, name):
+    block = moe_models.hf_moe_block(name)
+    _assert_builds_everywhere(rtx, _partitions(moe_models.export(block, hidden=moe_models.HF_HIDDEN, batch=True)))
+
+
+def test_dense_lowering_and_fp16(rtx):
+    model = moe_models.bf16(moe_models.GroupedMoE(experts=8, shared=True))
+    for options in ({"grouped_gemm_kernel": False}, {"precision": "fp16"}, {"precision": "fp32"}):
+        _assert_builds_everywhere(rtx, _partitions(moe_models.export(model), {"default": {**RECIPE, **options}}))
+
+
+# ---- negative controls: the parser's or builder's message, no crash ------------------------------------------
+def _grouped_mm(model: onnx.ModelProto) -> onnx.NodeProto:
+    return next(n for n in model.graph.node if n.op_type == "GroupedMM")
+
+
+def _attribute(node: onnx.NodeProto, name: str, value) -> None:
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend([*kept, helper.make_attribute(name, value)])
+
+
+def _plugin_missing(model):
+    _attribute(_grouped_mm(model), "plugin_version", "2")
+
+
+def _wrong_field(model):
+    _attribute(_grouped_mm(model), "trans_b", 1.5)
+
+
+def _refused_dtype(model):
+    """The first GroupedMM in fp16 (Casts around it); the blob has bf16 kernel images only."""
+    node = _grouped_mm(model)
+    position = list(model.graph.node).index(node)
+    result = node.output[0]
+    casts = [helper.make_node("Cast", [name], [f"{name}_fp16"], name=f"to_fp16_{i}", to=TP.FLOAT16)
+             for i, name in enumerate(node.input[:2])]
+    node.input[0], node.input[1] = casts[0].output[0], casts[1].output[0]
+    node.output[0] = f"{result}_fp16"
+    back = helper.make_node("Cast", [node.output[0]], [result], name="to_bf16", to=TP.BFLOAT16)
+    model.graph.node.insert(position + 1, back)
+    for cast in reversed(casts):
+        model.graph.node.insert(position, cast)
+
+
+def _wrong_output_width(model):
+    """A consumer that expects the first GroupedMM's output one column wider than it is."""
+    node = _grouped_mm(model)
+    position = list(model.graph.node).index(node)
+    width = 65  # GroupedMoE(ffn=32): the gate+up GroupedMM is 64 wide
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros([width], np.float32), "wider"))
+    cast = helper.make_node("Cast", ["wider"], ["wider_bf16"], name="wider_cast", to=TP.BFLOAT16)
+    add = helper.make_node("Add", [f"{node.output[0]}_narrow", "wider_bf16"], [node.output[0]], name="expects_65")
+    node.output[0] = f"{node.output[0]}_narrow"
+    model.graph.node.insert(position + 1, cast)
+    model.graph.node.insert(position + 2, add)
+
+
+NEGATIVE = {
+    "plugin-missing": (_plugin_missing, r"node '[^']+' \(GroupedMM\): .*Plugin not found, are the plugin name, "
+                                        r"version, and namespace correct\?"),
+    "wrong-field": (_wrong_field, r"Could not create the plugin.*\n.*GroupedMM node '[^']+': field trans_b must be "
+                                  r"one integer, 0 or 1; got FLOAT32 \[1.5\]"),
+    "refused-dtype": (_refused_dtype, r"node '[^']+' \(GroupedMM\): .*getOutputDataTypes reported a non-zero "
+                                      r"return code.*\n.*GroupedMM: the blob has no fp16 kernel image for trans_b=1 "
+                                      r"\(it has bf16\)"),
+    "wrong-output-width": (_wrong_output_width, r"node 'expects_65' \(Add\): .*Shape Error \(broadcast dimensions "
+                                                r"must be conformable"),
+}
+
+
+@pytest.fixture(scope="module")
+def moe_pte(tmp_path_factory, rtx) -> Path:
+    exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner({"default": {
+        **RECIPE, "kernel_archs": ["sm_86"]}})])
+    path = tmp_path_factory.mktemp("moe") / "moe.pte"
+    path.write_bytes(edge.to_executorch().buffer)
+    return path
+
+
+def _check_build(pte: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "et_trt_backend.cli", "-q", "check", "--build", str(pte), *extra],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_check_build_of_a_sound_partition(moe_pte, rtx):
+    done = _check_build(moe_pte)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"    TensorRT for RTX {rtx.version}: built for sm_86 in" in done.stdout
+    assert done.stdout.rstrip().endswith("1 partition(s), 0 violation(s), 0 build failure(s)")
+
+
+@pytest.mark.parametrize("case", NEGATIVE)
+def test_negative_control_fails_with_the_nvidia_message(moe_pte, tmp_path, case):
+    from test_cli import rewrite_blob
+
+    mutate, message = NEGATIVE[case]
+
+    def change(data: bytes) -> bytes:
+        contents = blob.deserialize(data)
+        model = onnx.load_from_string(contents.onnx)
+        mutate(model)
+        return blob.serialize(blob.BlobContents(**{**contents.__dict__, "onnx": model.SerializeToString()}))
+
+    bad = tmp_path / f"{case}.pte"
+    bad.write_bytes(rewrite_blob(moe_pte.read_bytes(), change))
+    done = _check_build(bad, "--require-builder")
+    assert done.returncode == 1, f"exit {done.returncode} (a crash is negative):\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert "FAILED for sm_86" in done.stdout
+    assert re.search(message, done.stdout, re.S), done.stdout
+
+
+# ---- where the real parser and the pre-flight rules disagree ------------------------------------------------
+def _vi(name, elem_type, shape):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _unary(op, elem_type, opset=18, **attrs):
+    return _model([helper.make_node(op, ["x"], ["y"], name=f"my_{op}", **attrs)],
+                  [_vi("x", elem_type, [4, 8])], [_vi("y", elem_type, [4, 8])], opset=opset)
+
+
+def _topk(k, rows):
+    return _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top", axis=0)],
+                  [_vi("x", TP.FLOAT, [rows])], [_vi("v", TP.FLOAT, [k]), _vi("i", TP.INT64, [k])],
+                  [numpy_helper.from_array(np.array([k], np.int64), "k")])
+
+
+def _scatter_nd(reduction):
+    return _model([helper.make_node("ScatterND", ["x", "idx", "upd"], ["y"], name="sc", reduction=reduction)],
+                  [_vi("x", TP.FLOAT, [8]), _vi("idx", TP.INT64, [4, 1]), _vi("upd", TP.FLOAT, [4])],
+                  [_vi("y", TP.FLOAT, [8])])
+
+
+def _cumsum_int():
+    return _model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs")],
+                  [_vi("x", TP.INT32, [8])], [_vi("y", TP.INT32, [8])],
+                  [numpy_helper.from_array(np.array(0, np.int64), "axis")])
+
+
+def _add_mismatched():
+    return _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [_vi("x", TP.FLOAT, [4, 8])],
+                  [_vi("y", TP.FLOAT, [4, 8])], [numpy_helper.from_array(np.zeros([9], np.float32), "w")])
+
+
+# case -> (model, pre-flight flags it, TensorRT for RTX 1.7's parser + builder (sm_86) refuse it). A row whose
+# two columns differ is a disagreement; the test fails when either side changes, so this table stays true.
+# The pre-flight rules encode onnx-tensorrt 10.1's support matrix, for the TensorRT on Jetson and H100/H200:
+# where TensorRT for RTX accepts more (opset 21, integer CumSum), the rule stays for those devices.
+DISAGREEMENTS = {
+    "clean Relu": (lambda: _unary("Relu", TP.FLOAT), False, False),
+    "Unique (unsupported op)": (lambda: _unary("Unique", TP.FLOAT), True, True),
+    "opset 21 (beyond the matrix's 20)": (lambda: _unary("Relu", TP.FLOAT, opset=21), True, False),
+    "TopK K=3841 (beyond 3840)": (lambda: _topk(3841, 70000), True, True),
+    "ScatterND reduction=add": (lambda: _scatter_nd("add"), True, True),
+    "CumSum on INT32 (the matrix says float only)": (_cumsum_int, True, False),
+    "Mish in BF16": (lambda: _unary("Mish", TP.BFLOAT16), True, True),
+    "Add of widths 8 and 9 (shapes are not a rule)": (_add_mismatched, False, True),
+}
+
+
+def test_preflight_and_the_real_parser_agree_where_recorded(rtx, tmp_path):
+    models = {}
+    for i, (case, (build, _, _)) in enumerate(DISAGREEMENTS.items()):
+        path = tmp_path / f"{i}.onnx"
+        onnx.save(build(), path)
+        models[case] = str(path)
+    # One subprocess: a refusal that aborts the library must fail this test, not the test run.
+    script = textwrap.dedent("""
+        import json, sys
+        from et_trt_backend.engines import providers
+        rtx = providers.tensorrt_rtx()
+        trt = rtx.module
+        results = {}
+        for case, path in json.loads(sys.argv[1]).items():
+            logger = trt.Logger(trt.Logger.ERROR)
+            builder = trt.Builder(logger)
+            network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+            parser = trt.OnnxParser(network, logger)
+            ok = parser.parse(open(path, "rb").read())
+            errors = [parser.get_error(i).desc() for i in range(parser.num_errors)]
+            if ok:
+                config = builder.create_builder_config()
+                config.num_compute_capabilities = 1
+                config.set_compute_capability(trt.ComputeCapability.SM86, 0)
+                ok = builder.build_serialized_network(network, config) is not None
+            results[case] = {"refused": not ok, "errors": errors}
+        print(json.dumps(results))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(models)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    real = json.loads(done.stdout.splitlines()[-1])
+    table = {case: (bool(preflight.check(build())), real[case]["refused"])
+             for case, (build, _, _) in DISAGREEMENTS.items()}
+    assert table == {case: (flagged, refused) for case, (_, flagged, refused) in DISAGREEMENTS.items()}, real
