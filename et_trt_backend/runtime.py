@@ -24,6 +24,12 @@ logger = logging.getLogger(__name__)
 LIBRARY_ENV = "ET_TRT_RUNTIME_LIBRARY"
 ENGINE_CACHE_ENV = "ET_TRT_ENGINE_CACHE"
 LIBRARY_NAME = "libet_trt_runtime.so"
+PLUGIN_LIBRARY_ENV = "ET_TRT_PLUGIN_LIBRARY"
+PLUGIN_LIBRARY_NAME = "libet_trt_plugin.so"
+_RUNTIME_DIR = pathlib.Path(__file__).resolve().parent.parent / "runtime"
+# Where the plugin library is built: runtime/build when TensorRT's headers were given to
+# build_runtime.sh, runtime/build-tensorrt-<version> by scripts/build_tensorrt_layers.sh.
+_PLUGIN_BUILD_DIRS = ("build", "build-tensorrt-11.1")
 
 _loaded: ctypes.CDLL | None = None
 
@@ -36,7 +42,41 @@ def library_path() -> pathlib.Path:
     """$ET_TRT_RUNTIME_LIBRARY if set, else runtime/build/ of this source tree."""
     if os.environ.get(LIBRARY_ENV):
         return pathlib.Path(os.environ[LIBRARY_ENV])
-    return pathlib.Path(__file__).resolve().parent.parent / "runtime" / "build" / LIBRARY_NAME
+    return _RUNTIME_DIR / "build" / LIBRARY_NAME
+
+
+def plugin_library_path() -> pathlib.Path:
+    """libet_trt_plugin.so: our C++ GroupedMM plugin as a TensorRT plugin library, for a
+    TensorRT or TensorRT for RTX builder in this process (`registry.load_library(path)`; hand it
+    each blob's kernel images with use_kernel_images before parsing the blob's ONNX).
+
+    $ET_TRT_PLUGIN_LIBRARY if set, else the first one built under runtime/. Raises
+    RuntimeLoadError, saying how to build it, if there is none.
+    """
+    if os.environ.get(PLUGIN_LIBRARY_ENV):
+        return pathlib.Path(os.environ[PLUGIN_LIBRARY_ENV])
+    for folder in _PLUGIN_BUILD_DIRS:
+        path = _RUNTIME_DIR / folder / PLUGIN_LIBRARY_NAME
+        if path.is_file():
+            return path
+    raise RuntimeLoadError(
+        f"{PLUGIN_LIBRARY_NAME} is not built: it needs TensorRT's headers, e.g. "
+        "scripts/build_tensorrt_layers.sh (with ../shared/third_party/tensorrt) or scripts/build_runtime.sh "
+        f"-DET_TRT_TENSORRT_INCLUDE_DIR=<TensorRT include dir>; or point {PLUGIN_LIBRARY_ENV} at one"
+    )
+
+
+def use_kernel_images(plugin_library: ctypes.CDLL, blob: bytes) -> bytes:
+    """Hands `blob`'s kernel images to the loaded plugin library: GroupedMM nodes parsed next on
+    this thread take them, and engines referencing them deserialize. Returns their
+    kernel_images_id (sha256 of the images, schema.fbs). Raises RuntimeError if the blob is refused."""
+    fn = plugin_library.et_trt_plugin_use_kernel_images
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    ident, error = ctypes.create_string_buffer(32), ctypes.create_string_buffer(4096)
+    if fn(blob, len(blob), ident, error, len(error)) != 0:
+        raise RuntimeError(error.value.decode(errors="replace"))
+    return ident.raw
 
 
 def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathLike | None = None) -> ctypes.CDLL:

@@ -1,10 +1,14 @@
 """Fixtures shared by test modules."""
 
+import importlib.util
 import os
+import pathlib
 
 import pytest
 
 from et_trt_backend.kernels import aot
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -17,3 +21,27 @@ def kernel_cache(tmp_path_factory):
         del os.environ[aot.CACHE_ENV]
     else:
         os.environ[aot.CACHE_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def example_pte(tmp_path_factory) -> pathlib.Path:
+    """The example policy's .pte: out/moe_policy.pte from scripts/setup.sh, else exported here."""
+    existing = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
+    if existing.is_file():
+        return existing
+    from executorch.exir import to_edge_transform_and_lower
+
+    partitioner = pytest.importorskip("et_trt_partitioner")
+    if not hasattr(partitioner, "TensorRTPartitioner"):
+        pytest.skip("et_trt_partitioner.TensorRTPartitioner has not landed: no example .pte to run")
+    TensorRTPartitioner = partitioner.TensorRTPartitioner
+
+    spec = importlib.util.spec_from_file_location("moe_policy", REPO / "examples" / "moe_policy.py")
+    moe_policy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(moe_policy)
+    edge = to_edge_transform_and_lower(
+        moe_policy.export_policy(), partitioner=[TensorRTPartitioner(REPO / "examples" / "recipe.toml")]
+    )
+    path = tmp_path_factory.mktemp("example") / "moe_policy.pte"
+    path.write_bytes(edge.to_executorch().buffer)
+    return path

@@ -8,7 +8,6 @@ assert that init refuses it with a message saying why, and nothing crashes.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import random
@@ -39,30 +38,6 @@ def built_runtime() -> pathlib.Path:
     assert result.returncode == 0, f"runtime build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     assert (BUILD / runtime.LIBRARY_NAME).is_file() and RUNNER.is_file()
     return BUILD
-
-
-@pytest.fixture(scope="session")
-def example_pte(tmp_path_factory) -> pathlib.Path:
-    """The example policy's .pte: out/moe_policy.pte from scripts/setup.sh, else exported here."""
-    existing = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
-    if existing.is_file():
-        return existing
-    from executorch.exir import to_edge_transform_and_lower
-
-    partitioner = pytest.importorskip("et_trt_partitioner")
-    if not hasattr(partitioner, "TensorRTPartitioner"):
-        pytest.skip("et_trt_partitioner.TensorRTPartitioner has not landed: no example .pte to run")
-    TensorRTPartitioner = partitioner.TensorRTPartitioner
-
-    spec = importlib.util.spec_from_file_location("moe_policy", REPO / "examples" / "moe_policy.py")
-    moe_policy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(moe_policy)
-    edge = to_edge_transform_and_lower(
-        moe_policy.export_policy(), partitioner=[TensorRTPartitioner(REPO / "examples" / "recipe.toml")]
-    )
-    path = tmp_path_factory.mktemp("example") / "moe_policy.pte"
-    path.write_bytes(edge.to_executorch().buffer)
-    return path
 
 
 def _run(args: list, **kwargs) -> subprocess.CompletedProcess:

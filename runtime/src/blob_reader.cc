@@ -301,4 +301,12 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
   return true;
 }
 
+bool read_blob_copy(const void* data, size_t size, std::vector<uint64_t>* storage, BlobView* view,
+                    BlobError* error) {
+  if (data == nullptr) return read_blob(nullptr, size, view, error);
+  storage->assign(size / 8 + 1, 0);
+  if (size > 0) std::memcpy(storage->data(), data, size);
+  return read_blob(storage->data(), size, view, error);
+}
+
 }  // namespace et_trt

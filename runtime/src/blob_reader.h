@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "schema_generated.h"
 
@@ -51,6 +52,11 @@ struct BlobView {
 // `error` on the first problem; never reads outside [data, data + size).
 // The payload must be 8-byte aligned in memory (backend.cc copies otherwise).
 bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error);
+
+// read_blob over an 8-byte aligned copy of `data` kept in `storage` (which
+// the view then points into), for callers whose bytes may be unaligned.
+bool read_blob_copy(const void* data, size_t size, std::vector<uint64_t>* storage, BlobView* view,
+                    BlobError* error);
 
 // Name of a blob DType ("bf16", ...), or "dtype <code>" for unknown codes.
 std::string dtype_name(blob::DType dtype);

@@ -27,11 +27,10 @@ __attribute__((visibility("default"))) int32_t et_trt_build_engine(
     const uint8_t* blob, size_t size, int32_t device, uint8_t** plan, size_t* plan_size, char* tensorrt_version,
     size_t tensorrt_version_size, char* gpu_name, size_t gpu_name_size, int32_t* compute_capability, char* error,
     size_t error_size) {
-  std::vector<uint64_t> aligned(size / 8 + 1);
-  if (size > 0) std::memcpy(aligned.data(), blob, size);
+  std::vector<uint64_t> aligned;
   et_trt::BlobView view;
   et_trt::BlobError blob_error;
-  if (!et_trt::read_blob(aligned.data(), size, &view, &blob_error)) {
+  if (!et_trt::read_blob_copy(blob, size, &aligned, &view, &blob_error)) {
     copy_text("blob refused: " + blob_error.message, error, error_size);
     return 2;
   }

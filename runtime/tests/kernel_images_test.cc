@@ -1,5 +1,5 @@
 // The GroupedMM plugin's view of a blob's kernel images: selection by dtype
-// and layout, and the pack it carries in its fields.
+// and layout, the id its engines reference them by, and the registry.
 #include <gtest/gtest.h>
 
 #include "kernel_images.h"
@@ -50,25 +50,52 @@ TEST(KernelImages, SelectsByDtypeAndLayout) {
   EXPECT_TRUE(kernel_image_views(*root, "fp16", false).empty());
 }
 
-TEST(KernelImages, PackRoundTripsAndRefusesDamage) {
+// The id is the schema's contract: sha256 of the image bytes, concatenated in blob order.
+TEST(KernelImages, IdIsTheSha256OfTheImagesInOrder) {
   const std::vector<uint8_t> bytes = blob_with_kernels();
-  const std::vector<uint8_t> pack = pack_kernel_images(*blob::GetBlob(bytes.data()));
-  testing::Bytes aligned = testing::Bytes::of(pack);
-  std::string error;
-  const blob::Blob* unpacked = unpack_kernel_images(aligned.data(), aligned.size, &error);
-  ASSERT_NE(unpacked, nullptr) << error;
-  const auto before = kernel_image_views(*blob::GetBlob(bytes.data()), "bf16", true);
-  const auto after = kernel_image_views(*unpacked, "bf16", true);
+  const blob::Blob* root = blob::GetBlob(bytes.data());
+  std::vector<uint8_t> concatenated;
+  for (const blob::KernelImage* k : *root->kernels()) {
+    concatenated.insert(concatenated.end(), k->image()->begin(), k->image()->end());
+  }
+  EXPECT_EQ(to_hex(kernel_images_id(*root)), testing::sha256_hex(concatenated));
+  // Another order of the same images is another id.
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
+  const std::vector<uint8_t> ptx = {'.', 'v', 'e', 'r'}, cubin = {1, 2, 3, 4};
+  for (const auto* image : {&ptx, &cubin}) {
+    kernels.push_back(blob::CreateKernelImageDirect(fbb, "k_nk", "sm_80", blob::ImageFormat::Cubin, image));
+  }
+  fbb.Finish(blob::CreateBlobDirect(fbb, "p", 0, nullptr, nullptr, 0, nullptr, nullptr, &kernels));
+  const blob::Blob* reordered = blob::GetBlob(fbb.GetBufferPointer());
+  EXPECT_NE(kernel_images_id(*reordered), kernel_images_id(*root));
+}
+
+TEST(KernelImages, RegistryResolvesByIdWhileHeld) {
+  const std::vector<uint8_t> bytes = blob_with_kernels();
+  const blob::Blob* root = blob::GetBlob(bytes.data());
+  auto images = register_kernel_images(*root);
+  EXPECT_EQ(images->id(), kernel_images_id(*root));
+  EXPECT_EQ(register_kernel_images(*root), images);  // an equal set is shared
+  auto found = find_kernel_images(images->id());
+  ASSERT_EQ(found, images);
+  // The registered copy holds the same images, selected the same way.
+  const auto before = kernel_image_views(*root, "bf16", true);
+  const auto after = kernel_image_views(found->images(), "bf16", true);
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < after.size(); ++i) {
-    EXPECT_EQ(after[i].kernel, before[i].kernel);
     EXPECT_EQ(after[i].entry, before[i].entry);
     EXPECT_EQ(std::vector<uint8_t>(after[i].image, after[i].image + after[i].image_size),
               std::vector<uint8_t>(before[i].image, before[i].image + before[i].image_size));
     EXPECT_EQ(after[i].shared_bytes, before[i].shared_bytes);
   }
-  EXPECT_EQ(unpack_kernel_images(aligned.data(), 8, &error), nullptr);
-  EXPECT_NE(error.find("verification"), std::string::npos);
+  KernelImagesId unknown = images->id();
+  unknown[0] ^= 1;
+  EXPECT_EQ(find_kernel_images(unknown), nullptr);
+  const KernelImagesId id = images->id();
+  images.reset();
+  found.reset();
+  EXPECT_EQ(find_kernel_images(id), nullptr);  // nobody holds them any more
 }
 
 }  // namespace

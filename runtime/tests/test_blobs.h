@@ -74,6 +74,18 @@ inline void reseal(std::vector<uint8_t>* blob) {
   store_u32(blob->data() + 12, crc);
 }
 
+inline std::string sha256_hex(const std::vector<uint8_t>& bytes) {
+  uint8_t digest[32];
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
+  std::string hex;
+  for (uint8_t b : digest) {
+    hex += "0123456789abcdef"[b >> 4];
+    hex += "0123456789abcdef"[b & 15];
+  }
+  return hex;
+}
+
 // A blob around `payload` with a valid header.
 inline std::vector<uint8_t> seal(const uint8_t* payload, size_t size, uint32_t version = kSchemaVersion) {
   std::vector<uint8_t> blob(kHeaderSize + size);

@@ -1,8 +1,8 @@
 // C entry points for the device check of the GroupedMM plugin's launch path
 // without TensorRT (launch_check.py): a blob written by our export is read
-// and verified by the runtime's blob reader, its kernel images go through the
-// same pack/unpack the plugin's fields use, and are launched through the
-// kernel launcher.
+// and verified by the runtime's blob reader, its kernel images are
+// copied into the registry the plugin takes them from, and launched through
+// the kernel launcher.
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -16,7 +16,7 @@
 namespace {
 
 struct LaunchCheck {
-  std::vector<uint64_t> pack;  // aligned storage of the packed images
+  std::shared_ptr<const et_trt::KernelPack> images;
   std::unique_ptr<et_trt::kernels::GroupedMMLauncher> launcher;
 };
 
@@ -31,26 +31,17 @@ extern "C" {
 __attribute__((visibility("default"))) void* et_trt_launch_check_create(const uint8_t* blob_bytes, size_t size,
                                                                          const char* dtype, int32_t trans_b,
                                                                          char* error, size_t error_size) {
-  std::vector<uint64_t> aligned(size / 8 + 1);
-  std::memcpy(aligned.data(), blob_bytes, size);
+  std::vector<uint64_t> aligned;
   et_trt::BlobView view;
   et_trt::BlobError blob_error;
-  if (!et_trt::read_blob(aligned.data(), size, &view, &blob_error)) {
+  if (!et_trt::read_blob_copy(blob_bytes, size, &aligned, &view, &blob_error)) {
     copy_error("blob refused: " + blob_error.message, error, error_size);
     return nullptr;
   }
   auto check = std::make_unique<LaunchCheck>();
-  const std::vector<uint8_t> pack = et_trt::pack_kernel_images(*view.root);
-  check->pack.resize(pack.size() / 8 + 1);
-  std::memcpy(check->pack.data(), pack.data(), pack.size());
+  check->images = et_trt::register_kernel_images(*view.root);
   std::string message;
-  const et_trt::blob::Blob* images =
-      et_trt::unpack_kernel_images(reinterpret_cast<const uint8_t*>(check->pack.data()), pack.size(), &message);
-  if (images == nullptr) {
-    copy_error(message, error, error_size);
-    return nullptr;
-  }
-  const auto views = et_trt::kernel_image_views(*images, dtype, trans_b != 0);
+  const auto views = et_trt::kernel_image_views(check->images->images(), dtype, trans_b != 0);
   if (views.empty()) {
     copy_error(std::string("the blob has no ") + dtype + (trans_b ? " _nk" : " _kn") + " kernel images", error,
                error_size);

@@ -1,14 +1,12 @@
 #include "grouped_mm_plugin.h"
 
-#include <executorch/runtime/platform/log.h>
-
+#include <atomic>
+#include <cstdio>
 #include <cstring>
-#include <memory>
 #include <mutex>
+#include <set>
 
 #include "grouped_mm_launcher.h"
-#include "kernel_images.h"
-#include "log.h"
 
 namespace et_trt {
 namespace {
@@ -16,32 +14,30 @@ namespace {
 using nvinfer1::DataType;
 using nvinfer1::DimsExprs;
 using nvinfer1::DynamicPluginTensorDesc;
+using nvinfer1::ILogger;
 using nvinfer1::PluginField;
 using nvinfer1::PluginFieldCollection;
 using nvinfer1::PluginFieldType;
 using nvinfer1::PluginTensorDesc;
 using nvinfer1::TensorFormat;
 
-constexpr char kTransBField[] = "trans_b";
-constexpr char kKernelImagesField[] = "kernel_images";
+std::atomic<ILogger*> plugin_logger{nullptr};
+thread_local std::shared_ptr<const KernelPack> parsing_images;
+thread_local std::string last_error;
 
-thread_local const std::vector<uint8_t>* parsing_pack = nullptr;
-
-// Immutable kernel images shared by a plugin and its clones (8-byte aligned
-// for the flatbuffers reader).
-struct KernelPack {
-  std::vector<uint64_t> storage;
-  size_t size = 0;
-  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(storage.data()); }
-
-  static std::shared_ptr<const KernelPack> copy(const void* bytes, size_t size) {
-    auto pack = std::make_shared<KernelPack>();
-    pack->storage.resize(size / 8 + 1);
-    pack->size = size;
-    std::memcpy(pack->storage.data(), bytes, size);
-    return pack;
+void log(ILogger::Severity severity, const std::string& message) {
+  const std::string text = "GroupedMM plugin: " + message;
+  if (ILogger* logger = plugin_logger.load()) {
+    logger->log(severity, text.c_str());
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
   }
-};
+}
+
+void refuse(const std::string& message) {
+  last_error = message;
+  log(ILogger::Severity::kERROR, message);
+}
 
 const char* dtype_of(DataType type) {
   return type == DataType::kBF16 ? "bf16" : type == DataType::kHALF ? "fp16" : nullptr;
@@ -52,15 +48,11 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                               public nvinfer1::IPluginV3OneBuild,
                               public nvinfer1::IPluginV3OneRuntime {
  public:
-  GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> pack)
-      : trans_b_(trans_b ? 1 : 0), pack_(std::move(pack)) {
-    // Offer TensorRT only the dtypes there are images for (a weakly typed
-    // build may otherwise pick one the plugin cannot run).
-    std::string error;
-    if (const blob::Blob* images = unpack_kernel_images(pack_->data(), pack_->size, &error)) {
-      has_bf16_ = !kernel_image_views(*images, "bf16", trans_b).empty();
-      has_fp16_ = !kernel_image_views(*images, "fp16", trans_b).empty();
-    }
+  GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> images)
+      : trans_b_(trans_b ? 1 : 0), images_(std::move(images)) {
+    // Offer TensorRT only the dtypes there are images for.
+    has_bf16_ = !kernel_image_views(images_->images(), "bf16", trans_b).empty();
+    has_fp16_ = !kernel_image_views(images_->images(), "fp16", trans_b).empty();
   }
 
   // ---- IPluginV3 ----
@@ -75,7 +67,9 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
   // A clone shares the images and makes its own launcher: one per execution
   // context, so launches on different contexts never share scratch memory.
-  nvinfer1::IPluginV3* clone() noexcept override { return new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, pack_); }
+  nvinfer1::IPluginV3* clone() noexcept override {
+    return new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, images_);
+  }
 
   // ---- IPluginV3OneCore ----
   const char* getPluginName() const noexcept override { return kGroupedMMName; }
@@ -95,7 +89,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   int32_t getOutputShapes(const DimsExprs* inputs, int32_t nb_inputs, const DimsExprs*, int32_t, DimsExprs* outputs,
                           int32_t nb_outputs, nvinfer1::IExprBuilder&) noexcept override {
     if (nb_inputs != 3 || nb_outputs != 1 || inputs[0].nbDims != 2 || inputs[1].nbDims != 3) {
-      ET_LOG(Error, "GroupedMM: expects a [rows, K], b [G, K, N] or [G, N, K], offs [G]");
+      log(ILogger::Severity::kERROR, "expects a [rows, K], b [G, K, N] or [G, N, K], offs [G]");
       return -1;
     }
     outputs[0].nbDims = 2;
@@ -126,9 +120,12 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims, &offs = in[2].dims;
     const int64_t k = b.d[trans_b_ ? 2 : 1];
     if (a.nbDims != 2 || b.nbDims != 3 || offs.nbDims != 1 || a.d[1] != k || offs.d[0] != b.d[0]) {
-      ET_LOG(Error, "GroupedMM: inconsistent shapes a[%lld, %lld], b[%lld, %lld, %lld], offs[%lld] (trans_b=%d)",
-             (long long)a.d[0], (long long)a.d[1], (long long)b.d[0], (long long)b.d[1], (long long)b.d[2],
-             (long long)offs.d[0], trans_b_);
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    "inconsistent shapes a[%lld, %lld], b[%lld, %lld, %lld], offs[%lld] (trans_b=%d)",
+                    (long long)a.d[0], (long long)a.d[1], (long long)b.d[0], (long long)b.d[1], (long long)b.d[2],
+                    (long long)offs.d[0], trans_b_);
+      log(ILogger::Severity::kERROR, text);
       return -1;
     }
     return 0;
@@ -138,14 +135,14 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                   void* const* outputs, void*, cudaStream_t stream) noexcept override {
     std::string error;
     if (launcher_ == nullptr && !create_launcher(in[0].type, &error)) {
-      log_error("GroupedMM: " + error);
+      log(ILogger::Severity::kERROR, error);
       return -1;
     }
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims;
     const int64_t rows = a.d[0], k = a.d[1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
     if (!launcher_->launch(inputs[0], inputs[1], static_cast<const int32_t*>(inputs[2]), outputs[0], rows, k, n,
                            groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error)) {
-      log_error("GroupedMM: " + error);
+      log(ILogger::Severity::kERROR, error);
       return -1;
     }
     return 0;
@@ -155,8 +152,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
   const PluginFieldCollection* getFieldsToSerialize() noexcept override {
     fields_[0] = PluginField(kTransBField, &trans_b_, PluginFieldType::kINT32, 1);
-    fields_[1] = PluginField(kKernelImagesField, pack_->data(), PluginFieldType::kUNKNOWN,
-                             static_cast<int32_t>(pack_->size));
+    fields_[1] = PluginField(kKernelImagesIdField, images_->id().data(), PluginFieldType::kUNKNOWN,
+                             static_cast<int32_t>(images_->id().size()));
     collection_.nbFields = 2;
     collection_.fields = fields_;
     return &collection_;
@@ -169,12 +166,10 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       *error = "a must be bf16 or fp16";
       return false;
     }
-    const blob::Blob* images = unpack_kernel_images(pack_->data(), pack_->size, error);
-    if (images == nullptr) return false;
-    const auto views = kernel_image_views(*images, dtype, trans_b_ != 0);
+    const auto views = kernel_image_views(images_->images(), dtype, trans_b_ != 0);
     if (views.empty()) {
-      *error = std::string("the engine carries no ") + dtype + " kernel image for trans_b=" +
-               std::to_string(trans_b_) + "; re-export with grouped_gemm_kernel on and this dtype";
+      *error = std::string("the blob has no ") + dtype + " kernel image for trans_b=" + std::to_string(trans_b_) +
+               "; re-export with grouped_gemm_kernel on and this dtype";
       return false;
     }
     launcher_ = kernels::GroupedMMLauncher::create(views, error);
@@ -182,51 +177,73 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   }
 
   int32_t trans_b_;
-  std::shared_ptr<const KernelPack> pack_;
+  std::shared_ptr<const KernelPack> images_;
   bool has_bf16_ = false, has_fp16_ = false;
   std::unique_ptr<kernels::GroupedMMLauncher> launcher_;
   PluginField fields_[2];
   PluginFieldCollection collection_{};
 };
 
+// The 1-byte field types a 32-byte id may arrive as: kUNKNOWN (our engines)
+// or, from an ONNX attribute, kINT8 / kCHAR.
+bool is_byte_field(PluginFieldType type) {
+  return type == PluginFieldType::kUNKNOWN || type == PluginFieldType::kINT8 || type == PluginFieldType::kCHAR;
+}
+
 class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
  public:
+  // The ONNX node's attributes: trans_b only. kernel_images_id comes from a
+  // serialized engine (or the images being parsed), so it is not listed: the
+  // parser would warn about every node that lacks it.
   GroupedMMCreator() {
     field_names_[0] = PluginField(kTransBField, nullptr, PluginFieldType::kINT32, 1);
-    field_names_[1] = PluginField(kKernelImagesField, nullptr, PluginFieldType::kUNKNOWN, 0);
-    collection_.nbFields = 2;
+    collection_.nbFields = 1;
     collection_.fields = field_names_;
   }
 
   nvinfer1::IPluginV3* createPlugin(const char*, const PluginFieldCollection* fc,
                                     nvinfer1::TensorRTPhase phase) noexcept override {
     bool trans_b = false;
-    std::shared_ptr<const KernelPack> pack;
+    const PluginField* id_field = nullptr;
     for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i) {
       const PluginField& f = fc->fields[i];
       if (f.name == nullptr || f.data == nullptr) continue;
       if (std::strcmp(f.name, kTransBField) == 0 && f.length >= 1) {
         if (f.type == PluginFieldType::kINT32) trans_b = *static_cast<const int32_t*>(f.data) != 0;
         else if (f.type == PluginFieldType::kINT64) trans_b = *static_cast<const int64_t*>(f.data) != 0;
-      } else if (std::strcmp(f.name, kKernelImagesField) == 0 && f.length > 0) {
-        pack = KernelPack::copy(f.data, static_cast<size_t>(f.length));
+      } else if (std::strcmp(f.name, kKernelImagesIdField) == 0) {
+        id_field = &f;
       }
     }
-    if (pack == nullptr && parsing_pack != nullptr && !parsing_pack->empty()) {
-      pack = KernelPack::copy(parsing_pack->data(), parsing_pack->size());
+    const char* where = phase == nvinfer1::TensorRTPhase::kBUILD ? "building" : "loading an engine";
+    std::shared_ptr<const KernelPack> images;
+    if (id_field != nullptr) {
+      KernelImagesId id{};
+      if (!is_byte_field(id_field->type) || id_field->length != static_cast<int32_t>(id.size())) {
+        refuse(std::string("field ") + kKernelImagesIdField + " must be 32 bytes (a sha256), got " +
+               std::to_string(id_field->length) + " elements of field type " +
+               std::to_string(static_cast<int>(id_field->type)));
+        return nullptr;
+      }
+      std::memcpy(id.data(), id_field->data, id.size());
+      images = find_kernel_images(id);
+      if (images == nullptr) {
+        refuse(std::string(where) + ": the engine's kernel images " + to_hex(id) +
+               " are not loaded: no et-trt blob with these images was registered in this process. Load the "
+               "engine through the et-trt runtime together with the .pte it was exported in (or, with "
+               "libet_trt_plugin.so, pass that blob to et_trt_plugin_use_kernel_images first)");
+        return nullptr;
+      }
+    } else {
+      images = parsing_images;
+      if (images == nullptr) {
+        refuse(std::string(where) + ": no kernel images: a GroupedMM node from ONNX takes the images of the "
+               "blob being parsed, and none was given (the et-trt runtime gives its blob's; with "
+               "libet_trt_plugin.so call et_trt_plugin_use_kernel_images before parsing)");
+        return nullptr;
+      }
     }
-    if (pack == nullptr) {
-      ET_LOG(Error, "GroupedMM plugin (%s): no kernel images: it is only created by et-trt's engine builder, "
-                    "which supplies the blob's images, or from an engine that carries them",
-             phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime");
-      return nullptr;
-    }
-    std::string error;
-    if (unpack_kernel_images(pack->data(), pack->size, &error) == nullptr) {
-      log_error("GroupedMM plugin: " + error);
-      return nullptr;
-    }
-    return new (std::nothrow) GroupedMMPlugin(trans_b, std::move(pack));
+    return new (std::nothrow) GroupedMMPlugin(trans_b, std::move(images));
   }
 
   const PluginFieldCollection* getFieldNames() noexcept override { return &collection_; }
@@ -235,25 +252,46 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
   const char* getPluginNamespace() const noexcept override { return kGroupedMMNamespace; }
 
  private:
-  PluginField field_names_[2];
+  PluginField field_names_[1];
   PluginFieldCollection collection_{};
 };
 
 }  // namespace
 
-KernelImagesForParsing::KernelImagesForParsing(const std::vector<uint8_t>* pack) { parsing_pack = pack; }
-KernelImagesForParsing::~KernelImagesForParsing() { parsing_pack = nullptr; }
+nvinfer1::IPluginCreatorV3One& grouped_mm_creator() {
+  static GroupedMMCreator* creator = new GroupedMMCreator;  // never destroyed: registries outlive statics
+  return *creator;
+}
 
 bool register_grouped_mm_plugin(nvinfer1::IPluginRegistry& registry, std::string* error) {
-  static GroupedMMCreator creator;  // lives as long as the process, like the registry
-  static bool registered = false;
+  // One registry per provider library (TensorRT, TensorRT for RTX).
+  static std::set<nvinfer1::IPluginRegistry*> registered;
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  if (!registered) {
-    registered = registry.registerCreator(creator, kGroupedMMNamespace);
-    if (!registered) *error = "TensorRT refused to register the GroupedMM plugin creator (et_trt::GroupedMM v1)";
+  if (registered.count(&registry) != 0) return true;
+  if (!registry.registerCreator(grouped_mm_creator(), kGroupedMMNamespace)) {
+    *error = "TensorRT refused to register the GroupedMM plugin creator (et_trt::GroupedMM v1)";
+    return false;
   }
-  return registered;
+  registered.insert(&registry);
+  return true;
 }
+
+void set_grouped_mm_logger(nvinfer1::ILogger* logger) { plugin_logger.store(logger); }
+
+std::string take_grouped_mm_error() {
+  std::string error;
+  error.swap(last_error);
+  return error;
+}
+
+void set_parsing_kernel_images(std::shared_ptr<const KernelPack> images) { parsing_images = std::move(images); }
+
+KernelImagesForParsing::KernelImagesForParsing(std::shared_ptr<const KernelPack> images)
+    : previous_(std::move(parsing_images)) {
+  parsing_images = std::move(images);
+}
+
+KernelImagesForParsing::~KernelImagesForParsing() { parsing_images = std::move(previous_); }
 
 }  // namespace et_trt

@@ -1,34 +1,63 @@
 // TensorRT plugin for the ONNX op et_trt::GroupedMM (contract 4): name
 // "GroupedMM", namespace "et_trt", version "1". Inputs a [rows, K], b
 // [G, K, N] (or [G, N, K] with trans_b), offs int32 [G]; output [rows, N].
-// The kernel images travel in the plugin's fields, so a serialized engine
-// carries them; they are launched through et_trt::kernels::GroupedMMLauncher.
+// Launched through et_trt::kernels::GroupedMMLauncher.
+//
+// Fields (schema.fbs, table Engine): `trans_b` (kINT32, 1) and
+// `kernel_images_id` (kUNKNOWN, 32 bytes): the sha256 naming the blob's
+// kernel images, which the plugin resolves in the process's registry
+// (kernel_images.h). So a serialized engine carries one reference, not the
+// images; it loads where the blob it was built from is registered first.
+//
+// Compiled into libet_trt_runtime.so (the delegate registers the creator) and
+// into libet_trt_plugin.so (plugin_library.cc: a plugin library any TensorRT or
+// TensorRT for RTX process can load).
 #pragma once
 
 #include <NvInfer.h>
 
-#include <cstdint>
+#include <memory>
 #include <string>
-#include <vector>
+
+#include "kernel_images.h"
 
 namespace et_trt {
 
 constexpr char kGroupedMMName[] = "GroupedMM";
 constexpr char kGroupedMMNamespace[] = "et_trt";
 constexpr char kGroupedMMVersion[] = "1";
+constexpr char kTransBField[] = "trans_b";
+constexpr char kKernelImagesIdField[] = "kernel_images_id";
 
-// Registers the plugin creator with TensorRT's registry (once per process).
+// The creator, one per process (lives as long as the process, like a registry).
+nvinfer1::IPluginCreatorV3One& grouped_mm_creator();
+
+// Registers the creator with TensorRT's registry (once per process).
 bool register_grouped_mm_plugin(nvinfer1::IPluginRegistry& registry, std::string* error);
 
+// Where the plugin's messages go: TensorRT's logger of the process (the
+// runtime's, or the one a plugin library is handed); stderr until set.
+void set_grouped_mm_logger(nvinfer1::ILogger* logger);
+
+// The last refusal of the creator on this thread (e.g. an engine naming
+// kernel images no loaded blob holds), then cleared; empty if none.
+std::string take_grouped_mm_error();
+
 // While alive, GroupedMM plugins created on this thread from an ONNX node
-// (which carries only trans_b) take their kernel images from `pack`
-// (kernel_images.h). The engine builder holds one around parsing a blob's ONNX.
+// (which carries only trans_b) take `images`. Whoever parses a blob's ONNX
+// holds one around the parse.
 class KernelImagesForParsing {
  public:
-  explicit KernelImagesForParsing(const std::vector<uint8_t>* pack);
+  explicit KernelImagesForParsing(std::shared_ptr<const KernelPack> images);
   ~KernelImagesForParsing();
   KernelImagesForParsing(const KernelImagesForParsing&) = delete;
   KernelImagesForParsing& operator=(const KernelImagesForParsing&) = delete;
+
+ private:
+  std::shared_ptr<const KernelPack> previous_;
 };
+
+// The images plugins created from ONNX on this thread take (nullptr: none).
+void set_parsing_kernel_images(std::shared_ptr<const KernelPack> images);
 
 }  // namespace et_trt

@@ -78,8 +78,11 @@ struct DeviceBuffer {
 
 class TensorRTEngine final : public Engine {
  public:
-  TensorRTEngine(const CudaDriver& cuda, CUdevice device, CUcontext context, PartitionIo io)
-      : cuda_(cuda), device_(device), context_(context), io_(std::move(io)) {}
+  // `images`: the blob's kernel images, registered for as long as the engine
+  // lives, so its GroupedMM plugins resolve their kernel_images_id.
+  TensorRTEngine(const CudaDriver& cuda, CUdevice device, CUcontext context, PartitionIo io,
+                 std::shared_ptr<const KernelPack> images)
+      : cuda_(cuda), device_(device), context_(context), io_(std::move(io)), images_(std::move(images)) {}
 
   ~TensorRTEngine() override {
     {
@@ -111,7 +114,9 @@ class TensorRTEngine final : public Engine {
     }
     engine_.reset(runtime_->deserializeCudaEngine(plan, size));
     if (engine_ == nullptr) {
-      *error = "TensorRT could not deserialize the engine (see TensorRT's message above)";
+      const std::string plugin_error = take_grouped_mm_error();
+      *error = plugin_error.empty() ? "TensorRT could not deserialize the engine (see TensorRT's message above)"
+                                    : "TensorRT could not deserialize the engine: " + plugin_error;
       return false;
     }
     for (const auto* specs : {&io_.inputs, &io_.outputs}) {
@@ -260,6 +265,7 @@ class TensorRTEngine final : public Engine {
   CUdevice device_;
   CUcontext context_;
   PartitionIo io_;
+  std::shared_ptr<const KernelPack> images_;
   std::unique_ptr<nvinfer1::IRuntime> runtime_;
   std::unique_ptr<nvinfer1::ICudaEngine> engine_;
   std::unique_ptr<nvinfer1::IExecutionContext> execution_;
@@ -307,8 +313,7 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     return false;
   }
   {
-    const std::vector<uint8_t> pack = pack_kernel_images(root);
-    KernelImagesForParsing images(&pack);
+    KernelImagesForParsing images(register_kernel_images(root));
     if (!parser->parse(root.onnx()->data(), root.onnx()->size())) {
       *error = "TensorRT's ONNX parser refused the partition:";
       for (int i = 0; i < parser->getNbErrors(); ++i) *error += std::string(" [") + parser->getError(i)->desc() + "]";
@@ -401,6 +406,7 @@ bool open_machine(int ordinal, Machine* m, EngineError* error) {
     return false;
   }
   nvinfer1::IPluginRegistry* registry = m->trt->plugin_registry();
+  set_grouped_mm_logger(&m->trt->logger());
   if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message)) {
     *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
     return false;
@@ -471,7 +477,7 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
     return nullptr;
   }
   // From here the engine owns the context reference (released in its destructor).
-  auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io);
+  auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io, register_kernel_images(root));
 
   // 1. An engine embedded at export, if one was built by TensorRT for this GPU and TensorRT version.
   const auto* embedded_engines = root.engines();
