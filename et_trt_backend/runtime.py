@@ -13,6 +13,7 @@ uses too, and registers itself there when loaded.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import logging
 import os
 import pathlib
@@ -25,6 +26,7 @@ LIBRARY_ENV = "ET_TRT_RUNTIME_LIBRARY"
 ENGINE_CACHE_ENV = "ET_TRT_ENGINE_CACHE"
 LIBRARY_NAME = "libet_trt_runtime.so"
 PLUGIN_LIBRARY_ENV = "ET_TRT_PLUGIN_LIBRARY"
+RTX_DIR_ENV = "ET_TRT_TENSORRT_RTX_DIR"
 PLUGIN_LIBRARY_NAME = "libet_trt_plugin.so"
 _RUNTIME_DIR = pathlib.Path(__file__).resolve().parent.parent / "runtime"
 # Where the plugin library is built: runtime/build when TensorRT's headers were given to
@@ -89,6 +91,7 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     global _loaded
     if engine_cache_dir is not None:
         os.environ[ENGINE_CACHE_ENV] = str(engine_cache_dir)
+    _point_at_tensorrt_rtx()
     lib_path = pathlib.Path(path) if path is not None else library_path()
     if not lib_path.is_file():
         raise RuntimeLoadError(
@@ -113,6 +116,17 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     logger.info("loaded %s: '%s' registered", lib_path, BACKEND_ID)
     _loaded = lib
     return lib
+
+
+def _point_at_tensorrt_rtx() -> None:
+    """Sets $ET_TRT_TENSORRT_RTX_DIR (where the delegate opens TensorRT for RTX) to the installed
+    tensorrt-rtx wheel's library folder, unless it is set already or the wheel is absent."""
+    if os.environ.get(RTX_DIR_ENV):
+        return
+    spec = importlib.util.find_spec("tensorrt_rtx_libs")
+    if spec is not None and spec.origin is not None:
+        os.environ[RTX_DIR_ENV] = str(pathlib.Path(spec.origin).parent)
+        logger.info("TensorRT for RTX: %s=%s", RTX_DIR_ENV, os.environ[RTX_DIR_ENV])
 
 
 def delegate_blobs(pte: bytes | str | os.PathLike) -> list[tuple[str, bytes]]:

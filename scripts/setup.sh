@@ -20,9 +20,16 @@ log "installing et-trt and its pinned dependencies into .venv"
 # torch 2.13.0 (CPU) first so nothing pulls a CUDA build; then the package.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test,tensorrt-rtx]" "cmake>=3.28,<4"
+./scripts/link_tensorrt_rtx.sh
 
 log "building the C++ runtime (runtime/build)"
 ./scripts/build_runtime.sh
+if [ -d ../shared/third_party/tensorrt/11.1/include ]; then
+  # libet_trt_plugin.so for the real-builder tests (runtime/build-tensorrt-11.1).
+  log "building the TensorRT layer against ../shared's TensorRT 11.1 headers"
+  ./scripts/build_runtime.sh --build-dir runtime/build-tensorrt-11.1 \
+    -DET_TRT_TENSORRT_INCLUDE_DIR="$(cd ../shared/third_party/tensorrt/11.1/include && pwd)"
+fi
 
 if [ "${ET_TRT_SKIP_EXPORT:-0}" != 1 ]; then
   log "exporting the example policy"

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ runtime's (through ctest, driven by pytest) and
-# the Python ones. Needs ./scripts/setup.sh once. Extra arguments go to pytest.
+# the Python ones, and the TensorRT layer built against TensorRT's headers
+# where ../shared has them. Needs ./scripts/setup.sh once. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build_runtime.sh >/dev/null
+# The TensorRT layer against each TensorRT header set in ../shared (CI), if present.
+log=runtime/build-tensorrt.log
+./scripts/build_tensorrt_layers.sh >"$log" 2>&1 || {
+  tail -n 60 "$log"
+  echo "test.sh: the TensorRT layer failed to build or test against TensorRT's headers (log: $log)" >&2
+  exit 1
+}
 # -ra: the summary lists every skip with its reason (what is missing here and why).
 exec .venv/bin/python -m pytest -ra "$@"

@@ -7,6 +7,7 @@ they were called (root without sudo, a user through sudo, nothing when present).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -72,3 +73,39 @@ def test_only_missing_packages_are_installed(tmp_path):
 def test_nothing_runs_where_the_packages_are_installed(tmp_path):
     result, calls = _run(tmp_path, uid=0, system_root="")
     assert result.returncode == 0 and calls == [] and result.stdout == ""
+
+
+# ---- the TensorRT for RTX wheel's missing unversioned library (scripts/link_tensorrt_rtx.sh) ----
+LINK_SCRIPT = REPO / "scripts" / "link_tensorrt_rtx.sh"
+
+
+def _link(lib_dir: pathlib.Path | None) -> subprocess.CompletedProcess:
+    args = ["bash", str(LINK_SCRIPT)] + ([str(lib_dir)] if lib_dir is not None else [])
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def test_rtx_link_is_created_beside_the_versioned_library(tmp_path):
+    (tmp_path / "libtensorrt_rtx.so.1").write_bytes(b"\x7fELF")
+    result = _link(tmp_path)
+    assert result.returncode == 0, result.stderr
+    link = tmp_path / "libtensorrt_rtx.so"
+    assert link.is_symlink() and os.readlink(link) == "libtensorrt_rtx.so.1"  # relative: the folder may move
+    assert f"linked {link} -> libtensorrt_rtx.so.1" in result.stdout
+    again = _link(tmp_path)  # idempotent
+    assert again.returncode == 0 and again.stdout == "" and os.readlink(link) == "libtensorrt_rtx.so.1"
+
+
+def test_rtx_link_does_nothing_where_tensorrt_rtx_is_absent(tmp_path):
+    result = _link(tmp_path)
+    assert result.returncode == 0 and "TensorRT for RTX is not installed; nothing to link" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rtx_link_of_the_installed_wheel():
+    spec = importlib.util.find_spec("tensorrt_rtx_libs")
+    if spec is None:
+        pytest.skip("TensorRT for RTX is not installed (the tensorrt-rtx extra)")
+    result = _link(None)
+    assert result.returncode == 0, result.stderr
+    folder = pathlib.Path(spec.origin).parent
+    assert (folder / "libtensorrt_rtx.so").resolve() == (folder / "libtensorrt_rtx.so.1").resolve()

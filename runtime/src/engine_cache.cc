@@ -51,9 +51,16 @@ std::string engine_cache_dir(const char* load_option) {
 }
 
 std::string engine_cache_key(const std::string& content_id_hex, const std::string& gpu_name,
-                             int compute_capability, const std::string& tensorrt_version) {
+                             int compute_capability, Provider provider, const std::string& provider_version) {
   return file_safe(content_id_hex) + "-" + file_safe(gpu_name) + "-sm" + std::to_string(compute_capability) +
-         "-trt" + file_safe(tensorrt_version) + ".engine";
+         (provider == Provider::kTensorRT ? "-trt" : "-rtx") + file_safe(provider_version) + ".engine";
+}
+
+std::string runtime_cache_key(const std::string& engine_key) {
+  const std::string suffix = ".engine";
+  const bool has_suffix =
+      engine_key.size() >= suffix.size() && engine_key.compare(engine_key.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return (has_suffix ? engine_key.substr(0, engine_key.size() - suffix.size()) : engine_key) + ".runtime-cache";
 }
 
 bool read_cached_engine(const std::string& dir, const std::string& key, std::vector<uint8_t>* plan) {

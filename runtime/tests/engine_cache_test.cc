@@ -20,12 +20,17 @@ TEST(EngineCache, DirectoryComesFromOptionThenEnvironment) {
 }
 
 TEST(EngineCache, KeySeparatesContentGpuAndTensorRT) {
-  const std::string key = engine_cache_key("ab12", "NVIDIA H200", 90, "10.13.0");
+  constexpr Provider kTrt = Provider::kTensorRT;
+  const std::string key = engine_cache_key("ab12", "NVIDIA H200", 90, kTrt, "10.13.0");
   EXPECT_EQ(key, "ab12-NVIDIA_H200-sm90-trt10.13.0.engine");
-  EXPECT_NE(key, engine_cache_key("ab13", "NVIDIA H200", 90, "10.13.0"));
-  EXPECT_NE(key, engine_cache_key("ab12", "NVIDIA H100", 90, "10.13.0"));
-  EXPECT_NE(key, engine_cache_key("ab12", "NVIDIA H200", 90, "10.14.0"));
-  EXPECT_EQ(engine_cache_key("x", "../../etc/passwd", 87, "1").find('/'), std::string::npos);
+  EXPECT_NE(key, engine_cache_key("ab13", "NVIDIA H200", 90, kTrt, "10.13.0"));
+  EXPECT_NE(key, engine_cache_key("ab12", "NVIDIA H100", 90, kTrt, "10.13.0"));
+  EXPECT_NE(key, engine_cache_key("ab12", "NVIDIA H200", 90, kTrt, "10.14.0"));
+  EXPECT_EQ(engine_cache_key("x", "../../etc/passwd", 87, kTrt, "1").find('/'), std::string::npos);
+  // The provider is named: a TensorRT for RTX engine never passes for a TensorRT one.
+  const std::string rtx = engine_cache_key("ab12", "NVIDIA GeForce RTX 4090", 89, Provider::kTensorRTRTX, "1.7.1.116");
+  EXPECT_EQ(rtx, "ab12-NVIDIA_GeForce_RTX_4090-sm89-rtx1.7.1.116.engine");
+  EXPECT_EQ(runtime_cache_key(rtx), "ab12-NVIDIA_GeForce_RTX_4090-sm89-rtx1.7.1.116.runtime-cache");
 }
 
 TEST(EngineCache, WritesAtomicallyAndReadsBack) {

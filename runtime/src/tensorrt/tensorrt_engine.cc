@@ -13,6 +13,8 @@
 #include "engine_cache.h"
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
+#include "provider_choice.h"
+#include "rtx_runtime_cache.h"
 #include "tensorrt_library.h"
 
 namespace et_trt {
@@ -87,7 +89,17 @@ class TensorRTEngine final : public Engine {
   ~TensorRTEngine() override {
     {
       ScopedContext scope(cuda_, context_);
+#if NV_TENSORRT_MAJOR >= 11
+      if (runtime_cache_ != nullptr) {
+        std::string error;
+        if (!runtime_cache_->save(&error)) ET_LOG(Info, "et-trt: runtime cache not saved: %s", error.c_str());
+      }
+#endif
       execution_.reset();
+#if NV_TENSORRT_MAJOR >= 11
+      runtime_config_.reset();
+      runtime_cache_.reset();
+#endif
       engine_.reset();
       runtime_.reset();
       for (auto* buffers : {&input_staging_, &output_staging_}) {
@@ -102,7 +114,9 @@ class TensorRTEngine final : public Engine {
 
   // Deserializes `plan` and prepares execution; false (with *error) if this
   // TensorRT cannot read it or it does not match the IO specs.
-  bool load(TensorRTLibrary& trt, const void* plan, size_t size, std::string* error) {
+  // `cache_dir`/`cache_key`: where TensorRT for RTX keeps the runtime cache of this engine.
+  bool load(TensorRTLibrary& trt, const void* plan, size_t size, const std::string& cache_dir,
+            const std::string& cache_key, std::string* error) {
     ScopedContext scope(cuda_, context_);
     // A failed earlier attempt (embedded or cached plan) may have left these.
     execution_.reset();
@@ -135,7 +149,28 @@ class TensorRTEngine final : public Engine {
         }
       }
     }
+#if NV_TENSORRT_MAJOR >= 11
+    if (trt.provider() == Provider::kTensorRTRTX) {
+      // TensorRT for RTX compiles the engine's kernels for this GPU here, with
+      // the runtime cache of earlier inits.
+      runtime_cache_.reset();
+      runtime_config_.reset(engine_->createRuntimeConfig());
+      if (runtime_config_ == nullptr) {
+        *error = "TensorRT for RTX could not create a runtime configuration";
+        return false;
+      }
+      std::string note;
+      runtime_cache_ = rtx::RuntimeCacheFile::attach(*runtime_config_, cache_dir, runtime_cache_key(cache_key), &note);
+      if (runtime_cache_ == nullptr) ET_LOG(Info, "et-trt: %s", note.c_str());
+      execution_.reset(engine_->createExecutionContext(runtime_config_.get()));
+    } else {
+      execution_.reset(engine_->createExecutionContext());
+    }
+#else
+    (void)cache_dir;
+    (void)cache_key;
     execution_.reset(engine_->createExecutionContext());
+#endif
     if (execution_ == nullptr) {
       *error = "TensorRT could not create an execution context (out of device memory?)";
       return false;
@@ -268,6 +303,10 @@ class TensorRTEngine final : public Engine {
   std::shared_ptr<const KernelPack> images_;
   std::unique_ptr<nvinfer1::IRuntime> runtime_;
   std::unique_ptr<nvinfer1::ICudaEngine> engine_;
+#if NV_TENSORRT_MAJOR >= 11
+  std::unique_ptr<nvinfer1::IRuntimeConfig> runtime_config_;       // TensorRT for RTX
+  std::unique_ptr<rtx::RuntimeCacheFile> runtime_cache_;           // TensorRT for RTX, may be null
+#endif
   std::unique_ptr<nvinfer1::IExecutionContext> execution_;
   CUstream stream_ = nullptr;
   std::vector<DeviceBuffer> input_staging_, output_staging_;
@@ -362,8 +401,8 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
   BuildProgress progress(part);
   config->setProgressMonitor(&progress);
 
-  ET_LOG(Info, "et-trt: building the TensorRT %s engine of '%s' from its ONNX (%zu bytes); this can take minutes",
-         trt.version().c_str(), part.c_str(), size_t(root.onnx()->size()));
+  ET_LOG(Info, "et-trt: building the %s %s engine of '%s' from its ONNX (%zu bytes); this can take minutes",
+         provider_name(trt.provider()), trt.version().c_str(), part.c_str(), size_t(root.onnx()->size()));
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<nvinfer1::IHostMemory> serialized(builder->buildSerializedNetwork(*network, *config));
   if (serialized == nullptr) {
@@ -393,16 +432,31 @@ struct Machine {
   int capability = 0;
 };
 
-bool open_machine(int ordinal, Machine* m, EngineError* error) {
+// Picks the provider for `blob` (provider_choice.h) among those installed,
+// logs the choice and why, then opens CUDA and the device.
+bool open_machine(const blob::Blob& blob, int ordinal, Machine* m, EngineError* error) {
   std::string message;
-  m->trt = TensorRTLibrary::get(&message);
-  if (m->trt == nullptr) {
+  const std::string part = blob.part() ? blob.part()->str() : "";
+  ProviderPreference preference;
+  if (!parse_provider_preference(std::getenv("ET_TRT_PROVIDER"), &preference, &message)) {
     *error = failure(EngineError::Kind::kUnavailable, message);
     return false;
   }
+  InstalledProviders installed;
+  TensorRTLibrary* libraries[2] = {TensorRTLibrary::get(Provider::kTensorRT, &installed.tensorrt_missing),
+                                   TensorRTLibrary::get(Provider::kTensorRTRTX, &installed.rtx_missing)};
+  const ProviderChoice choice = choose_provider(blob, preference, installed);
+  if (!choice.ok) {
+    *error = failure(EngineError::Kind::kUnavailable, choice.reason);
+    return false;
+  }
+  m->trt = libraries[choice.provider == Provider::kTensorRT ? 0 : 1];
+  ET_LOG(Info, "et-trt: '%s' uses %s %s: %s", part.c_str(), provider_name(choice.provider), m->trt->version().c_str(),
+         choice.reason.c_str());
   m->cuda = CudaDriver::get(&message);
   if (m->cuda == nullptr) {
-    *error = failure(EngineError::Kind::kUnavailable, message);
+    *error = failure(EngineError::Kind::kUnavailable,
+                     std::string(provider_name(choice.provider)) + " is installed, but " + message);
     return false;
   }
   nvinfer1::IPluginRegistry* registry = m->trt->plugin_registry();
@@ -432,7 +486,7 @@ bool open_machine(int ordinal, Machine* m, EngineError* error) {
 bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
                        EngineTarget* target, EngineError* error) {
   Machine m;
-  if (!open_machine(device, &m, error)) return false;
+  if (!open_machine(*blob.root, device, &m, error)) return false;
   if (blob.root->onnx() == nullptr || blob.root->onnx()->size() == 0) {
     *error = failure(EngineError::Kind::kIncompatible, "the blob has no ONNX to build an engine from");
     return false;
@@ -464,7 +518,7 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   const std::string part = root.part() ? root.part()->str() : "";
   std::string message;
   Machine m;
-  if (!open_machine(options.device, &m, error)) return nullptr;
+  if (!open_machine(root, options.device, &m, error)) return nullptr;
   TensorRTLibrary* trt = m.trt;
   const CudaDriver* cuda = m.cuda;
   const CUdevice device = m.device;
@@ -479,39 +533,48 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   // From here the engine owns the context reference (released in its destructor).
   auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io, register_kernel_images(root));
 
-  // 1. An engine embedded at export, if one was built by TensorRT for this GPU and TensorRT version.
+  const Provider provider = trt->provider();
+  const std::string provider_text = std::string(provider_name(provider)) + " ";
+  // Engines and runtime caches built here are cached under this key.
+  const std::string key = engine_cache_key(blob.content_id_hex(), gpu_name, capability, provider, trt->version());
+
+  // 1. An engine embedded at export, if one was built by this provider and
+  // version for this GPU (TensorRT: this GPU model; TensorRT for RTX, built
+  // ahead of time: this compute capability).
   const auto* embedded_engines = root.engines();
+  const blob::Provider wanted = provider == Provider::kTensorRT ? blob::Provider::TensorRT : blob::Provider::TensorRTRTX;
   for (flatbuffers::uoffset_t i = 0; embedded_engines != nullptr && i < embedded_engines->size(); ++i) {
     const blob::Engine* embedded = embedded_engines->Get(i);
-    if (embedded->provider() != blob::Provider::TensorRT) continue;
+    if (embedded->provider() != wanted) continue;
     const std::string built_for = embedded->gpu_name() ? embedded->gpu_name()->str() : "";
-    if (trt->same_version(embedded->tensorrt_version()->str()) && built_for == gpu_name &&
+    const bool gpu_fits = built_for == gpu_name || (provider == Provider::kTensorRTRTX && built_for.empty());
+    if (trt->same_version(embedded->tensorrt_version()->str()) && gpu_fits &&
         embedded->compute_capability() == capability) {
-      if (engine->load(*trt, embedded->plan()->data(), embedded->plan()->size(), &message)) {
+      if (engine->load(*trt, embedded->plan()->data(), embedded->plan()->size(), options.cache_dir, key, &message)) {
         ET_LOG(Info, "et-trt: '%s' runs the engine embedded at export", part.c_str());
         return engine;
       }
       ET_LOG(Info, "et-trt: '%s': the embedded engine does not load (%s); building from the ONNX", part.c_str(),
              message.c_str());
     } else {
-      ET_LOG(Info, "et-trt: '%s': the embedded engine is for %s (sm%d) with TensorRT %s; this is %s (sm%d) with "
-                   "TensorRT %s: using the ONNX",
-             part.c_str(), built_for.c_str(), embedded->compute_capability(),
-             embedded->tensorrt_version()->str().c_str(), gpu_name.c_str(), capability, trt->version().c_str());
+      ET_LOG(Info, "et-trt: '%s': the embedded engine is for %s (sm%d) with %s%s; this is %s (sm%d) with %s%s: "
+                   "not using it",
+             part.c_str(), built_for.empty() ? "any GPU" : built_for.c_str(), embedded->compute_capability(),
+             provider_text.c_str(), embedded->tensorrt_version()->str().c_str(), gpu_name.c_str(), capability,
+             provider_text.c_str(), trt->version().c_str());
     }
   }
   if (root.onnx() == nullptr || root.onnx()->size() == 0) {
     *error = failure(EngineError::Kind::kIncompatible,
-                     "part '" + part + "' has no ONNX to build an engine for " + gpu_name + " with TensorRT " +
+                     "part '" + part + "' has no ONNX to build an engine for " + gpu_name + " with " + provider_text +
                          trt->version() + ", and its embedded engine does not fit: re-export for this machine");
     return nullptr;
   }
 
   // 2. An engine built here before.
-  const std::string key = engine_cache_key(blob.content_id_hex(), gpu_name, capability, trt->version());
   std::vector<uint8_t> plan;
   if (read_cached_engine(options.cache_dir, key, &plan)) {
-    if (engine->load(*trt, plan.data(), plan.size(), &message)) {
+    if (engine->load(*trt, plan.data(), plan.size(), options.cache_dir, key, &message)) {
       ET_LOG(Info, "et-trt: '%s' runs the cached engine %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
       return engine;
     }
@@ -535,7 +598,7 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   } else {
     ET_LOG(Info, "et-trt: cached the engine of '%s' as %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
   }
-  if (!engine->load(*trt, plan.data(), plan.size(), &message)) {
+  if (!engine->load(*trt, plan.data(), plan.size(), options.cache_dir, key, &message)) {
     *error = failure(EngineError::Kind::kFailed, "the engine just built does not load: " + message);
     return nullptr;
   }

@@ -17,14 +17,27 @@ using RegistryFn = nvinfer1::IPluginRegistry* (*)();
 using VersionFn = int32_t (*)();
 
 const std::string kMajor = std::to_string(NV_TENSORRT_MAJOR);
+// TensorRT for RTX 1.x keeps TensorRT 11.1's interfaces (FACTS.md); older headers do not match it.
+constexpr bool kRtxCompatibleHeaders = NV_TENSORRT_MAJOR >= 11;
 
-void* open_library(const std::string& name, std::string* error) {
-  void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+std::string install_hint(Provider provider) {
+  return provider == Provider::kTensorRT
+             ? "Install TensorRT " + kMajor + ".x (libnvinfer and libnvonnxparser) or add its lib directory to "
+                   "LD_LIBRARY_PATH"
+             : std::string("Install TensorRT for RTX (pip install 'et-trt[tensorrt-rtx]', or NVIDIA's SDK) and set "
+                           "ET_TRT_TENSORRT_RTX_DIR to the folder of libtensorrt_rtx.so.1 (et_trt_backend.runtime."
+                           "load() does for the pip wheel) or add it to LD_LIBRARY_PATH");
+}
+
+void* open_library(Provider provider, const std::string& name, std::string* error) {
+  std::string path = name;
+  const char* rtx_dir = std::getenv("ET_TRT_TENSORRT_RTX_DIR");
+  if (provider == Provider::kTensorRTRTX && rtx_dir != nullptr && rtx_dir[0] != '\0') path = std::string(rtx_dir) + "/" + name;
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    *error = "TensorRT is not installed here: cannot load " + name + " (" + (why ? why : "?") +
-             "). Install TensorRT " + kMajor + ".x (libnvinfer and libnvonnxparser) or add its lib directory to "
-             "LD_LIBRARY_PATH";
+    *error = std::string(provider_name(provider)) + " is not installed here: cannot load " + path + " (" +
+             (why ? why : "?") + "). " + install_hint(provider);
   }
   return lib;
 }
@@ -47,37 +60,51 @@ void TensorRTLogger::log(Severity severity, const char* message) noexcept {
   }
 }
 
-TensorRTLibrary* TensorRTLibrary::get(std::string* error) {
-  static TensorRTLibrary library;
-  static std::string load_error;
-  static std::once_flag once;
+TensorRTLibrary* TensorRTLibrary::get(Provider provider, std::string* error) {
+  static TensorRTLibrary libraries[2];
+  static std::string load_errors[2];
+  static std::once_flag once[2];
+  const int index = provider == Provider::kTensorRT ? 0 : 1;
+  TensorRTLibrary& library = libraries[index];
+  std::string& load_error = load_errors[index];
   // Loaded once and never closed: engines and plugins may live until exit.
-  std::call_once(once, [] {
-    void* nvinfer = open_library("libnvinfer.so." + kMajor, &load_error);
-    if (nvinfer == nullptr) return;
-    void* parser = open_library("libnvonnxparser.so." + kMajor, &load_error);
-    if (parser == nullptr) return;
-    library.create_runtime_ = dlsym(nvinfer, "createInferRuntime_INTERNAL");
-    library.create_builder_ = dlsym(nvinfer, "createInferBuilder_INTERNAL");
-    library.plugin_registry_ = dlsym(nvinfer, "getPluginRegistry");
-    library.create_parser_ = dlsym(parser, "createNvOnnxParser_INTERNAL");
-    auto major = reinterpret_cast<VersionFn>(dlsym(nvinfer, "getInferLibMajorVersion"));
-    auto minor = reinterpret_cast<VersionFn>(dlsym(nvinfer, "getInferLibMinorVersion"));
-    auto patch = reinterpret_cast<VersionFn>(dlsym(nvinfer, "getInferLibPatchVersion"));
-    if (!library.create_runtime_ || !library.create_builder_ || !library.plugin_registry_ ||
-        !library.create_parser_ || !major || !minor || !patch) {
-      load_error = "the TensorRT libraries found lack entry points this runtime needs (built against TensorRT " +
-                   std::to_string(NV_TENSORRT_MAJOR) + "." + std::to_string(NV_TENSORRT_MINOR) + ")";
+  std::call_once(once[index], [&] {
+    library.provider_ = provider;
+    if (provider == Provider::kTensorRTRTX && !kRtxCompatibleHeaders) {
+      load_error = "this libet_trt_runtime.so was built against TensorRT " + kMajor +
+                   " headers; TensorRT for RTX needs one built against TensorRT 11 headers";
       return;
     }
-    if (major() != NV_TENSORRT_MAJOR) {
-      load_error = "libnvinfer is TensorRT " + std::to_string(major()) + ", this runtime was built for TensorRT " +
-                   kMajor + ".x: rebuild runtime/ against that version's headers";
+    const bool rtx = provider == Provider::kTensorRTRTX;
+    void* infer = open_library(provider, rtx ? "libtensorrt_rtx.so.1" : "libnvinfer.so." + kMajor, &load_error);
+    if (infer == nullptr) return;
+    void* parser =
+        open_library(provider, rtx ? "libtensorrt_onnxparser_rtx.so.1" : "libnvonnxparser.so." + kMajor, &load_error);
+    if (parser == nullptr) return;
+    library.create_runtime_ = dlsym(infer, "createInferRuntime_INTERNAL");
+    library.create_builder_ = dlsym(infer, "createInferBuilder_INTERNAL");
+    library.plugin_registry_ = dlsym(infer, "getPluginRegistry");
+    library.create_parser_ = dlsym(parser, "createNvOnnxParser_INTERNAL");
+    auto major = reinterpret_cast<VersionFn>(dlsym(infer, "getInferLibMajorVersion"));
+    auto minor = reinterpret_cast<VersionFn>(dlsym(infer, "getInferLibMinorVersion"));
+    auto patch = reinterpret_cast<VersionFn>(dlsym(infer, "getInferLibPatchVersion"));
+    if (!library.create_runtime_ || !library.create_builder_ || !library.plugin_registry_ ||
+        !library.create_parser_ || !major || !minor || !patch) {
+      load_error = std::string("the ") + provider_name(provider) +
+                   " libraries found lack entry points this runtime needs (built against TensorRT " +
+                   std::to_string(NV_TENSORRT_MAJOR) + "." + std::to_string(NV_TENSORRT_MINOR) + " headers)";
+      return;
+    }
+    const int expected_major = rtx ? 1 : NV_TENSORRT_MAJOR;
+    if (major() != expected_major) {
+      load_error = std::string("the ") + provider_name(provider) + " library found is version " +
+                   std::to_string(major()) + ".x; this runtime supports " + std::to_string(expected_major) +
+                   ".x: " + (rtx ? "install TensorRT for RTX 1.x" : "rebuild runtime/ against that version's headers");
       return;
     }
     library.version_ = std::to_string(major()) + "." + std::to_string(minor()) + "." + std::to_string(patch());
     // The build number too, as Python's tensorrt.__version__ has it ("10.13.0.35").
-    if (auto build = reinterpret_cast<VersionFn>(dlsym(nvinfer, "getInferLibBuildVersion"))) {
+    if (auto build = reinterpret_cast<VersionFn>(dlsym(infer, "getInferLibBuildVersion"))) {
       library.version_ += "." + std::to_string(build());
     }
   });

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Compiles the TensorRT layer against every TensorRT header set in
+# ../shared/third_party/tensorrt/<version>/include, warnings as errors, and
+# fails on any compile error. Run by scripts/test.sh; a checkout without that
+# folder (a user's) skips it.
+#   11.1: the whole runtime with TensorRT on (runtime/build-tensorrt-11.1,
+#         libet_trt_plugin.so included) and its ctest suite.
+#   others (10.16, 10.3): the delegate and the plugin library.
+# ET_TRT_TENSORRT_HEADERS moves the folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+headers=${ET_TRT_TENSORRT_HEADERS:-../shared/third_party/tensorrt}
+full_version=11.1
+if [ ! -d "$headers" ]; then
+  echo "build_tensorrt_layers.sh: no TensorRT headers at $headers; the TensorRT layer is not compiled"
+  exit 0
+fi
+for include in "$headers"/*/include; do
+  version=$(basename "$(dirname "$include")")
+  build=runtime/build-tensorrt-$version
+  echo "== TensorRT $version headers: $build"
+  args=(--build-dir "$build" -DET_TRT_WERROR=ON -DET_TRT_TENSORRT_INCLUDE_DIR="$(cd "$include" && pwd)")
+  if [ "$version" = "$full_version" ]; then
+    ./scripts/build_runtime.sh "${args[@]}"
+    .venv/bin/ctest --test-dir "$build" -j"$(nproc)" --output-on-failure
+  else
+    ./scripts/build_runtime.sh "${args[@]}" -DET_TRT_BUILD_TESTS=OFF
+  fi
+done
