@@ -104,3 +104,25 @@ def test_an_unknown_provider_value_is_refused(runner, example_pte):
     rc, log = _run([runner, example_pte, "--iterations", "1"], ET_TRT_PROVIDER="rtx")
     assert rc == 1, log
     assert "ET_TRT_PROVIDER='rtx' is not one of tensorrt, tensorrt-rtx, auto" in log, log
+
+
+def test_export_time_builds_use_tensorrt_only(rtx_dir, example_pte):
+    """runtime.build_engine (et_trt_build_engine) records TensorRT engines, so it never builds
+    with TensorRT for RTX, even where only that is installed: it says TensorRT is missing."""
+    library = BUILD / "libet_trt_runtime.so"
+    if not library.is_file():
+        pytest.skip(f"{library} is not built (scripts/build_tensorrt_layers.sh)")
+    script = (
+        "from et_trt_backend import runtime\n"
+        f"_, blob = runtime.delegate_blobs({str(example_pte)!r})[0]\n"
+        "try:\n"
+        "    runtime.build_engine(blob)\n"
+        "except runtime.EngineBuildUnavailable as e:\n"
+        "    print('UNAVAILABLE:', e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "ET_TRT_RUNTIME_LIBRARY": str(library), "ET_TRT_TENSORRT_RTX_DIR": rtx_dir,
+                                 "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO))})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "UNAVAILABLE: TensorRT is not installed here: cannot load libnvinfer.so.11" in result.stdout, \
+        result.stdout + result.stderr[-3000:]

@@ -62,8 +62,9 @@ struct EngineTarget {
   int compute_capability = 0;  // major * 10 + minor
 };
 
-// Builds a serialized engine from a verified blob's ONNX exactly as init
-// would on this machine (export-time builds use it through et_trt_build_engine).
+// Builds a serialized TensorRT engine (never TensorRT for RTX, whatever is
+// installed) from a verified blob's ONNX exactly as init would on this machine
+// (export-time builds use it through et_trt_build_engine).
 bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
                        EngineTarget* target, EngineError* error);
 

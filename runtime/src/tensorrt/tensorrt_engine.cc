@@ -433,19 +433,26 @@ struct Machine {
 };
 
 // Picks the provider for `blob` (provider_choice.h) among those installed,
-// logs the choice and why, then opens CUDA and the device.
-bool open_machine(const blob::Blob& blob, int ordinal, Machine* m, EngineError* error) {
+// logs the choice and why, then opens CUDA and the device. `only_tensorrt`:
+// TensorRT regardless of the blob and $ET_TRT_PROVIDER.
+bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machine* m, EngineError* error) {
   std::string message;
   const std::string part = blob.part() ? blob.part()->str() : "";
   ProviderPreference preference;
-  if (!parse_provider_preference(std::getenv("ET_TRT_PROVIDER"), &preference, &message)) {
+  if (!only_tensorrt && !parse_provider_preference(std::getenv("ET_TRT_PROVIDER"), &preference, &message)) {
     *error = failure(EngineError::Kind::kUnavailable, message);
     return false;
   }
   InstalledProviders installed;
   TensorRTLibrary* libraries[2] = {TensorRTLibrary::get(Provider::kTensorRT, &installed.tensorrt_missing),
                                    TensorRTLibrary::get(Provider::kTensorRTRTX, &installed.rtx_missing)};
-  const ProviderChoice choice = choose_provider(blob, preference, installed);
+  ProviderChoice choice;
+  if (only_tensorrt) {
+    choice.ok = installed.has(Provider::kTensorRT);
+    choice.reason = choice.ok ? "export-time builds use TensorRT" : installed.tensorrt_missing;
+  } else {
+    choice = choose_provider(blob, preference, installed);
+  }
   if (!choice.ok) {
     *error = failure(EngineError::Kind::kUnavailable, choice.reason);
     return false;
@@ -485,8 +492,10 @@ bool open_machine(const blob::Blob& blob, int ordinal, Machine* m, EngineError* 
 
 bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
                        EngineTarget* target, EngineError* error) {
+  // The C entry builds TensorRT engines (export records them as such);
+  // TensorRT for RTX engines are built at export by its Python builder.
   Machine m;
-  if (!open_machine(*blob.root, device, &m, error)) return false;
+  if (!open_machine(*blob.root, device, /*only_tensorrt=*/true, &m, error)) return false;
   if (blob.root->onnx() == nullptr || blob.root->onnx()->size() == 0) {
     *error = failure(EngineError::Kind::kIncompatible, "the blob has no ONNX to build an engine from");
     return false;
@@ -518,7 +527,7 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   const std::string part = root.part() ? root.part()->str() : "";
   std::string message;
   Machine m;
-  if (!open_machine(root, options.device, &m, error)) return nullptr;
+  if (!open_machine(root, options.device, /*only_tensorrt=*/false, &m, error)) return nullptr;
   TensorRTLibrary* trt = m.trt;
   const CudaDriver* cuda = m.cuda;
   const CUdevice device = m.device;
