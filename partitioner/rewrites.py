@@ -17,10 +17,12 @@ would otherwise break the program for TensorRT:
   its do-not-decompose wrapper); when the ids are the router's top-k / max /
   argmax indices over E <= minlength experts, the counts have exactly
   minlength entries, which the comparison form gives with a static size.
-- empty_like -> zeros_like. empty_like decomposes to empty_permuted, which
-  is not core ATen, and has no portable kernel if preserved; its values are
-  undefined, so zeros are one valid choice (MoE code overwrites it whole,
-  e.g. an inverse permutation), and a deterministic one.
+- empty_like -> zeros_like, new_empty -> new_zeros. empty_like decomposes to
+  empty_permuted, which is not core ATen, and has no portable kernel if
+  preserved; new_empty becomes ExecuTorch's _empty_dim_order, which has no
+  TensorRT form. Their values are undefined, so zeros are one valid choice
+  (model code overwrites them whole: an inverse permutation, a key assembled
+  slice by slice), and a deterministic one.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -69,8 +71,13 @@ def _empty_like(x: torch.Tensor, **kwargs) -> torch.Tensor:
     return aten.zeros_like.default(x, **kwargs)
 
 
+def _new_empty(x: torch.Tensor, size, **kwargs) -> torch.Tensor:
+    return aten.new_zeros.default(x, size, **kwargs)
+
+
 PRE_DECOMPOSITIONS = {
     aten.empty_like.default: _empty_like,
+    aten.new_empty.default: _new_empty,
     aten.one_hot.default: _one_hot,
     aten.split.Tensor: _split_to_slices,
     aten.split_with_sizes.default: _split_sizes_to_slices,

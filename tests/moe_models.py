@@ -4,8 +4,9 @@
   routing, counting and sorting style, combine style, shared expert).
 - `MoEStack`: several MoE blocks with an op between them that TensorRT does not
   lower, to show how partitions split around it.
-- `hf_moe_block`: an unmodified sparse-MoE block from `transformers`, built from a
-  tiny random config with the "grouped_mm" experts implementation.
+- `hf_moe_block`, `HFDecoderLayer`, `HFCausalLM`: an unmodified sparse-MoE block,
+  decoder layer or whole causal LM from `transformers`, built from a tiny random
+  config with the "grouped_mm" experts implementation.
 - `edge_program`: the edge program a partitioner sees inside
   to_edge_transform_and_lower, for tests that inspect partitioning without
   lowering.
@@ -155,44 +156,98 @@ def export(module: nn.Module, tokens: int = 6, hidden: int = 32, dynamic: bool =
         return torch.export.export(module, (x,), dynamic_shapes=dims)
 
 
-# ---- transformers blocks -----------------------------------------------------
+# ---- transformers models -----------------------------------------------------
 HF_HIDDEN = 32
+HF_VOCAB = 64
+
+
+# name -> (module under transformers.models, class-name prefix, MoE block class, family-specific config).
+# Every family uses the "grouped_mm" experts implementation (transformers.integrations.moe).
+HF_FAMILIES = {
+    # softmax top-k router
+    "mixtral": ("mixtral", "Mixtral", "MixtralSparseMoeBlock", dict(intermediate_size=32, num_local_experts=4)),
+    # shared expert with a sigmoid gate
+    "qwen2_moe": ("qwen2_moe", "Qwen2Moe", "Qwen2MoeSparseMoeBlock",
+                  dict(moe_intermediate_size=32, shared_expert_intermediate_size=32, intermediate_size=32,
+                       num_experts=4)),
+    # query/key norms per head
+    "qwen3_moe": ("qwen3_moe", "Qwen3Moe", "Qwen3MoeSparseMoeBlock",
+                  dict(moe_intermediate_size=32, intermediate_size=32, num_experts=8)),
+    # query/key norms over all heads
+    "olmoe": ("olmoe", "Olmoe", "OlmoeSparseMoeBlock", dict(intermediate_size=32, num_experts=4)),
+    # "sparse mixer" router: expert ids are two max results concatenated
+    "phimoe": ("phimoe", "Phimoe", "PhimoeSparseMoeBlock", dict(intermediate_size=32, num_local_experts=4)),
+    # sigmoid router with group-limited routing, shared experts, multi-head latent attention
+    "deepseek_v3": ("deepseek_v3", "DeepseekV3", "DeepseekV3MoE",
+                    dict(moe_intermediate_size=32, intermediate_size=32, n_routed_experts=8, n_group=4,
+                         topk_group=2, n_shared_experts=1, first_k_dense_replace=0, q_lora_rank=16,
+                         kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)),
+    # scaled embeddings, residuals and logits
+    "granitemoe": ("granitemoe", "GraniteMoe", "GraniteMoeMoE", dict(intermediate_size=32, num_local_experts=4)),
+    # transposed biased experts, attention sinks, a sliding window shorter than the test's tokens
+    "gpt_oss": ("gpt_oss", "GptOss", "GptOssMLP",
+                dict(intermediate_size=32, num_local_experts=4, layer_types=["sliding_attention"], sliding_window=4,
+                     attn_implementation="eager")),  # GptOss has no sdpa attention
+}
+
+
+def _hf_family(name: str):
+    """(modeling module, class-name prefix, MoE block class name, config) of a transformers MoE family."""
+    import importlib
+
+    if name not in HF_FAMILIES:
+        raise ValueError(f"unknown transformers MoE family {name!r}; known: {sorted(HF_FAMILIES)}")
+    module, prefix, block, extra = HF_FAMILIES[name]
+    modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    return modeling, prefix, block, extra
+
+
+def hf_config(name: str, top_k: int = 2):
+    """A tiny config of one transformers MoE family: one layer, hidden 32, 4 query / 2 key-value heads."""
+    modeling, prefix, _, extra = _hf_family(name)
+    common = dict(
+        hidden_size=HF_HIDDEN, num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_hidden_layers=1,
+        vocab_size=HF_VOCAB, max_position_embeddings=512, num_experts_per_tok=top_k,
+        experts_implementation="grouped_mm", attn_implementation="sdpa", use_cache=False,
+    )
+    return getattr(modeling, f"{prefix}Config")(**{**common, **extra})
 
 
 def hf_moe_block(name: str, top_k: int = 2) -> nn.Module:
     """An unmodified transformers sparse-MoE block from a tiny random config (grouped_mm experts)."""
-    common = dict(hidden_size=HF_HIDDEN, experts_implementation="grouped_mm", num_experts_per_tok=top_k)
-    if name == "mixtral":
-        from transformers.models.mixtral.modeling_mixtral import MixtralConfig, MixtralSparseMoeBlock
+    modeling, _, block, _ = _hf_family(name)
+    return bf16(getattr(modeling, block)(hf_config(name, top_k)))
 
-        block = MixtralSparseMoeBlock(MixtralConfig(intermediate_size=32, num_local_experts=4, **common))
-    elif name == "qwen2_moe":  # shared expert with a sigmoid gate
-        from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeConfig, Qwen2MoeSparseMoeBlock
 
-        block = Qwen2MoeSparseMoeBlock(
-            Qwen2MoeConfig(moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, **common)
-        )
-    elif name == "qwen3_moe":
-        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeConfig, Qwen3MoeSparseMoeBlock
+class HFDecoderLayer(nn.Module):
+    """One unmodified transformers decoder layer (attention + MoE) with its rotary embedding:
+    hidden states [1, tokens, hidden] in, out."""
 
-        block = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(moe_intermediate_size=32, num_experts=8, **common))
-    elif name == "olmoe":
-        from transformers.models.olmoe.modeling_olmoe import OlmoeConfig, OlmoeSparseMoeBlock
+    def __init__(self, name: str):
+        super().__init__()
+        modeling, prefix, _, _ = _hf_family(name)
+        config = hf_config(name)
+        self.rotary = getattr(modeling, f"{prefix}RotaryEmbedding")(config)
+        self.layer = getattr(modeling, f"{prefix}DecoderLayer")(config, 0)
 
-        block = OlmoeSparseMoeBlock(OlmoeConfig(intermediate_size=32, num_experts=4, **common))
-    elif name == "deepseek_v3":  # sigmoid router, group-limited routing, shared experts
-        from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Config, DeepseekV3MoE
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(hidden_states.shape[1]).unsqueeze(0)
+        out = self.layer(hidden_states, attention_mask=None, position_ids=positions,
+                         position_embeddings=self.rotary(hidden_states, positions))
+        return out[0] if isinstance(out, tuple) else out
 
-        block = DeepseekV3MoE(
-            DeepseekV3Config(moe_intermediate_size=32, n_routed_experts=8, n_group=4, topk_group=2, n_shared_experts=1, **common)
-        )
-    elif name == "gpt_oss":  # transposed expert weights with biases
-        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssConfig, GptOssMLP
 
-        block = GptOssMLP(GptOssConfig(intermediate_size=32, num_local_experts=4, **common))
-    else:
-        raise ValueError(f"unknown transformers MoE block {name!r}")
-    return bf16(block)
+class HFCausalLM(nn.Module):
+    """A whole unmodified transformers *ForCausalLM (embeddings, rotary, attention, MoE, norms, head):
+    token ids [1, tokens] in, logits out."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        modeling, prefix, _, _ = _hf_family(name)
+        self.model = getattr(modeling, f"{prefix}ForCausalLM")(hf_config(name))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids).logits
 
 
 # ---- partitioning without lowering --------------------------------------------

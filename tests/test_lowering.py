@@ -137,16 +137,29 @@ def _shape(spec: blob.TensorSpec, tokens: int) -> list[int]:
     return [d.size if d.size is not None else int(sympy.sympify(d.name).subs("tokens", tokens)) for d in spec.dims]
 
 
-def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: int) -> None:
+def run_reference_evaluator(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnx's reference evaluator, GroupedMM included (lowering/reference.py)."""
+    return reference.evaluator(model).run(None, feeds)
+
+
+def random_float_input(spec: blob.TensorSpec, shape: list[int]) -> torch.Tensor:
+    return torch.randn(shape)
+
+
+def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: int,
+                                  run_onnx=run_reference_evaluator, random_input=random_float_input,
+                                  rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """The float32 twin of the partition's ONNX, run by `run_onnx` on fresh `random_input`s, matches
+    the partition's edge program run in float32."""
     assert [spec.name for spec in contents.inputs] == _tensor_user_inputs(program)
     model = reference.to_float32(onnx.ModelProto.FromString(contents.onnx))
-    inputs = [torch.randn(_shape(spec, tokens)) for spec in contents.inputs]
+    inputs = [random_input(spec, _shape(spec, tokens)) for spec in contents.inputs]
     expected = run_partition_float32(program, inputs)
-    got = reference.evaluator(model).run(None, {s.name: t.numpy() for s, t in zip(contents.inputs, inputs)})
+    got = run_onnx(model, {s.name: t.numpy() for s, t in zip(contents.inputs, inputs)})
     assert len(got) == len(expected)
     for out, ref in zip(got, expected):
         assert out.shape == tuple(ref.shape)
-        np.testing.assert_allclose(out, ref.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(out, ref.numpy(), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("combine", ["index_add", "inverse_permutation"])
@@ -198,3 +211,63 @@ def test_integer_input_no_tensor_carries_is_refused():
     ep = torch.export.export(Scale(), (torch.randn(3, 4), 5), dynamic_shapes=shapes)
     with pytest.raises(LoweringError, match=r"input 'n' is an integer .* no tensor input .* \['x'\]"):
         lower_to_onnx(ep, CompileOptions())
+
+
+class _LayoutChains(torch.nn.Module):
+    """Attention-style layout code: key/value heads repeated (unsqueeze, expand, reshape), heads
+    moved (transpose / permute, then reshape or view after a contiguous copy), a cast of a permuted
+    tensor. In the edge program each reshape of a strided tensor is a dim-order clone + view_copy."""
+
+    def forward(self, x):  # [tokens, 2 heads * 8]
+        tokens = x.shape[0]
+        heads = x.view(1, tokens, 2, 8).transpose(1, 2)  # [1, 2, tokens, 8], strided
+        repeated = heads[:, :, None].expand(1, 2, 2, tokens, 8).reshape(1, 4, tokens, 8)
+        scores = repeated @ repeated.transpose(-1, -2)  # [1, 4, tokens, tokens]
+        mixed = (scores.softmax(-1) @ repeated).permute(0, 2, 1, 3).contiguous().view(tokens, 32)
+        cast = heads.permute(0, 2, 3, 1).to(torch.float32).reshape(tokens, 16)
+        return mixed, cast
+
+
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic", "static"])
+def test_layout_chains_lower_with_their_semantics(dynamic):
+    x = torch.randn(6, 16, dtype=torch.bfloat16)
+    shapes = ({0: torch.export.Dim("tokens", min=2, max=64)},) if dynamic else None
+    edge = to_edge_transform_and_lower(torch.export.export(_LayoutChains(), (x,), dynamic_shapes=shapes),
+                                       partitioner=[TensorRTPartitioner()])
+    (program, contents), = delegated_parts(edge)
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert any("_clone_dim_order" in t for t in targets) and any("view_copy" in t for t in targets)
+    for tokens in (2, 6, 64) if dynamic else (6,):
+        assert_onnx_matches_partition(program, contents, tokens)
+
+
+class _WritesAndMasks(torch.nn.Module):
+    """Ops real model code brings besides attention and MoE: a tensor assembled slice by slice
+    (new_empty + copy_ with a broadcast: copy and slice_scatter), counts of bool flags (cumsum),
+    any over a mask, and a scalar raised to tensor powers (rotary inverse frequencies)."""
+
+    def __init__(self):
+        super().__init__()
+        self.row = torch.nn.Parameter(torch.randn(4, dtype=torch.bfloat16))
+
+    def forward(self, x):  # [tokens, 4]
+        out = x.new_empty(x.shape[0], 6)
+        out[:, :4].copy_(self.row)  # broadcast over the tokens
+        out[:, 4:] = x[:, :2]
+        flags = x > 0
+        starts = flags.cumsum(-1)  # int64 counts of a bool tensor
+        seen = flags.any(-1, keepdim=True)
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 4, 2, dtype=torch.float32) / 4))
+        return out * seen + starts.to(x.dtype)[:, :1], x.float()[:, :2] * inv_freq
+
+
+def test_writes_and_mask_ops_lower_with_their_semantics():
+    x = torch.randn(6, 4, dtype=torch.bfloat16)
+    exported = torch.export.export(_WritesAndMasks(), (x,), dynamic_shapes=({0: torch.export.Dim("tokens", max=64)},))
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner()])
+    (program, contents), = delegated_parts(edge)
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    for op in ("aten.copy.default", "aten.slice_scatter.default", "aten.cumsum.default", "aten.any.dim"):
+        assert any(op in t for t in targets), f"{op} is not in the partition: the test no longer covers it"
+    for tokens in (1, 7, 64):
+        assert_onnx_matches_partition(program, contents, tokens)

@@ -247,3 +247,25 @@ def test_histc_with_other_bins_keeps_the_bin_edge_form():
     model = _onnx(Counts(), torch.randn(50))
     x = torch.randn(50)
     np.testing.assert_array_equal(_run(model, x.numpy())[0], torch.histc(x, bins=5, min=-1.0, max=1.0).numpy())
+
+
+class _SparseMixerSort(torch.nn.Module):
+    """PhiMoE's "sparse mixer" ids: the best expert and the best of the rest, two max results
+    concatenated, then sorted stably."""
+
+    def forward(self, scores):
+        _, first = scores.max(-1, keepdim=True)
+        _, second = scores.scatter(-1, first, float("-inf")).max(-1, keepdim=True)
+        return torch.argsort(torch.cat([first, second], dim=-1).reshape(-1), stable=True)
+
+
+def test_concatenated_max_ids_get_a_counting_sort():
+    # 2 x 3000 ids: beyond TensorRT's TopK limit, so only the counting sort can sort them.
+    model = _onnx(_SparseMixerSort(), torch.randn(3000, 8),
+                  dynamic_shapes=({0: torch.export.Dim("tokens", max=4000)},))
+    assert "TopK" not in [n.op_type for n in model.graph.node]
+    for tokens in (1, 5, 3000):
+        scores = torch.randn(tokens, 8)
+        scores[: tokens // 2, :2] += 10.0  # crowd experts 0 and 1
+        (perm,) = _run(model, scores.numpy())
+        np.testing.assert_array_equal(perm, _SparseMixerSort()(scores).numpy())

@@ -165,3 +165,46 @@ def test_cast_needs_contiguous_dim_order():
     to_dim_order = torch.ops.dim_order_ops._to_dim_order_copy.default
     node = call(to_dim_order, meta(2, 3), dtype=torch.float32, dim_order=[1, 0], out=meta(2, 3, dtype=torch.float32))
     assert "dim_order" in op_support.unsupported_reason(node)
+
+
+class _RouterIds(torch.nn.Module):
+    """Expert ids over 8 experts reaching an argsort through value-preserving ops, PhiMoE's "sparse
+    mixer" style (two max results concatenated) or otherwise."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def forward(self, scores, perm, other):
+        _, first = scores.max(-1, keepdim=True)
+        _, second = scores.scatter(-1, first, float("-inf")).max(-1, keepdim=True)
+        ids = torch.cat([first, second], dim=-1)  # [T, 2]
+        flat = {
+            "cat": lambda: ids.reshape(-1),
+            "cat-topk": lambda: torch.cat([ids, scores.topk(2, dim=-1).indices], dim=-1).reshape(-1),
+            "gather": lambda: ids.reshape(-1)[perm],
+            "index_select": lambda: ids.reshape(-1).index_select(0, perm),
+            "take_along": lambda: ids.gather(1, perm.reshape(-1, 2) % 2).reshape(-1),
+            "int32": lambda: ids.to(torch.int32).reshape(-1),
+            "float32-int": lambda: ids.float().long().reshape(-1),
+            "bf16": lambda: ids.to(torch.bfloat16).long().reshape(-1),
+            "cat-other": lambda: torch.cat([ids, other], dim=-1).reshape(-1),
+        }[self.path]()
+        return torch.argsort(flat, stable=True)
+
+
+@pytest.mark.parametrize(("path", "bound"), [
+    ("cat", 8), ("cat-topk", 8), ("gather", 8), ("index_select", 8), ("take_along", 8), ("int32", 8),
+    ("float32-int", 8), ("bf16", None), ("cat-other", None),
+])
+def test_expert_ids_through_value_preserving_ops(path, bound):
+    """Ids keep their bound (the expert count) through concatenation, gathers, reshapes and exact
+    casts, so their sort has no length limit; a bf16 round trip or an unknown part loses it."""
+    tokens = 3000  # 6000 ids: beyond TensorRT's TopK limit, only a counting sort can sort them
+    args = (torch.randn(tokens, 8), torch.randperm(2 * tokens), torch.randint(0, 8, (tokens, 2)))
+    exported = torch.export.export(_RouterIds(path), args)
+    for program in (exported, exported.run_decompositions({})):  # as exported, and as the lowering sees it
+        (sort,) = [n for n in program.graph.nodes if n.target is aten.argsort.stable]
+        assert routing.integer_key_bound(sort.args[0]) == bound
+        reason = op_support.unsupported_reason(sort)
+        assert (reason is None) == (bound is not None), reason

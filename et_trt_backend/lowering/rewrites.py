@@ -28,7 +28,8 @@ import re
 import torch
 from torch._guards import detect_fake_mode
 
-from et_trt_backend.op_support.routing import integer_key_bound
+from et_trt_backend.op_support import value_flow
+from et_trt_backend.op_support.routing import SORTS, TOPK_MAX_K, integer_key_bound, router_row_width
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError
@@ -37,30 +38,12 @@ logger = logging.getLogger(__name__)
 aten = torch.ops.aten
 lowering_ops = torch.ops.et_trt_lowering
 
-# TensorRT's TopK limit: a sort of more rows than this cannot be a TopK.
-TOPK_MAX_K = 3840
-
-# Ops through which integer values pass unchanged (a subset or reshaping of
-# the input): the value range of their output is that of their first input.
-_VALUE_PRESERVING = {
-    aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.clone.default,
-    aten.alias.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
-    aten.unsqueeze.default, aten.expand.default, aten.permute.default, aten.transpose.int, aten.t.default,
-    aten.select.int, aten.slice.Tensor, aten.flatten.using_ints, aten._to_copy.default,
-    aten.contiguous.default, aten.detach.default,
-}
-# Ops that keep a tensor's elements in row-major order (reshapes and casts).
-_FLATTENING = {
-    aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.flatten.using_ints,
-    aten._to_copy.default, aten.clone.default, aten.alias.default, aten.contiguous.default,
-}
-_SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
 _FLOOR_DIVS = {aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode}
 
 
 # Targets the rewrites replace (when their pattern matches; else LoweringError).
 REWRITTEN_TARGETS = frozenset(
-    _SORTS | {aten.bincount.default, aten.index_add.default, aten.scatter_add.default, aten._grouped_mm.default}
+    SORTS | {aten.bincount.default, aten.index_add.default, aten.scatter_add.default, aten._grouped_mm.default}
 )
 
 
@@ -109,18 +92,10 @@ class RewriteContext:
         return node
 
 
-def row_width(node) -> int:
-    """k when `node` is top-k indices [..., k] (distinct within each row) flattened to 1-D, else 1."""
-    while isinstance(node, torch.fx.Node) and node.target in _FLATTENING:
-        node = node.args[0]
-    if not (isinstance(node, torch.fx.Node) and node.target is operator.getitem and node.args[1] == 1
-            and node.args[0].target is aten.topk.default):
-        return 1
-    topk = node.args[0]
-    values = topk.args[0].meta["val"]
-    dim = topk.args[2] if len(topk.args) > 2 else topk.kwargs.get("dim", -1)
-    k = node.meta["val"].shape[-1]
-    return k if dim in (-1, values.dim() - 1) and isinstance(k, int) else 1
+def row_width(ids) -> int:
+    """k when `ids` are top-k indices [..., k] (distinct within each row) flattened to 1-D, else 1
+    (the general form of the counting sort and the counts)."""
+    return router_row_width(ids) or 1
 
 
 def _arguments(node: torch.fx.Node) -> dict:
@@ -143,7 +118,7 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
     TopK does not promise a stable order among equal keys; the counting sort is stable.
     """
     for node in list(ctx.graph.nodes):
-        if node.target not in _SORTS:
+        if node.target not in SORTS:
             continue
         ids, dim, descending = _sort_args(node)
         shape = ids.meta["val"].shape
@@ -159,7 +134,8 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
             raise LoweringError(
                 f"{node.target} ({node.name}) at {source_line(node)}: sorts {size} rows; TensorRT's TopK "
                 f"needs a static K <= {TOPK_MAX_K}. et-trt rewrites an ascending 1-D sort into a counting "
-                "sort only when its values are top-k expert indices (integers in [0, E)); sort those, "
+                "sort only when its values are the router's expert indices (integers in [0, E) from top-k / max / "
+                "argmax, also reshaped, gathered, cast to int or concatenated); sort those, "
                 "or keep this sort out of the TensorRT partition"
             )
         if node.target is sort:
@@ -227,7 +203,7 @@ def _repropagate(ctx: RewriteContext) -> None:
 
 def _permutation_over_k(ctx: RewriteContext, index) -> tuple[torch.fx.Node, int] | None:
     """(perm, k) when `index` is `perm // k` and perm is the indices of a 1-D sort."""
-    while isinstance(index, torch.fx.Node) and index.target in _VALUE_PRESERVING - {aten.select.int, aten.slice.Tensor}:
+    while isinstance(index, torch.fx.Node) and index.target in value_flow.ROW_MAJOR:
         index = index.args[0]
     if not isinstance(index, torch.fx.Node) or index.target not in _FLOOR_DIVS:
         return None
@@ -240,7 +216,7 @@ def _permutation_over_k(ctx: RewriteContext, index) -> tuple[torch.fx.Node, int]
     if not isinstance(k, int) or k <= 0:
         return None
     if not (isinstance(perm, torch.fx.Node) and perm.target is operator.getitem and perm.args[1] == 1
-            and perm.args[0].target in _SORTS | {lowering_ops.counting_sort.default}
+            and perm.args[0].target in SORTS | {lowering_ops.counting_sort.default}
             and perm.meta["val"].dim() == 1):
         return None
     return perm, k
@@ -255,8 +231,7 @@ def _combine_args(node: torch.fx.Node):
     if node.target is aten.scatter_add.default:
         out, dim, index, src = node.args
         # scatter_add's index is the row index broadcast over the features.
-        while isinstance(index, torch.fx.Node) and index.target in (aten.expand.default, aten.view.default,
-                                                                     aten.reshape.default, aten.unsqueeze.default):
+        while isinstance(index, torch.fx.Node) and index.target in value_flow.BROADCASTING:
             index = index.args[0]
         return out, dim, index, src
     if node.target is aten.index_put.default:

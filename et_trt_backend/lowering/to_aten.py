@@ -5,6 +5,15 @@ their `*_copy` forms and casts/clones by ExecuTorch's dim-order ops. This maps
 each back to the ATen overload it stands for, on a copy of the graph and of its
 weight tables (the edge program passed to preprocess is left as it is, whatever
 later passes change).
+
+Memory layout: every edge tensor is contiguous (a `*_copy` op returns a fresh
+tensor), while the ATen view ops they map to return strided views. So the
+mapping keeps what the edge ops mean, not their names alone: `view_copy`
+becomes `reshape` (a view of a permuted or expanded tensor is not always
+possible, its reshape always is, with the same values), and the dim-order
+clone and cast produce contiguous tensors (`memory_format=contiguous_format`),
+as their dim order says. ONNX tensors have no strides, so none of this changes
+a value; it keeps the exporter's re-trace from refusing a view.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ _DIM_ORDER_OPS = {
     "dim_order_ops::_to_dim_order_copy": torch.ops.aten._to_copy.default,
     "dim_order_ops::_clone_dim_order": torch.ops.aten.clone.default,
 }
+# Edge copies whose ATen view form needs a layout the copy does not promise.
+_LAYOUT_FREE_FORMS = {torch.ops.aten.view_copy.default: torch.ops.aten.reshape.default}
 
 
 def _view_form(op: torch._ops.OpOverload) -> torch._ops.OpOverload:
@@ -43,20 +54,26 @@ def aten_target(target):
         name = target.name().split(".")[0]
         if name in _DIM_ORDER_OPS:
             return _DIM_ORDER_OPS[name]
-        return _view_form(target)
+        return _LAYOUT_FREE_FORMS.get(target) or _view_form(target)
     return target
 
 
-def _drop_dim_order(node: torch.fx.Node) -> None:
-    # _to_copy takes no dim_order; et-trt tensors are contiguous (TensorRT's
-    # linear format), so any other dim order is refused rather than ignored.
+def _dim_order_to_memory_format(node: torch.fx.Node) -> None:
+    """dim_order kwarg -> memory_format=contiguous_format (clone and _to_copy take no dim_order).
+
+    et-trt tensors are contiguous (TensorRT's linear format), so any other dim
+    order is refused rather than ignored. clone takes no non_blocking either
+    (a copy on one device: it changes nothing).
+    """
     dim_order = node.kwargs.get("dim_order")
     if dim_order is not None and list(dim_order) != sorted(dim_order):
         raise ValueError(
             f"node {node.name}: non-contiguous dim_order {list(dim_order)} is not supported; "
             "export the model with contiguous tensors"
         )
-    node.kwargs = {k: v for k, v in node.kwargs.items() if k != "dim_order"}
+    dropped = ("dim_order", "non_blocking") if node.target is torch.ops.aten.clone.default else ("dim_order",)
+    node.kwargs = {**{k: v for k, v in node.kwargs.items() if k not in dropped},
+                   "memory_format": torch.contiguous_format}
 
 
 def to_aten_program(edge_program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -72,9 +89,9 @@ def to_aten_program(edge_program: torch.export.ExportedProgram) -> torch.export.
         if node.op != "call_function":
             continue
         op = node.target._op if isinstance(node.target, EdgeOpOverload) else node.target
-        if isinstance(op, torch._ops.OpOverload) and op.name().split(".")[0] in _DIM_ORDER_OPS:
-            _drop_dim_order(node)
         node.target = aten_target(node.target)
+        if isinstance(op, torch._ops.OpOverload) and op.name().split(".")[0] in _DIM_ORDER_OPS:
+            _dim_order_to_memory_format(node)
     gm.recompile()
     return torch.export.ExportedProgram(
         root=gm,

@@ -1,6 +1,6 @@
 """ONNX translations (onnxscript) of the ops the rewrites produce, and of the
 ATen ops whose torchlib form TensorRT would refuse (integer cumsum, unsorted
-topk). Everything else goes through torchlib, the ONNX exporter's own table.
+topk, slice_scatter's ScatterND) or gets wrong (copy without its broadcast). Everything else goes through torchlib, the ONNX exporter's own table.
 
 Every form here is built from ops TensorRT's ONNX parser takes, in the dtypes
 it takes them (its support matrix: CumSum only in FP32/FP16/BF16, ScatterND /
@@ -158,15 +158,45 @@ def bounded_bincount(ids, num_bins: int, row_width: int):
 
 
 def cumsum(self, dim: int, dtype: int = -1):
-    """aten.cumsum: integer sums run in float32 (TensorRT's CumSum takes no integers).
+    """aten.cumsum: integer (and bool) sums run in float32 (TensorRT's CumSum takes no integers).
 
     Exact while partial sums stay below 2^24 (routing counts: rows per expert).
+    Without a dtype, integer and bool inputs sum to int64, as in PyTorch.
     """
-    out_type = self.dtype if dtype == -1 else ir.DataType(dtype)
+    if dtype != -1:
+        out_type = ir.DataType(dtype)
+    else:
+        out_type = self.dtype if self.dtype.is_floating_point() else ir.DataType.INT64
     if out_type.is_floating_point():
         return op.CumSum(op.Cast(self, to=out_type), op.Constant(value_int=dim))
     summed = op.CumSum(op.Cast(self, to=onnx.TensorProto.FLOAT), op.Constant(value_int=dim))
     return op.Cast(summed, to=out_type)
+
+
+def copy(self, src, non_blocking: bool = False):
+    """aten.copy: src broadcast to self's shape, in self's dtype (torchlib's form omits the broadcast)."""
+    return op.Expand(op.CastLike(src, self), op.Shape(self))
+
+
+def _index_1d(value, default: int):
+    """A slice bound (None, an int or a SymInt's tensor) as the 1-D int64 tensor Slice takes."""
+    if value is None:
+        return op.Constant(value_ints=[default])
+    if isinstance(value, int):
+        return op.Constant(value_ints=[value])
+    return op.Reshape(op.Cast(value, to=onnx.TensorProto.INT64), op.Constant(value_ints=[-1]))
+
+
+def slice_scatter(self, src, dim: int = 0, start=None, end=None, step: int = 1):
+    """aten.slice_scatter with step 1: self before the slice, src, self after it, concatenated
+    (Slice + Concat: no scatter, whose torchlib form TensorRT's parser refuses)."""
+    if step != 1:
+        raise ValueError(f"slice_scatter with step {step}: op_support admits step 1 only")
+    axis = op.Constant(value_ints=[dim])
+    int64_max = 2**63 - 1
+    before = op.Slice(self, op.Constant(value_ints=[0]), _index_1d(start, 0), axis)
+    after = op.Slice(self, _index_1d(end, int64_max), op.Constant(value_ints=[int64_max]), axis)
+    return op.Concat(before, src, after, axis=dim)
 
 
 def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
@@ -190,4 +220,6 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,
         torch.ops.aten.topk.default: topk,
+        torch.ops.aten.copy.default: copy,
+        torch.ops.aten.slice_scatter.default: slice_scatter,
     }

@@ -1,4 +1,4 @@
-"""Dtype casts and copies (TensorRT Cast and Identity layers).
+"""Dtype casts and copies (TensorRT Cast, Identity and broadcasting Slice layers).
 
 ExecuTorch's edge dialect writes casts and clones as dim_order_ops; only the
 contiguous dim order is accepted (TensorRT tensors are dense row-major).
@@ -30,7 +30,13 @@ def _cast(node: Node) -> str | None:
     )
 
 
+def _copy(node: Node) -> str | None:
+    # copy(self, src): src broadcast to self's shape, in self's dtype (a functionalized x[...].copy_(src))
+    return first_reason(check_arg_dtype(node, 0, TENSOR_DTYPES), check_arg_dtype(node, 1, TENSOR_DTYPES, "src"))
+
+
 RULES: dict[torch._ops.OpOverload, Rule] = {
+    aten.copy.default: _copy,
     aten._to_copy.default: _cast,
     aten.clone.default: _cast,
     dim_order_ops._to_dim_order_copy.default: _cast,

@@ -63,6 +63,7 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.clamp.Tensor: _numeric,
     aten.pow.Tensor_Scalar: _float,
     aten.pow.Tensor_Tensor: _binary(FLOAT_DTYPES),
+    aten.pow.Scalar: rule_dtypes(FLOAT_DTYPES, 1),  # base ** exponents (rotary inverse frequencies)
     aten.sqrt.default: _float,
     aten.rsqrt.default: _float,
     aten.reciprocal.default: _float,

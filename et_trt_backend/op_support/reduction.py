@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from ._common import FLOAT_DTYPES, NUMERIC_DTYPES, Rule, arg_tensor, check_arg_dtype, is_static, rule_dtypes
+from ._common import FLOAT_DTYPES, NUMERIC_DTYPES, TENSOR_DTYPES, Rule, arg_tensor, check_arg_dtype, is_static, rule_dtypes
 
 aten = torch.ops.aten
 
@@ -28,6 +28,9 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.mean.dim: _reduce(FLOAT_DTYPES),
     aten.amax.default: _reduce(NUMERIC_DTYPES),
     aten.amin.default: _reduce(NUMERIC_DTYPES),
+    # any of a mask (SDPA's decomposition asks which rows have a visible key): ReduceMax on int64
+    aten.any.dim: _reduce(TENSOR_DTYPES),
+    aten.any.dims: _reduce(TENSOR_DTYPES),
     aten.argmax.default: _reduce(NUMERIC_DTYPES),
     aten.argmin.default: _reduce(NUMERIC_DTYPES),
     aten.max.dim: _reduce(NUMERIC_DTYPES),

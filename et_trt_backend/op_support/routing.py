@@ -5,8 +5,9 @@ et_trt_backend/lowering/rewrites.py, which they mirror):
 - TopK takes a static K <= TOPK_MAX_K and is not stable. A sort becomes one
   TopK when its axis is static and at most TOPK_MAX_K long. An ascending 1-D
   sort of expert ids (integers in [0, E) from the router's top-k / max /
-  argmax) becomes a stable counting sort instead, with no length limit;
-  `integer_key_bound` finds E.
+  argmax, also after ops that pass values unchanged: reshapes, gathers, casts
+  to int, a cat of such ids; value_flow.py) becomes a stable counting sort
+  instead, with no length limit; `integer_key_bound` finds E.
 - CumSum runs on float tensors: integer counts are summed in float32 (exact
   below 2**24) and cast back.
 - TensorRT has no accumulating scatter (ScatterND takes no reduction, and
@@ -24,11 +25,12 @@ from __future__ import annotations
 import operator
 
 import torch
-from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  registers torch.ops.dim_order_ops
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from . import value_flow
 from ._common import (
+    BOOL_DTYPES,
     FLOAT_DTYPES,
     INDEX_DTYPES,
     INT_DTYPES,
@@ -47,51 +49,12 @@ aten = torch.ops.aten
 
 TOPK_MAX_K = 3840  # TensorRT ITopKLayer's largest K
 
-# Ops that reshape, copy or cast a tensor without changing which values it holds.
-_VALUE_PRESERVING = {
-    aten.view_copy.default,
-    aten.view.default,
-    aten.reshape.default,
-    aten.flatten.using_ints,
-    aten.permute_copy.default,
-    aten.clone.default,
-    aten._to_copy.default,
-    torch.ops.dim_order_ops._to_dim_order_copy.default,
-    torch.ops.dim_order_ops._clone_dim_order.default,
-}
-# Ops whose output holds some of their input's values (a subset, reshape or cast):
-# integers in [0, E) stay in [0, E). Edge (`*_copy`) and ATen forms, for the
-# partitioner's edge graphs and the lowering's ATen graphs.
-_VALUE_SUBSET = _VALUE_PRESERVING | {
-    aten.reshape.default, aten._unsafe_view.default, aten.alias.default, aten.detach.default,
-    aten.contiguous.default, aten.permute.default, aten.transpose.int, aten.t.default,
-    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.squeeze_copy.dim,
-    aten.squeeze_copy.dims, aten.squeeze_copy.default, aten.unsqueeze.default, aten.unsqueeze_copy.default,
-    aten.expand.default, aten.expand_copy.default, aten.select.int, aten.select_copy.int,
-    aten.slice.Tensor, aten.slice_copy.Tensor, aten.transpose_copy.int, aten.t_copy.default,
-}
-# Ops that broadcast a row index over the features (scatter_add's index).
-_BROADCASTING = {
-    aten.expand_copy.default,
-    aten.expand.default,
-    aten.unsqueeze_copy.default,
-    aten.unsqueeze.default,
-    aten.view_copy.default,
-    aten.view.default,
-}
-_SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
+SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
 _ARGSORTS = {aten.argsort.default, aten.argsort.stable}
-_NARROW_FLOATS = {torch.bfloat16, torch.float16}  # ids above 256 / 2048 would round
 
 
 def _target(node: object) -> object:
     return aten_overload(node.target) if isinstance(node, Node) and node.op == "call_function" else None
-
-
-def _strip(node: object, targets: set) -> object:
-    while _target(node) in targets:
-        node = node.args[0]
-    return node
 
 
 def _arg(node: Node, index: int, name: str, default: object) -> object:
@@ -122,20 +85,24 @@ def _router_indices(node: object) -> tuple[Node, int] | None:
 def integer_key_bound(key: object) -> int | None:
     """E when `key` holds expert ids (integers in [0, E) from the router), else None.
 
-    Follows reshapes, subsets, casts and a sort's values back to the indices of
-    a top-k, max or argmax over a static dimension of size E. The lowering's
-    rewrites use it too (on ATen graphs), so both accept the same routers.
+    Follows the ops that pass values unchanged (value_flow: reshapes, subsets,
+    gathers, exact casts), concatenations of such ids (E: the largest of their
+    bounds) and a sort's values back to the indices of a top-k, max or argmax
+    over a static dimension of size E. The lowering's rewrites use it too (on
+    ATen graphs), so both accept the same routers.
     """
     node = key
     while True:
         target = _target(node)
-        if target in (aten._to_copy.default, torch.ops.dim_order_ops._to_dim_order_copy.default):
-            if node.kwargs.get("dtype") in _NARROW_FLOATS:
-                return None
-        if target in _VALUE_SUBSET:
+        if target in value_flow.CASTS and not value_flow.is_exact_cast(node):
+            return None  # a narrow float rounds large ids
+        if target in value_flow.VALUE_SUBSET:
             node = node.args[0]
-        elif target is operator.getitem and node.args[1] == 0 and _target(node.args[0]) in _SORTS:
+        elif target is operator.getitem and node.args[1] == 0 and _target(node.args[0]) in SORTS:
             node = node.args[0].args[0]  # sorted values of expert ids are expert ids
+        elif target in value_flow.CONCATS:
+            bounds = [integer_key_bound(part) for part in node.args[0]]
+            return max(bounds) if bounds and None not in bounds else None
         else:
             break
     found = _router_indices(node)
@@ -147,15 +114,22 @@ def integer_key_bound(key: object) -> int | None:
     return size if is_static(size) else None
 
 
-def topk_width(key: object) -> int | None:
-    """k when `key` is top-k indices [..., k] (possibly flattened), 1 for max / argmax indices, else None."""
-    node = _strip(key, _VALUE_PRESERVING)
+def router_row_width(key: object) -> int | None:
+    """k when `key` is the router's top-k indices over the last dim ([..., k] rows of distinct ids),
+    kept in row-major order (possibly flattened); 1 for max / argmax indices (one per row); else None."""
+    node = key
+    while _target(node) in value_flow.ROW_MAJOR:
+        node = node.args[0]
     found = _router_indices(node)
     if found is None:
         return None
-    if _target(found[0]) is not aten.topk.default:
+    router, dim = found
+    if _target(router) is not aten.topk.default:
         return 1  # one index per row, whatever the shape (max / argmax with or without keepdim)
-    width = node.meta["val"].shape[-1] if node.meta["val"].dim() else 1
+    indices = node.meta["val"]
+    if indices.dim() == 0 or normalize_dim(dim, indices.dim()) != indices.dim() - 1:
+        return None
+    width = indices.shape[-1]
     return width if is_static(width) else None
 
 
@@ -163,18 +137,19 @@ def _sort_keys(perm: object) -> Node | None:
     """The keys a permutation sorts: `perm` is argsort(keys) or sort(keys)[1]."""
     if _target(perm) in _ARGSORTS:
         return perm.args[0]
-    if _target(perm) is operator.getitem and perm.args[1] == 1 and _target(perm.args[0]) in _SORTS:
+    if _target(perm) is operator.getitem and perm.args[1] == 1 and _target(perm.args[0]) in SORTS:
         return perm.args[0].args[0]
     return None
 
 
 def is_topk_combine(out: Node, dim: int, index: Node, src: Node) -> bool:
     """True for the MoE combine out.index_add(0, perm // k, src), perm sorting top-k expert ids."""
-    index = _strip(index, _BROADCASTING)
+    while _target(index) in value_flow.BROADCASTING:
+        index = index.args[0]
     if dim != 0 or _target(index) is not aten.div.Tensor_mode or index.kwargs.get("rounding_mode") != "floor":
         return False
     keys = _sort_keys(index.args[0])
-    k = topk_width(keys) if keys is not None else None
+    k = router_row_width(keys) if keys is not None else None
     if k is None or integer_key_bound(keys) is None:
         return False
     out_val, src_val = out.meta.get("val"), src.meta.get("val")
@@ -217,7 +192,8 @@ def _sort(node: Node) -> str | None:
         return None  # one TopK
     return (
         f"sorts {size} elements; TensorRT's TopK needs a static length <= {TOPK_MAX_K}. Ascending 1-D sorts of "
-        "expert ids straight from the router's topk/max/argmax have no limit (counting sort): sort those"
+        "expert ids from the router's topk/max/argmax (reshaped, gathered, cast to int or concatenated) have no limit "
+        "(counting sort): sort those"
     )
 
 
@@ -244,7 +220,8 @@ def _bincount(node: Node) -> str | None:
 
 
 def _cumsum(node: Node) -> str | None:
-    return check_arg_dtype(node, 0, NUMERIC_DTYPES)
+    # bool too: mask code counts flags ((position_diff != 1).cumsum(-1) finds packed sequences)
+    return check_arg_dtype(node, 0, NUMERIC_DTYPES | BOOL_DTYPES)
 
 
 def _scatter(node: Node) -> str | None:

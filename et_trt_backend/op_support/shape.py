@@ -1,4 +1,4 @@
-"""Shape and layout ops (TensorRT Shuffle, Slice, Concatenation and Shape layers).
+"""Shape and layout ops (TensorRT Shuffle, Slice, Concatenation, Shape and Scatter layers).
 
 Edge programs carry the *_copy forms of view ops; the lowering treats them as
 views. Sizes may be symbolic (computed from the dynamic dimensions at run
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from ._common import TENSOR_DTYPES, Rule, check_arg_dtype, is_static, rule_dtypes, static_ints
+from ._common import TENSOR_DTYPES, Rule, check_arg_dtype, first_reason, is_static, rule_dtypes, static_ints
 
 aten = torch.ops.aten
 
@@ -29,6 +29,14 @@ def _slice(node: Node) -> str | None:
     if not is_static(step) or step < 1:
         return f"slice step must be a static positive int, got {step!r}"
     return check_arg_dtype(node, 0, TENSOR_DTYPES)
+
+
+def _slice_scatter(node: Node) -> str | None:
+    # src written into a slice of self (a functionalized x[..., a:b] = src): Slice + Concat
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    if step != 1:
+        return f"slice_scatter is lowered for step 1, got {step!r}; write the strided slice with torch.cat"
+    return first_reason(check_arg_dtype(node, 0, TENSOR_DTYPES), check_arg_dtype(node, 1, TENSOR_DTYPES, "src"))
 
 
 def _cat(node: Node) -> str | None:
@@ -50,6 +58,7 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.squeeze_copy.dim: _any,
     aten.select_copy.int: _any,
     aten.slice_copy.Tensor: _slice,
+    aten.slice_scatter.default: _slice_scatter,
     aten.split_with_sizes_copy.default: _split,
     aten.split_copy.Tensor: _split,
     aten.alias_copy.default: _any,

@@ -1,0 +1,114 @@
+"""Whole transformers decoder layers and whole tiny causal LMs of public MoE families, unmodified:
+exported through to_edge_transform_and_lower with TensorRTPartitioner, every op delegated, each
+partition's ONNX run by onnxruntime and matched against PyTorch in float32, and to_executorch().
+
+Tiny random configs (one layer, hidden 32, bf16, eval; moe_models.HF_FAMILIES says what each family
+brings), grouped_mm experts, static and dynamic token counts. The grouped GEMM is lowered in its
+dense ONNX form, which onnxruntime runs (the kernel form is a custom op; test_lowering.py and
+test_lowering_models.py check it with the reference implementation).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Iterator
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+
+import moe_models
+from et_trt_backend.serialization import blob
+from et_trt_partitioner import TensorRTPartitioner
+from test_lowering import assert_onnx_matches_partition, delegated_parts
+
+pytest.importorskip("transformers", reason="the transformers model tests need transformers (the [test] extra)")
+ort = pytest.importorskip("onnxruntime", reason="the ONNX numerics run through onnxruntime")
+
+DENSE = {"default": {"grouped_gemm_kernel": False}}
+STATIC_TOKENS = 7
+DYNAMIC_TOKENS = (2, 9, 64)  # checked on one dynamic export (range 2..256)
+
+
+def partition_onnx(edge) -> Iterator[tuple[torch.export.ExportedProgram, blob.BlobContents, onnx.ModelProto]]:
+    """(partition program, blob contents, ONNX model) of every delegate of a lowered edge manager:
+    the ONNX exactly as the blob carries it, for checks of the ONNX itself."""
+    for program, contents in delegated_parts(edge):
+        yield program, contents, onnx.ModelProto.FromString(contents.onnx)
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def random_input(spec: blob.TensorSpec, shape: list[int]) -> torch.Tensor:
+    """Token ids for integer inputs, normal floats otherwise."""
+    if spec.dtype in (torch.int32, torch.int64):
+        return torch.randint(0, moe_models.HF_VOCAB, shape, dtype=spec.dtype)
+    return torch.randn(shape)
+
+
+def _module(name: str, kind: str) -> torch.nn.Module:
+    if kind == "layer":
+        return moe_models.bf16(moe_models.HFDecoderLayer(name))
+    return moe_models.bf16(moe_models.HFCausalLM(name))
+
+
+def _example(kind: str, tokens: int) -> torch.Tensor:
+    if kind == "layer":
+        return torch.randn(1, tokens, moe_models.HF_HIDDEN).to(moe_models.DTYPE)
+    return torch.randint(0, moe_models.HF_VOCAB, (1, tokens))
+
+
+def _outside_delegates(edge) -> list[str]:
+    """Ops ExecuTorch would run itself: everything but delegate calls and picking their outputs."""
+    return [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"
+            and n.target is not torch.ops.higher_order.executorch_call_delegate
+            and getattr(n.target, "__name__", "") != "getitem"]
+
+
+CASES = [(name, kind, dynamic) for name in moe_models.HF_FAMILIES for kind in ("layer", "model")
+         for dynamic in (True, False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kind, dynamic", CASES,
+                         ids=[f"{n}-{k}-{'dynamic' if d else 'static'}" for n, k, d in CASES])
+def test_transformers_model_is_delegated_and_matches_pytorch(name, kind, dynamic):
+    module = _module(name, kind)
+    dims = ({1: torch.export.Dim("tokens", min=2, max=256)},) if dynamic else None
+    with torch.no_grad():
+        exported = torch.export.export(module, (_example(kind, 8 if dynamic else STATIC_TOKENS),),
+                                       dynamic_shapes=dims)
+    assert sum(n.target is torch.ops.aten._grouped_mm.default for n in exported.graph.nodes) == 2
+
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(DENSE)])
+    assert _outside_delegates(edge) == []
+    parts = list(partition_onnx(edge))
+    assert parts, "nothing was delegated"
+    for program, contents, model in parts:
+        assert "GroupedMM" not in {node.op_type for node in model.graph.node}  # dense: onnxruntime runs it
+        for tokens in DYNAMIC_TOKENS if dynamic else (STATIC_TOKENS,):
+            assert_onnx_matches_partition(program, contents, tokens, run_onnx=run_onnxruntime,
+                                          random_input=random_input, rtol=1e-4, atol=1e-4)
+    if len(parts) == 1:
+        _assert_onnx_matches_module(module, parts[0][1], DYNAMIC_TOKENS[-1] if dynamic else STATIC_TOKENS)
+    assert len(edge.to_executorch().buffer) > 0
+
+
+def _assert_onnx_matches_module(module, contents: blob.BlobContents, tokens: int) -> None:
+    """The one partition's ONNX (float32 twin) against the unmodified module run eagerly in float32."""
+    from et_trt_backend.lowering import reference
+
+    (spec,) = contents.inputs
+    x = random_input(spec, [1, tokens] + ([moe_models.HF_HIDDEN] if spec.dtype.is_floating_point else []))
+    with torch.no_grad():
+        expected = copy.deepcopy(module).float()(x).float().numpy()  # the program shares its weights
+    model = reference.to_float32(onnx.ModelProto.FromString(contents.onnx))
+    (got,) = run_onnxruntime(model, {spec.name: x.numpy()})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
