@@ -177,10 +177,11 @@ HF_FAMILIES = {
     "olmoe": ("olmoe", "Olmoe", "OlmoeSparseMoeBlock", dict(intermediate_size=32, num_experts=4)),
     # "sparse mixer" router: expert ids are two max results concatenated
     "phimoe": ("phimoe", "Phimoe", "PhimoeSparseMoeBlock", dict(intermediate_size=32, num_local_experts=4)),
-    # sigmoid router with group-limited routing, shared experts, multi-head latent attention
+    # sigmoid router with group-limited routing, shared experts, multi-head latent attention (a key per
+    # query head: its expand_kv makes one, so num_key_value_heads = num_attention_heads)
     "deepseek_v3": ("deepseek_v3", "DeepseekV3", "DeepseekV3MoE",
                     dict(moe_intermediate_size=32, intermediate_size=32, n_routed_experts=8, n_group=4,
-                         topk_group=2, n_shared_experts=1, first_k_dense_replace=0, q_lora_rank=16,
+                         topk_group=2, n_shared_experts=1, first_k_dense_replace=0, q_lora_rank=16, num_key_value_heads=4,
                          kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)),
     # scaled embeddings, residuals and logits
     "granitemoe": ("granitemoe", "GraniteMoe", "GraniteMoeMoE", dict(intermediate_size=32, num_local_experts=4)),

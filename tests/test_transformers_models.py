@@ -28,6 +28,13 @@ pytest.importorskip("transformers", reason="the transformers model tests need tr
 ort = pytest.importorskip("onnxruntime", reason="the ONNX numerics run through onnxruntime")
 
 DENSE = {"default": {"grouped_gemm_kernel": False}}
+# Float32 on both sides, but the ONNX exporter folds constant subgraphs (weights times scales, the
+# rotary tables of a static token count) in the model's bf16, where the eager float32 reference
+# keeps float32: differences up to a bf16 rounding (2**-8 relative) of such a constant. Against
+# the partition's float32 twin (constants also computed as written, see test_lowering) they stay
+# smaller. A wrong layout or routing gives errors of order one.
+PARTITION_TOLERANCE = dict(rtol=1e-3, atol=1e-3)
+MODULE_TOLERANCE = dict(rtol=1e-2, atol=5e-3)
 STATIC_TOKENS = 7
 DYNAMIC_TOKENS = (2, 9, 64)  # checked on one dynamic export (range 2..256)
 
@@ -80,6 +87,7 @@ CASES = [(name, kind, dynamic) for name in moe_models.HF_FAMILIES for kind in ("
 @pytest.mark.parametrize("name, kind, dynamic", CASES,
                          ids=[f"{n}-{k}-{'dynamic' if d else 'static'}" for n, k, d in CASES])
 def test_transformers_model_is_delegated_and_matches_pytorch(name, kind, dynamic):
+    torch.manual_seed(CASES.index((name, kind, dynamic)))  # fresh inputs per case, reproducible
     module = _module(name, kind)
     dims = ({1: torch.export.Dim("tokens", min=2, max=256)},) if dynamic else None
     with torch.no_grad():
@@ -95,7 +103,7 @@ def test_transformers_model_is_delegated_and_matches_pytorch(name, kind, dynamic
         assert "GroupedMM" not in {node.op_type for node in model.graph.node}  # dense: onnxruntime runs it
         for tokens in DYNAMIC_TOKENS if dynamic else (STATIC_TOKENS,):
             assert_onnx_matches_partition(program, contents, tokens, run_onnx=run_onnxruntime,
-                                          random_input=random_input, rtol=1e-4, atol=1e-4)
+                                          random_input=random_input, **PARTITION_TOLERANCE)
     if len(parts) == 1:
         _assert_onnx_matches_module(module, parts[0][1], DYNAMIC_TOKENS[-1] if dynamic else STATIC_TOKENS)
     assert len(edge.to_executorch().buffer) > 0
@@ -111,4 +119,4 @@ def _assert_onnx_matches_module(module, contents: blob.BlobContents, tokens: int
         expected = copy.deepcopy(module).float()(x).float().numpy()  # the program shares its weights
     model = reference.to_float32(onnx.ModelProto.FromString(contents.onnx))
     (got,) = run_onnxruntime(model, {spec.name: x.numpy()})
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, expected, **MODULE_TOLERANCE)
