@@ -6,6 +6,7 @@ Skipped, with the reason, where TensorRT for RTX is not installed (pip install '
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import logging
@@ -23,6 +24,7 @@ import pytest
 import moe_models
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
 from et_trt_backend.lowering.translations import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
+from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
 from nvidia_builders import tensorrt_rtx_or_skip
 from test_lowering import lower_program
@@ -213,3 +215,48 @@ def test_build_failures_are_errors_with_the_builders_message(exported, rtx):
                        r"node '[^']+' \(GroupedMMv2\): .*Plugin not found, are the plugin name, version, and "
                        r"namespace correct\?"):
         onnx_build.parse_and_build(rtx, broken, "sm_86")
+
+
+# ---- the real C++ plugin ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpp_plugin() -> Path:
+    from et_trt_backend import runtime
+
+    try:
+        return runtime.plugin_library_path()
+    except runtime.RuntimeLoadError as e:
+        pytest.skip(f"the C++ plugin library is not built here: {e}")
+
+
+def test_python_plugin_builds_the_engine_the_cpp_plugin_builds(exported, rtx, cpp_plugin):
+    """Same partition, same target, the plugin's build phase in Python or the real C++ plugin loaded as a
+    plugin library: byte-identical plans, so the fields the Python plugin serializes (trans_b,
+    kernel_images_id) are exactly those the C++ plugin serializes and reads back."""
+    contents, _ = exported
+    for target in ("sm_80", "sm_120a"):
+        with_python = onnx_build.parse_and_build(rtx, contents, target)
+        with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
+        assert with_python.plan == with_cpp.plan
+
+
+def test_cpp_plugin_takes_back_the_fields_the_python_plugin_serializes(exported, rtx, cpp_plugin):
+    """At run time the C++ creator gets the serialized fields: it accepts the Python plugin's, and refuses a
+    kernel_images_id naming images no loaded blob holds."""
+    from et_trt_backend import runtime
+
+    contents, _ = exported
+    trt = rtx.module
+    registry = trt.get_plugin_registry()
+    handle = registry.load_library(str(cpp_plugin))
+    try:
+        runtime.use_kernel_images(ctypes.CDLL(str(cpp_plugin)), blob.serialize(contents))
+        cpp = registry.get_creator(GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE)
+        _, creator_class = grouped_mm_plugin.plugin_classes(trt)
+        fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])
+        serialized = creator_class(contents.kernels).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD) \
+            .get_fields_to_serialize()
+        assert cpp.create_plugin("gmm", serialized, trt.TensorRTPhase.RUNTIME) is not None
+        unknown = grouped_mm_plugin.serialized_fields(trt, True, bytes(32))
+        assert cpp.create_plugin("gmm", unknown, trt.TensorRTPhase.RUNTIME) is None
+    finally:
+        registry.deregister_library(handle)

@@ -103,18 +103,17 @@ def _plugin(trt: ModuleType, contents: blob.BlobContents, plugin_library: pathli
         with grouped_mm_plugin.registered(trt, contents.kernels) as creator:
             yield creator.refusals
         return
+    from et_trt_backend import runtime
+
     registry = trt.get_plugin_registry()
     handle = registry.load_library(str(plugin_library))
     if handle is None:
         raise BuildFailed(f"{plugin_library}: not a TensorRT plugin library (getCreators missing?)", [])
     try:
-        library = ctypes.CDLL(str(plugin_library))
-        use = library.et_trt_plugin_use_kernel_images
-        use.restype = ctypes.c_int32
-        use.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-        data, error = blob.serialize(contents), ctypes.create_string_buffer(1024)
-        if use(data, len(data), None, error, len(error)) != 0:
-            raise BuildFailed(f"{plugin_library} refused the blob's kernel images", [error.value.decode()])
+        try:
+            runtime.use_kernel_images(ctypes.CDLL(str(plugin_library)), blob.serialize(contents))
+        except RuntimeError as e:
+            raise BuildFailed(f"{plugin_library} refused the blob's kernel images", [str(e)]) from e
         yield []
     finally:
         registry.deregister_library(handle)
