@@ -127,8 +127,10 @@ def test_python_plugin_has_the_cpp_plugins_name_version_namespace_and_fields(rtx
     creator = creator_class([])
     assert (creator.name, creator.plugin_version, creator.plugin_namespace) == (GROUPED_MM_OP, PLUGIN_VERSION,
                                                                               PLUGIN_NAMESPACE)
-    assert [(f.name, f.type) for f in creator.field_names] == [
-        ("trans_b", rtx.module.PluginFieldType.INT32), ("kernel_images_id", rtx.module.PluginFieldType.UNKNOWN)]
+    assert [(f.name, f.type) for f in creator.field_names] == [(constants["kTransBField"],
+                                                                rtx.module.PluginFieldType.INT32)]
+    assert (grouped_mm_plugin.TRANS_B_FIELD, grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD) == \
+        (constants["kTransBField"], constants["kKernelImagesIdField"])
 
 
 def _field(trt, name, values, kind):

@@ -43,17 +43,33 @@ def rtx():
     return tensorrt_rtx_or_skip()
 
 
+def _cpp_plugin() -> Path | None:
+    """libet_trt_plugin.so where built (it needs TensorRT's headers); None: the Python plugin only."""
+    from et_trt_backend import runtime
+
+    try:
+        return runtime.plugin_library_path()
+    except runtime.RuntimeLoadError:
+        return None
+
+
 def _partitions(exported, recipe=None) -> list[blob.BlobContents]:
     edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(recipe or {"default": RECIPE})])
     return [contents for _, contents in delegated_parts(edge)]
 
 
 def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents]) -> None:
+    """Every partition parses and builds for every target with our Python plugin and, where built, with the
+    real C++ plugin library: the same plan. (Only with GroupedMM nodes: fp32 partitions, which have none, build
+    different plans from one build to the next in TensorRT for RTX 1.7, whatever the plugin.)"""
     assert partitions, "nothing was delegated"
+    cpp_plugin = _cpp_plugin()
     for contents in partitions:
         for target in TARGETS:
             engine = onnx_build.parse_and_build(rtx, contents, target)  # BuildFailed lists the parser's errors
             assert len(engine.plan) > 10_000
+            if cpp_plugin is not None and contents.kernels:  # GroupedMM nodes: the plugin matters
+                assert onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin).plan == engine.plan
 
 
 # ---- every partition we produce ---------------------------------------------------------------

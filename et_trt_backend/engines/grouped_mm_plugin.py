@@ -168,10 +168,10 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
         def __init__(self, kernels: Sequence[KernelImage]):
             trt.IPluginCreatorV3One.__init__(self)
             self.name, self.plugin_version, self.plugin_namespace = GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE
+            # The fields an ONNX node supplies, as the C++ creator declares them; kernel_images_id comes from
+            # the blob at parse time and from the plan at run time.
             self.field_names = trt.PluginFieldCollection([
-                trt.PluginField(TRANS_B_FIELD, np.array([], dtype=np.int32), trt.PluginFieldType.INT32),
-                trt.PluginField(KERNEL_IMAGES_ID_FIELD, np.array([], dtype=np.uint8), trt.PluginFieldType.UNKNOWN),
-            ])
+                trt.PluginField(TRANS_B_FIELD, np.array([], dtype=np.int32), trt.PluginFieldType.INT32)])
             self.kernels = list(kernels)
             self.images_id = kernel_images_id(self.kernels)
             self.refusals: list[str] = []  # why create_plugin refused, for the build's report

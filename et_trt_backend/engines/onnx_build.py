@@ -24,11 +24,6 @@ from et_trt_backend.serialization import blob
 
 logger = logging.getLogger(__name__)
 
-# The parser warns once per GroupedMM node that the ONNX lacks this field: expected, the
-# plugin takes it from the blob (the node carries only trans_b).
-_EXPECTED_WARNING = f"Attribute {grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD} not found in plugin node"
-
-
 class BuildFailed(RuntimeError):
     """The parser or the builder refused the partition; `errors` holds their messages verbatim,
     `parsed` whether the parser accepted it (a parse failure fails every target alike)."""
@@ -59,7 +54,7 @@ def _logger_class(trt: ModuleType) -> type:
             if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
                 self.errors.append(message)
                 logger.debug("%s", message)
-            elif severity == trt.ILogger.Severity.WARNING and _EXPECTED_WARNING not in message:
+            elif severity == trt.ILogger.Severity.WARNING:
                 logger.warning("%s", message)
             else:
                 logger.debug("%s", message)
