@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from et_trt_backend.engines import providers
@@ -13,3 +15,17 @@ def tensorrt_rtx_or_skip() -> providers.Builder:
         return providers.tensorrt_rtx()
     except providers.BuilderUnavailable as e:
         pytest.skip(f"needs TensorRT for RTX ({providers.RTX_EXTRA}): {e}")
+
+
+# One GroupedMM node's fields as a TensorRT (for RTX) 1.7 plan stores them: each field's name length, name,
+# type and element count, then its data: trans_b (INT32 = 5, one element), kernel_images_id (UNKNOWN = 8,
+# 32 bytes). The rest of a plan is not comparable: the same network builds different plans from one build
+# to the next (kernel choices), whichever plugin serves it.
+_PLUGIN_FIELDS = re.compile(
+    rb"\x08\x00\x00\x00trans_b\x00\x05\x00\x00\x00\x01\x00\x00\x00.{4}"
+    rb"\x11\x00\x00\x00kernel_images_id\x00\x08\x00\x00\x00\x20\x00\x00\x00.{32}", re.S)
+
+
+def serialized_plugin_fields(plan: bytes) -> list[bytes]:
+    """Every GroupedMM plugin's serialized fields in `plan`, in plan order."""
+    return _PLUGIN_FIELDS.findall(plan)

@@ -26,7 +26,7 @@ from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
 from et_trt_backend.lowering.translations import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
 from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
-from nvidia_builders import tensorrt_rtx_or_skip
+from nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
 from test_lowering import lower_program
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,15 +230,16 @@ def cpp_plugin() -> Path:
         pytest.skip(f"the C++ plugin library is not built here: {e}")
 
 
-def test_python_plugin_builds_the_engine_the_cpp_plugin_builds(exported, rtx, cpp_plugin):
+def test_python_plugin_serializes_in_a_plan_what_the_cpp_plugin_serializes(exported, rtx, cpp_plugin):
     """Same partition, same target, the plugin's build phase in Python or the real C++ plugin loaded as a
-    plugin library: byte-identical plans, so the fields the Python plugin serializes (trans_b,
-    kernel_images_id) are exactly those the C++ plugin serializes and reads back."""
+    plugin library: each GroupedMM node's fields (trans_b, kernel_images_id) are the same bytes in both plans.
+    (The plans as a whole differ from one build to the next, whichever plugin serves them.)"""
     contents, _ = exported
     for target in ("sm_80", "sm_120a"):
-        with_python = onnx_build.parse_and_build(rtx, contents, target)
+        with_python = serialized_plugin_fields(onnx_build.parse_and_build(rtx, contents, target).plan)
         with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
-        assert with_python.plan == with_cpp.plan
+        assert len(with_python) >= 2  # two GroupedMM nodes
+        assert serialized_plugin_fields(with_cpp.plan) == with_python
 
 
 def test_cpp_plugin_takes_back_the_fields_the_python_plugin_serializes(exported, rtx, cpp_plugin):
