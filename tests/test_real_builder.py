@@ -1,6 +1,7 @@
 """NVIDIA's own ONNX parser and builder (TensorRT for RTX, on this CPU machine) on every partition we produce,
-with our GroupedMM plugin: the example policy, the test models and unmodified transformers MoE blocks parse with
-0 errors and build for sm_80, sm_86, sm_89 and sm_120. Negative controls fail with the parser's or builder's own
+with our GroupedMM plugin: the example policy, the test models, unmodified transformers MoE blocks and whole decoder
+layers (attention, rotary, norms and MoE) of eight families parse with 0 errors and build for sm_80, sm_86, sm_89 and
+sm_120. Negative controls fail with the parser's or builder's own
 message, not a crash (they run in a subprocess: the library can abort a process). Where the real parser and a
 pre-flight rule disagree, DISAGREEMENTS records it.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from executorch.exir import to_edge_transform_and_lower
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
@@ -110,6 +112,19 @@ def test_test_models(rtx, name):
 def test_transformers_moe_blocks(rtx, name):
     block = moe_models.hf_moe_block(name)
     _assert_builds_everywhere(rtx, _partitions(moe_models.export(block, hidden=moe_models.HF_HIDDEN, batch=True)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", moe_models.HF_FAMILIES)
+def test_transformers_decoder_layers(rtx, name):
+    """Whole unmodified decoder layers (attention, rotary, norms and MoE), dynamic token count."""
+    layer = moe_models.bf16(moe_models.HFDecoderLayer(name))
+    with torch.no_grad():
+        exported = torch.export.export(layer, (torch.randn(1, 8, moe_models.HF_HIDDEN, dtype=moe_models.DTYPE),),
+                                       dynamic_shapes=({1: torch.export.Dim("tokens", min=2, max=256)},))
+    partitions = _partitions(exported)
+    assert any(contents.kernels for contents in partitions), "no GroupedMM partition"
+    _assert_builds_everywhere(rtx, partitions)
 
 
 def test_dense_lowering_and_fp16(rtx):
