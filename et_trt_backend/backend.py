@@ -1,8 +1,11 @@
 """The ExecuTorch backend: preprocess turns one partition into an et-trt blob.
 
-options (compile specs) -> ONNX (lowering) -> pre-flight check -> grouped-GEMM
-kernel images (when the ONNX has GroupedMM) -> engine (only where TensorRT and
-a GPU are present) -> one serialized blob (serialization/blob.py).
+options (compile specs) -> ONNX (lowering) -> pre-flight check -> weights out
+of the ONNX -> grouped-GEMM kernel images (when the ONNX has GroupedMM) ->
+engines (where a provider can build at export) -> one serialized blob
+(serialization/blob.py), and the weights and engines as ExecuTorch named data
+(serialization/external_data.py): in the .pte, or in a .ptd where the weights
+carry ExecuTorch's external-constant tag.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from et_trt_backend import engine_build, preflight
 from et_trt_backend.lowering import lower_to_onnx
 from et_trt_backend.lowering.translations import ONNX_OPSET
 from et_trt_backend.options import CompileOptions
-from et_trt_backend.serialization import blob
+from et_trt_backend.serialization import blob, external_data
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +45,13 @@ class EtTrtBackend(BackendDetails):
         start = time.perf_counter()
         logger.info("part %r: lowering to ONNX", part)
         lowered = lower_to_onnx(edge_program, options)
-        onnx_bytes = lowered.onnx_bytes
-        logger.info("part %r: ONNX %.1f KiB, %d GroupedMM", part, len(onnx_bytes) / 1024, len(lowered.grouped_mms))
+        weights = lowered.weights
         preflight.enforce(lowered.onnx, options.preflight, where=f"part {part!r}")
+        onnx_bytes = lowered.onnx_bytes
+        tag = external_data.external_tag(edge_program, part)
+        logger.info("part %r: ONNX %.1f KiB and %d weights of %.1f MiB%s, %d GroupedMM", part, len(onnx_bytes) / 1024,
+                    len(weights), sum(w.data.size for w in weights) / 2**20, f" (to {tag}.ptd)" if tag else "",
+                    len(lowered.grouped_mms))
 
         kernels, producer_extra = _kernel_images(lowered, options)
         contents = blob.BlobContents(
@@ -56,6 +63,8 @@ class EtTrtBackend(BackendDetails):
             kernels=kernels,
             engines=[],
             producer=blob.producer_versions(ONNX_OPSET, **producer_extra),
+            weights=weights,
+            data_file=f"{tag}.ptd" if tag else "",
         )
         contents.engines = engine_build.maybe_build_engines(contents, options)
         if contents.engines:
@@ -63,4 +72,4 @@ class EtTrtBackend(BackendDetails):
                 ONNX_OPSET, **producer_extra, tensorrt=contents.engines[0].tensorrt_version)
         data = blob.serialize(contents)
         logger.info("part %r: blob %.1f KiB in %.1f s", part, len(data) / 1024, time.perf_counter() - start)
-        return PreprocessResult(processed_bytes=data)
+        return PreprocessResult(processed_bytes=data, data_store_output=external_data.store_output(contents, tag))

@@ -1,8 +1,8 @@
 """The `et-trt` command: export a policy to a .pte, inspect one, pre-flight check one.
 
-    et-trt export [--module pkg.mod:factory | file.py:factory] [--recipe FILE] [--output PATH]
-    et-trt inspect FILE.pte [--dump-onnx DIR]
-    et-trt check FILE.pte [--build [--require-builder] [--plugin-library PATH]]
+    et-trt export [--module pkg.mod:factory | file.py:factory] [--recipe FILE] [--output PATH] [--external-data DIR]
+    et-trt inspect FILE.pte [--data FILE.ptd] [--dump-onnx DIR]
+    et-trt check FILE.pte [--data FILE.ptd] [--build [--require-builder] [--plugin-library PATH]]
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import importlib
 import importlib.util
 import json
 import logging
-import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -59,8 +60,10 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
-def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "") -> dict[str, Any]:
-    """Export the program `factory` returns to `output`; returns step timings and the .pte size."""
+def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "",
+           data_dir: Path | None = None) -> dict[str, Any]:
+    """Export the program `factory` returns to `output`, its TensorRT partitions' weights, kernel images and
+    engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step timings and sizes."""
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
@@ -81,6 +84,10 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
             "(call torch.export.export(model, example_inputs, dynamic_shapes=...) in it)"
         )
     timings["torch_export_s"] = time.perf_counter() - start
+    if data_dir is not None:
+        from et_trt_backend.serialization import external_data
+
+        external_data.tag_weights(program, _file_safe(output.stem))
 
     step = time.perf_counter()
     logger.info("partitioning and lowering with recipe %s", recipe or "(defaults)")
@@ -90,20 +97,35 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     step = time.perf_counter()
     logger.info("writing the ExecuTorch program")
     executorch_program = edge.to_executorch()
-    data = executorch_program.buffer
+    written = _write_program(executorch_program, output, data_dir)
     timings["to_executorch_s"] = time.perf_counter() - step
-
-    # Write beside the target, then rename: never leave half a file at `output`.
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
     timings["total_s"] = time.perf_counter() - start
-    logger.info("wrote %s (%s) in %.1f s", output, _size(len(data)), timings["total_s"])
-    return {**timings, "pte_bytes": len(data)}
+    for path in written:
+        logger.info("wrote %s (%s)", path, _size(path.stat().st_size))
+    logger.info("exported in %.1f s", timings["total_s"])
+    data_files = [path for path in written if path != output]
+    return {**timings, "pte_bytes": output.stat().st_size, "data_files": data_files}
+
+
+def _write_program(executorch_program, output: Path, data_dir: Path | None) -> list[Path]:
+    """Writes the .pte to `output` and its data files (.ptd) to `data_dir`; returns the paths. Each is
+    written beside its target, then renamed: never half a file, nor a .pte without its data files."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".et-trt-partial-") as partial:
+        partial = Path(partial)
+        targets = []
+        if data_dir is not None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            executorch_program.write_tensor_data_to_file(str(partial))
+            targets = [(path, data_dir / path.name) for path in sorted(partial.iterdir())]
+        with open(partial / output.name, "wb") as f:
+            executorch_program.write_to_file(f)
+        targets.append((partial / output.name, output))
+        for source, target in targets:
+            shutil.move(source, target)
+            written.append(target)
+    return written
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -115,31 +137,59 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"the example policy ships with the source tree ({EXAMPLES_DIR}); pass --module")
     source = module.rpartition(":")[0]
     output = args.output or Path((Path(source).stem if source.endswith(".py") else source.rpartition(".")[2]) + ".pte")
-    result = export(load_factory(module), recipe, output, name=module)
-    print(f"{output}: {_size(result['pte_bytes'])}, exported in {result['total_s']:.1f} s")
-    _print_summary(output.read_bytes())
+    result = export(load_factory(module), recipe, output, name=module, data_dir=args.external_data)
+    data = "".join(f", {path} {_size(path.stat().st_size)}" for path in result["data_files"])
+    print(f"{output}: {_size(result['pte_bytes'])}{data}, exported in {result['total_s']:.1f} s")
+    _print_summary(output, result["data_files"])
     return 0
 
 
 # ---- inspect -------------------------------------------------------------------
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    data = _read_pte(args.file)
-    partitions = _print_summary(data, detail=True)
+    partitions = _print_summary(args.file, args.data, detail=True)
     if args.dump_onnx is not None:
-        args.dump_onnx.mkdir(parents=True, exist_ok=True)
-        for i, partition in enumerate(partitions):
-            path = args.dump_onnx / f"{i}_{_file_safe(partition.contents.part or 'partition')}.onnx"
-            path.write_bytes(partition.contents.onnx)
-            print(f"wrote {path}")
+        _dump_onnx(partitions, args.dump_onnx)
     return 0
 
 
-def _print_summary(data: bytes, detail: bool = False) -> list:
-    from et_trt_backend import BACKEND_ID
-    from et_trt_backend.serialization.pte import read_delegates, read_partitions
+def _dump_onnx(partitions, folder: Path) -> None:
+    """Each partition's ONNX, its weights beside it as ONNX external data (their locations), for trtexec or
+    Polygraphy."""
+    from et_trt_backend.serialization.blob import BlobError
 
-    others = collections.Counter(d.backend_id for d in read_delegates(data) if d.backend_id != BACKEND_ID)
-    partitions = read_partitions(data)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, partition in enumerate(partitions):
+        contents = partition.contents
+        path = folder / f"{i}_{_file_safe(contents.part or 'partition')}.onnx"
+        for weight in contents.weights:
+            if weight.data.data is None:
+                raise BlobError(f"part {contents.part!r}: its weights are in '{contents.data_file}', which was not "
+                                "found: pass it with --data")
+            location = folder / weight.data.key
+            location.parent.mkdir(parents=True, exist_ok=True)
+            location.write_bytes(weight.data.data)
+        path.write_bytes(contents.onnx)
+        print(f"wrote {path}" + (f" and {len(contents.weights)} weight file(s) under {folder}" if contents.weights
+                                 else ""))
+
+
+def _partitions(pte: Path, data_files: list[Path] | None, missing_data_ok: bool = False) -> list:
+    """The .pte's TensorRT partitions, their named data read from the .pte and `data_files` (--data), else from
+    the data files they name beside the .pte."""
+    from et_trt_backend.serialization.pte import read_partitions
+
+    for path in data_files or []:
+        if not path.is_file():
+            raise UsageError(f"--data {path}: no such file")
+    return read_partitions(_read_pte(pte), data_files or (), data_dir=pte.parent, missing_data_ok=missing_data_ok)
+
+
+def _print_summary(pte: Path, data_files: list[Path] | None = None, detail: bool = False) -> list:
+    from et_trt_backend import BACKEND_ID
+    from et_trt_backend.serialization.pte import read_delegates
+
+    others = collections.Counter(d.backend_id for d in read_delegates(_read_pte(pte)) if d.backend_id != BACKEND_ID)
+    partitions = _partitions(pte, data_files, missing_data_ok=True)
     print(f"{len(partitions)} TensorRT partition(s)"
           + (f"; other delegates: {dict(others)}" if others else ""))
     for i, partition in enumerate(partitions):
@@ -161,6 +211,10 @@ def _print_partition(i: int, partition, detail: bool) -> None:
     ops, opset = _onnx_ops(model)
     print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
           + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
+    home = c.data_file or "the .pte"
+    found = "" if all(d.data is not None for d in c.named_data()) else f", NOT FOUND (pass --data {c.data_file})"
+    print(f"    weights: {len(c.weights)} external, {_size(sum(w.data.size for w in c.weights))}, named data in "
+          f"{home}{found}")
     print("    precision in the ONNX: " + "; ".join(
         f"{kind} " + ", ".join(f"{t} {n}" for t, n in counts.items())
         for kind, counts in onnx_precision(model).items() if counts))
@@ -174,20 +228,20 @@ def _print_partition(i: int, partition, detail: bool) -> None:
     elif detail:
         print(f"    kernel images ({len(c.kernels)}):")
         for k in c.kernels:
-            print(f"      {k.arch:8} {k.format:5} {k.kernel} {k.dtype} {_size(len(k.image))}, {k.num_warps} warps, "
+            print(f"      {k.arch:8} {k.format:5} {k.kernel} {k.dtype} {_size(k.image.size)}, {k.num_warps} warps, "
                   f"{k.shared_bytes} B shared, tile {k.block_m}x{k.block_n}x{k.block_k}"
                   f"{', persistent' if k.persistent else ''}{', PTX ' + k.ptx_version if k.ptx_version else ''}")
     else:
         archs = {fmt: sorted({k.arch for k in c.kernels if k.format == fmt}, key=_arch_number)
                  for fmt in ("cubin", "ptx")}
-        print(f"    kernel images: {len(c.kernels)}, {_size(sum(len(k.image) for k in c.kernels))}; "
+        print(f"    kernel images: {len(c.kernels)}, {_size(sum(k.image.size for k in c.kernels))}; "
               + "; ".join(f"{fmt} {', '.join(a)}" for fmt, a in archs.items() if a))
     if not c.engines:
         print("    engines: none embedded; the robot builds one from the ONNX at first load (then caches it)")
     for e in c.engines:
         built_on = f", built on {e.gpu_name}" if e.gpu_name else ""
         print(f"    engine: {PROVIDERS[e.provider]} {e.tensorrt_version}, sm_{e.compute_capability}{built_on}, "
-              f"{_size(len(e.plan))}")
+              f"{_size(e.plan.size)}")
         for note in e.options_not_applied:
             print(f"      not applied: {note}")
     if detail:
@@ -247,9 +301,8 @@ def _dims(dims) -> str:
 # ---- check -----------------------------------------------------------------------
 def _cmd_check(args: argparse.Namespace) -> int:
     from et_trt_backend import preflight
-    from et_trt_backend.serialization.pte import read_partitions
 
-    partitions = read_partitions(_read_pte(args.file))
+    partitions = _partitions(args.file, args.data)
     if not partitions:
         print(f"{args.file}: no TensorRT partitions")
         return 0
@@ -343,16 +396,22 @@ def build_parser() -> argparse.ArgumentParser:
     export_cmd.add_argument("--recipe", type=Path, help="recipe file, TOML or YAML (default: the example's "
                             "recipe for the example policy, else default options)")
     export_cmd.add_argument("--output", "-o", type=Path, help="the .pte to write (default: <module>.pte)")
+    export_cmd.add_argument("--external-data", type=Path, metavar="DIR", help="write the TensorRT partitions' "
+                            "weights and engines to DIR/<output name>.ptd, beside a small .pte (default: in the .pte)")
     export_cmd.set_defaults(run=_cmd_export)
 
     inspect_cmd = commands.add_parser("inspect", help="partitions, ops, options, kernel images, engine status")
     inspect_cmd.add_argument("file", type=Path)
+    inspect_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
+                             "file (default: the ones its partitions name, beside the .pte)")
     inspect_cmd.add_argument("--dump-onnx", type=Path, metavar="DIR", help="write each partition's ONNX to DIR "
                              "(for trtexec or Polygraphy)")
     inspect_cmd.set_defaults(run=_cmd_inspect)
 
     check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
     check_cmd.add_argument("file", type=Path)
+    check_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
+                           "file (default: the ones its partitions name, beside the .pte)")
     check_cmd.add_argument("--build", action="store_true", help="then parse and build each partition with NVIDIA's "
                            "own ONNX parser and builder (TensorRT where installed, else TensorRT for RTX) for its "
                            "targets; exit 1 on any failure")

@@ -35,13 +35,13 @@ def _tensorrt_engine(contents: blob.BlobContents, unavailable: list[str]) -> lis
 
     try:
         runtime.load()
-        plan, version, gpu, capability = runtime.build_engine(blob.serialize(contents))
+        plan, version, gpu, capability = runtime.build_engine(contents, contents.options.timing_cache)
     except (runtime.EngineBuildUnavailable, runtime.RuntimeLoadError) as e:
         unavailable.append(f"TensorRT: {e}")
         return []
     except RuntimeError as e:
         raise EngineBuildError(f"part {contents.part!r}: TensorRT failed to build the engine: {e}") from e
-    engine = blob.EngineRecord(plan=plan, provider="tensorrt", tensorrt_version=version, gpu_name=gpu,
+    engine = blob.EngineRecord(plan=blob.NamedData.of(plan), provider="tensorrt", tensorrt_version=version, gpu_name=gpu,
                                compute_capability=capability)
     logger.info("part %r: engine built with TensorRT %s for %s (sm_%d), %.1f MiB", contents.part, version, gpu,
                 capability, len(plan) / 2**20)
@@ -80,7 +80,7 @@ def _tensorrt_rtx_engines(contents: blob.BlobContents, options: CompileOptions,
                                    "to leave the engine to the device") from e
         logger.info("part %r: %s engine for %s built in %.2f s, %.1f MiB", part, builder, target, engine.seconds,
                     len(engine.plan) / 2**20)
-        engines.append(blob.EngineRecord(plan=engine.plan, provider="tensorrt_rtx", tensorrt_version=builder.version,
+        engines.append(blob.EngineRecord(plan=blob.NamedData.of(engine.plan), provider="tensorrt_rtx", tensorrt_version=builder.version,
                                          gpu_name="", compute_capability=engine.compute_capability,
                                          options_not_applied=not_applied))
     return engines

@@ -18,7 +18,10 @@ import logging
 import os
 import pathlib
 
+import numpy as np
+
 from et_trt_backend import BACKEND_ID
+from et_trt_backend.serialization import blob
 
 logger = logging.getLogger(__name__)
 
@@ -68,17 +71,36 @@ def plugin_library_path() -> pathlib.Path:
     )
 
 
-def use_kernel_images(plugin_library: ctypes.CDLL, blob: bytes) -> bytes:
-    """Hands `blob`'s kernel images to the loaded plugin library: GroupedMM nodes parsed next on
-    this thread take them, and engines referencing them deserialize. Returns their
-    kernel_images_id (sha256 of the images, schema.fbs). Raises RuntimeError if the blob is refused."""
+def use_kernel_images(plugin_library: ctypes.CDLL, contents: blob.BlobContents) -> bytes:
+    """Hands the kernel images of the blob `contents` (its named data attached) to the loaded plugin
+    library: GroupedMM nodes parsed next on this thread take them, and engines referencing them
+    deserialize. Returns their kernel_images_id (sha256 of the images, schema.fbs). Raises
+    RuntimeError if the blob or its named data is refused."""
     fn = plugin_library.et_trt_plugin_use_kernel_images
     fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, *_NAMED_DATA_ARGTYPES, ctypes.c_char_p, ctypes.c_char_p,
+                   ctypes.c_size_t]
+    data = blob.serialize(contents)
     ident, error = ctypes.create_string_buffer(32), ctypes.create_string_buffer(4096)
-    if fn(blob, len(blob), ident, error, len(error)) != 0:
+    if fn(data, len(data), *_named_data_arrays(contents), ident, error, len(error)) != 0:
         raise RuntimeError(error.value.decode(errors="replace"))
     return ident.raw
+
+
+# A blob's named data passed to the C entry points: keys, bytes, sizes, count.
+_NAMED_DATA_ARGTYPES = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
+                        ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
+
+
+def _named_data_arrays(contents: blob.BlobContents) -> tuple:
+    """The blob's named data (attached) as the C entry points take it; the bytes are not copied and
+    `contents` keeps them alive."""
+    named = contents.named_data()
+    views = [np.frombuffer(data.view(), np.uint8) for data in named]
+    keys = (ctypes.c_char_p * len(named))(*(data.key.encode() for data in named))
+    values = (ctypes.c_void_p * len(named))(*(view.ctypes.data for view in views))
+    sizes = (ctypes.c_size_t * len(named))(*(view.nbytes for view in views))
+    return keys, values, sizes, len(named)
 
 
 def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathLike | None = None) -> ctypes.CDLL:
@@ -129,48 +151,36 @@ def _point_at_tensorrt_rtx() -> None:
         logger.info("TensorRT for RTX: %s=%s", RTX_DIR_ENV, os.environ[RTX_DIR_ENV])
 
 
-def delegate_blobs(pte: bytes | str | os.PathLike) -> list[tuple[str, bytes]]:
-    """(method name, blob) of every TensorRT delegate in a `.pte`, in program order."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    data = pte if isinstance(pte, (bytes, bytearray)) else pathlib.Path(pte).read_bytes()
-    program = deserialize_pte_binary(bytes(data)).program
-    blobs = []
-    for plan in program.execution_plan:
-        for delegate in plan.delegates:
-            if delegate.id == BACKEND_ID:
-                blobs.append((plan.name, bytes(program.backend_delegate_data[delegate.processed.index].data)))
-    return blobs
-
-
 class EngineBuildUnavailable(RuntimeError):
     """TensorRT, CUDA or a GPU is missing where build_engine ran; the message says which."""
 
 
-def build_engine(blob: bytes, device: int = 0) -> tuple[bytes, str, str, int]:
-    """(plan, TensorRT version, GPU name, compute capability) of `blob`'s engine, built by the C++
-    runtime exactly as init on the robot builds it (same parser, options, profiles and GroupedMM
-    plugin with the blob's kernel images). For engines embedded at export.
+def build_engine(contents: blob.BlobContents, timing_cache: str | None = None, device: int = 0) -> tuple[bytes, str, str, int]:
+    """(plan, TensorRT version, GPU name, compute capability) of the engine of the blob `contents` (its
+    named data attached), built by the C++ runtime exactly as init on the robot builds it (same parser,
+    options, profiles and GroupedMM plugin with the blob's kernel images), with the timing cache at
+    `timing_cache`. For engines embedded at export.
 
     Raises EngineBuildUnavailable where TensorRT, CUDA or a GPU is missing, RuntimeError otherwise.
     """
     lib = load()
     fn = lib.et_trt_build_engine
     fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
-                   ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
-                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, *_NAMED_DATA_ARGTYPES, ctypes.c_char_p, ctypes.c_int32,
+                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t,
+                   ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
     lib.et_trt_free.argtypes = [ctypes.c_void_p]
+    data = blob.serialize(contents)
     plan, size, capability = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int32()
     version, gpu = ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)
     error = ctypes.create_string_buffer(8192)
-    rc = fn(blob, len(blob), device, ctypes.byref(plan), ctypes.byref(size), version, 256, gpu, 256,
-            ctypes.byref(capability), error, len(error))
+    rc = fn(data, len(data), *_named_data_arrays(contents), (timing_cache or "").encode(), device, ctypes.byref(plan),
+            ctypes.byref(size), version, 256, gpu, 256, ctypes.byref(capability), error, len(error))
     if rc != 0:
         kind = EngineBuildUnavailable if rc == 1 else RuntimeError
         raise kind(error.value.decode(errors="replace"))
     try:
-        data = ctypes.string_at(plan, size.value)
+        plan_bytes = ctypes.string_at(plan, size.value)
     finally:
         lib.et_trt_free(plan)
-    return data, version.value.decode(), gpu.value.decode(), capability.value
+    return plan_bytes, version.value.decode(), gpu.value.decode(), capability.value

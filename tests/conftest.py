@@ -3,12 +3,23 @@
 import importlib.util
 import os
 import pathlib
+import subprocess
 
 import pytest
 
 from et_trt_backend.kernels import aot
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def built_runtime() -> pathlib.Path:
+    """runtime/build, (re)built by scripts/build_runtime.sh (incremental: seconds when up to date)."""
+    build = REPO / "runtime" / "build"
+    result = subprocess.run([str(REPO / "scripts" / "build_runtime.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, f"runtime build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    assert (build / "libet_trt_runtime.so").is_file() and (build / "et_trt_runner").is_file()
+    return build
 
 
 @pytest.fixture(scope="module")

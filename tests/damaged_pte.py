@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import random
 
+from et_trt_backend import BACKEND_ID
+from et_trt_backend.serialization.pte import read_delegates
+
 KINDS = ("empty", "random", "truncated", "garbage_after_identifier", "flipped_header")
+
+
+def blobs(pte: bytes) -> list[bytes]:
+    """The et-trt delegate blobs of a .pte, in program order (to find and damage them in place)."""
+    return [d.data for d in read_delegates(pte) if d.backend_id == BACKEND_ID]
 
 
 def damaged(good: bytes, kind: str, seed: int) -> bytes:

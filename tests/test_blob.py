@@ -2,6 +2,7 @@
 
 import dataclasses
 import hashlib
+import json
 import os
 import random
 import re
@@ -32,9 +33,11 @@ from et_trt_backend.serialization.blob import (
     DimSpec,
     EngineRecord,
     TensorSpec,
+    WeightRecord,
     deserialize,
     serialize,
 )
+from et_trt_backend.serialization.named_data import NamedData
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
           torch.float64, torch.bool, torch.bfloat16]
@@ -79,10 +82,15 @@ def random_tensor(rng: random.Random) -> TensorSpec:
     return TensorSpec(random_text(rng), rng.choice(DTYPES), dims)
 
 
+def random_named_data(rng: random.Random, most: int = 5000) -> NamedData:
+    return NamedData.of(rng.randbytes(rng.randint(1, most)))
+
+
 def random_kernel(rng: random.Random) -> KernelImage:
     return KernelImage(
-        kernel=random_text(rng), arch=rng.choice(KERNEL_ARCHS), format=rng.choice(["cubin", "ptx"]),
-        image=rng.randbytes(rng.randint(0, 3000)), entry=random_text(rng), dtype=rng.choice(["bf16", "fp16"]),
+        kernel=random_text(rng), variant=random_text(rng), trans_b=rng.random() < 0.5, arch=rng.choice(KERNEL_ARCHS),
+        format=rng.choice(["cubin", "ptx"]), image=random_named_data(rng, 3000), entry=random_text(rng),
+        dtype=rng.choice(["bf16", "fp16"]),
         num_warps=rng.choice([4, 8]), shared_bytes=rng.randint(0, 232448), global_scratch_bytes=rng.randint(0, 512),
         global_scratch_align=rng.choice([1, 128]), profile_scratch_bytes=rng.randint(0, 64),
         block_m=rng.choice([64, 128]), block_n=rng.choice([64, 128, 256]), block_k=rng.choice([32, 64]),
@@ -92,14 +100,13 @@ def random_kernel(rng: random.Random) -> KernelImage:
 
 def random_engine(rng: random.Random) -> EngineRecord:
     if rng.random() < 0.5:
-        return EngineRecord(rng.randbytes(rng.randint(1, 5000)), "tensorrt", "10." + str(rng.randint(0, 20)),
+        return EngineRecord(random_named_data(rng), "tensorrt", "10." + str(rng.randint(0, 20)),
                             random_text(rng), rng.choice([80, 87, 90, 100, 110, 120]))
-    return EngineRecord(rng.randbytes(rng.randint(1, 5000)), "tensorrt_rtx", "1." + str(rng.randint(0, 20)), "",
+    return EngineRecord(random_named_data(rng), "tensorrt_rtx", "1." + str(rng.randint(0, 20)), "",
                         rng.choice([80, 86, 89, 120]), [random_text(rng) for _ in range(rng.randint(0, 2))])
 
 
 def random_contents(rng: random.Random) -> BlobContents:
-    engine = None
     engines = [random_engine(rng) for _ in range(rng.choice([0, 0, 1, 3]))]
     return BlobContents(
         part=random_text(rng),
@@ -110,8 +117,10 @@ def random_contents(rng: random.Random) -> BlobContents:
         kernels=[random_kernel(rng) for _ in range(rng.randint(0, 3))],
         engines=engines,
         producer={"et_trt": "0.1.0", "torch": torch.__version__, "executorch": random_text(rng),
-                  "onnx_opset": rng.randint(1, 30), "triton": random_text(rng), "cuda": "13.0",
+                  "onnx_opset": rng.randint(1, 30), "triton": random_text(rng),
                   "tensorrt": rng.choice(["", "10.13.0"])},
+        weights=[WeightRecord(f"w{i}_{random_text(rng)}", random_named_data(rng)) for i in range(rng.randint(0, 4))],
+        data_file=rng.choice(["", random_text(rng) + ".ptd"]),
     )
 
 
@@ -120,9 +129,11 @@ def small_contents(seed: int) -> BlobContents:
     rng = random.Random(seed)
     contents = random_contents(rng)
     contents.onnx = rng.randbytes(200)
-    contents.kernels = [dataclasses.replace(random_kernel(rng), image=rng.randbytes(100))]
-    contents.engines = [EngineRecord(rng.randbytes(100), "tensorrt", "10.13.0", "NVIDIA H200", 90),
-                        EngineRecord(rng.randbytes(100), "tensorrt_rtx", "1.7.1.116", "", 120, ["timing_cache: not read"])]
+    contents.kernels = [dataclasses.replace(random_kernel(rng), image=NamedData.of(rng.randbytes(100)))]
+    contents.engines = [EngineRecord(NamedData.of(rng.randbytes(100)), "tensorrt", "10.13.0", "NVIDIA H200", 90),
+                        EngineRecord(NamedData.of(rng.randbytes(100)), "tensorrt_rtx", "1.7.1.116", "", 120,
+                                     ["timing_cache: not read"])]
+    contents.weights = [WeightRecord("w", NamedData.of(rng.randbytes(2000)))]
     return contents
 
 
@@ -165,7 +176,7 @@ def test_header_layout_is_the_documented_one():
     payload = data[HEADER_SIZE:]
     assert HEADER_SIZE == 56
     assert data[0:8] == MAGIC == b"ETTRTBLB"
-    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 2
+    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 3
     assert struct.unpack_from("<I", data, 12)[0] == zlib.crc32(data[16:])
     assert struct.unpack_from("<Q", data, 16)[0] == len(payload)
     assert data[24:56] == hashlib.sha256(payload).digest()
@@ -184,14 +195,14 @@ def test_build_options_table_carries_the_options():
         options = random_options(random.Random(seed))
         contents = small_contents(seed)
         contents.options = options
-        table = fb.Blob.GetRootAs(serialize(contents)[HEADER_SIZE:], 0).BuildOptions()
-        assert table.Precision() == {"bf16": 0, "fp16": 1, "fp32": 2}[options.precision]
+        root = fb.Blob.GetRootAs(serialize(contents)[HEADER_SIZE:], 0)
+        table = root.BuildOptions()
         assert table.Tf32() == options.tf32
         assert table.WorkspaceBytes() == (options.workspace_bytes or 0)
         assert table.OptimizationLevel() == options.optimization_level
-        assert (table.TimingCache() or b"").decode() == (options.timing_cache or "")
-        assert table.EngineBuild() == {"auto": 0, "always": 1, "never": 2}[options.engine_build]
-        assert table.GroupedGemmKernel() == options.grouped_gemm_kernel
+        # Every other option once, in export_options.
+        assert json.loads(root.ExportOptions()) == {k: v for k, v in options.to_json().items()
+                                                    if k not in blob.BUILD_OPTION_FIELDS}
 
 
 def test_every_option_is_mapped_or_declared_export_only():
@@ -238,9 +249,10 @@ def test_errors_name_the_problem():
     data = serialize(small_contents(fresh_seed()))
     with pytest.raises(BlobError, match="magic"):
         deserialize(b"XXXXXXXX" + data[8:])
-    newer = data[:8] + struct.pack("<I", SCHEMA_VERSION + 1) + data[12:]
-    with pytest.raises(BlobError, match=f"schema version {SCHEMA_VERSION + 1}.*re-export"):
-        deserialize(newer)
+    for other in (SCHEMA_VERSION - 1, SCHEMA_VERSION + 1):  # an older export (weights inside), a newer one
+        with pytest.raises(BlobError, match=f"blob schema version {other}, this reader reads version "
+                                            f"{SCHEMA_VERSION}; re-export"):
+            deserialize(data[:8] + struct.pack("<I", other) + data[12:])
     with pytest.raises(BlobError, match="crc32"):
         deserialize(data[:-1] + bytes([data[-1] ^ 0x80]))
     with pytest.raises(BlobError, match="sha256"):
@@ -298,4 +310,4 @@ def test_serialize_refuses_bad_contents():
     with pytest.raises(BlobError, match="engine provider 'onnxruntime' is not one of tensorrt, tensorrt_rtx"):
         serialize(dataclasses.replace(contents, engines=[bad_engine]))
     with pytest.raises(BlobError, match="empty plan"):
-        serialize(dataclasses.replace(contents, engines=[dataclasses.replace(contents.engines[0], plan=b"")]))
+        serialize(dataclasses.replace(contents, engines=[dataclasses.replace(contents.engines[0], plan=NamedData.of(b""))]))

@@ -24,7 +24,6 @@ import pytest
 import moe_models
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
 from et_trt_backend.lowering.translations import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
-from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
 from nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
 from test_lowering import lower_program
@@ -74,20 +73,21 @@ def test_one_engine_per_rtx_target_in_kernel_archs(exported, rtx):
         [("tensorrt_rtx", 80), ("tensorrt_rtx", 86), ("tensorrt_rtx", 89), ("tensorrt_rtx", 120)]
     for engine in contents.engines:
         assert engine.tensorrt_version == rtx.version and engine.gpu_name == ""  # ahead of time: no GPU
-        assert len(engine.plan) > 10_000
+        assert engine.plan.size > 10_000
     assert contents.producer["tensorrt"] == rtx.version
 
 
 def test_plans_reference_the_kernel_images_instead_of_carrying_them(exported):
     contents, _ = exported
-    images_id = hashlib.sha256(b"".join(k.image for k in contents.kernels)).digest()
-    largest = max(contents.kernels, key=lambda k: len(k.image)).image
+    images_id = hashlib.sha256(b"".join(k.image.bytes() for k in contents.kernels)).digest()
+    largest = max(contents.kernels, key=lambda k: k.image.size).image.bytes()
     middle = largest[len(largest) // 2:len(largest) // 2 + 256]
     nodes = [n.op_type for n in onnx.load_from_string(contents.onnx).graph.node].count(GROUPED_MM_OP)
     assert nodes == 2
     for engine in contents.engines:
-        assert engine.plan.count(images_id) >= nodes  # each GroupedMM node's 32-byte kernel_images_id field
-        assert b"kernel_images_id" in engine.plan and middle not in engine.plan
+        plan = engine.plan.bytes()
+        assert plan.count(images_id) >= nodes  # each GroupedMM node's 32-byte kernel_images_id field
+        assert b"kernel_images_id" in plan and middle not in plan
 
 
 def test_options_the_build_cannot_apply_are_logged_and_recorded(exported):
@@ -112,10 +112,10 @@ def test_engine_with_the_plugin_is_no_larger_than_dense_engine_plus_one_copy_of_
     contents, _ = exported
     dense = _lower({"kernel_archs": RTX_ARCHS, "grouped_gemm_kernel": False})
     assert not dense.kernels and len(dense.engines) == 4
-    images = sum(len(k.image) for k in contents.kernels)
+    images = sum(k.image.size for k in contents.kernels)
     for with_plugin, without in zip(contents.engines, dense.engines):
         assert with_plugin.compute_capability == without.compute_capability
-        assert len(with_plugin.plan) <= 1.2 * (len(without.plan) + images)
+        assert with_plugin.plan.size <= 1.2 * (without.plan.size + images)
 
 
 def test_python_plugin_has_the_cpp_plugins_name_version_namespace_and_fields(rtx):
@@ -148,7 +148,7 @@ def test_plugin_serializes_trans_b_and_the_kernel_images_id(exported, rtx):
     assert serialized == {
         "trans_b": (trt.PluginFieldType.INT32, np.array([1], np.int32).tobytes()),
         "kernel_images_id": (trt.PluginFieldType.UNKNOWN,
-                             hashlib.sha256(b"".join(k.image for k in contents.kernels)).digest()),
+                             hashlib.sha256(b"".join(k.image.bytes() for k in contents.kernels)).digest()),
     }
     # What an engine serialized is taken back at run time (the images are this blob's).
     again = creator.create_plugin("gmm", plugin.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME)
@@ -252,7 +252,7 @@ def test_cpp_plugin_takes_back_the_fields_the_python_plugin_serializes(exported,
     registry = trt.get_plugin_registry()
     handle = registry.load_library(str(cpp_plugin))
     try:
-        runtime.use_kernel_images(ctypes.CDLL(str(cpp_plugin)), blob.serialize(contents))
+        runtime.use_kernel_images(ctypes.CDLL(str(cpp_plugin)), contents)
         cpp = registry.get_creator(GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE)
         _, creator_class = grouped_mm_plugin.plugin_classes(trt)
         fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])

@@ -21,7 +21,7 @@ from executorch.exir.backend.partitioner import Partitioner
 from et_trt_backend.backend import EtTrtBackend  # noqa: F401  (registers the backend by name)
 from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
 from et_trt_backend.options import CompileOptions, ShapeRange
-from et_trt_backend.serialization import blob
+from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner
 
 torch.manual_seed(0)
@@ -72,10 +72,17 @@ def lower_program(ep: torch.export.ExportedProgram, partitioner: Partitioner):
 
 
 def delegated_parts(edge):
-    """(edge program, blob contents) of every delegate in a lowered edge manager."""
+    """(edge program, blob contents) of every delegate in a lowered edge manager, its named data attached
+    from what preprocess handed ExecuTorch."""
     gm = edge.exported_program().graph_module
-    return [(m.original_module, blob.deserialize(m.processed_bytes))
-            for name, m in gm.named_children() if name.startswith("lowered_module")]
+    parts = []
+    for name, module in gm.named_children():
+        if name.startswith("lowered_module"):
+            contents = blob.deserialize(module.processed_bytes)
+            external_data.attach(contents, external_data.store_lookup(module.named_data_store_output),
+                                 "the lowered module's named data")
+            parts.append((module.original_module, contents))
+    return parts
 
 
 class _Float32Twin(torch.fx.Interpreter):
@@ -152,7 +159,7 @@ def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: 
     """The float32 twin of the partition's ONNX, run by `run_onnx` on fresh `random_input`s, matches
     the partition's edge program run in float32."""
     assert [spec.name for spec in contents.inputs] == _tensor_user_inputs(program)
-    model = reference.to_float32(onnx.ModelProto.FromString(contents.onnx))
+    model = reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
     inputs = [random_input(spec, _shape(spec, tokens)) for spec in contents.inputs]
     expected = run_partition_float32(program, inputs)
     got = run_onnx(model, {s.name: t.numpy() for s, t in zip(contents.inputs, inputs)})
@@ -195,7 +202,7 @@ def test_integer_input_is_recomputed_from_a_tensor_input():
     lowered = lower_to_onnx(ep, CompileOptions(shape_ranges={"x:0": ShapeRange(1, 8, 64)}))
     assert [spec.name for spec in lowered.inputs] == ["w", "x"]  # tensor arguments only, in order
     assert [i.name for i in lowered.onnx.graph.input] == ["w", "x"]
-    session = reference.evaluator(lowered.onnx)
+    session = reference.evaluator(lowered.with_weights())
     for tokens in (1, 7, 64):
         w, x = torch.randn(3), torch.randn(tokens, 6)
         (got,) = session.run(None, {"w": w.numpy(), "x": x.numpy()})

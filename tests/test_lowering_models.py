@@ -18,6 +18,7 @@ from executorch.exir import to_edge_transform_and_lower
 import moe_models
 from et_trt_backend.lowering.to_aten import aten_target
 from et_trt_backend.options import ShapeRange
+from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
 from test_lowering import _shape, assert_onnx_matches_partition, delegated_parts, lower_program
 
@@ -122,7 +123,7 @@ def test_example_policy_with_its_recipe():
 
 def _assert_weights_stored_once(program, contents):
     """The ONNX initializers hold each parameter once (plus a few small constants), no copies."""
-    graph = onnx.ModelProto.FromString(contents.onnx).graph
+    graph = external_data.onnx_with_weights(contents.onnx, contents.weights).graph
     stored = sum(onnx.numpy_helper.to_array(t).nbytes for t in graph.initializer)
     params = sum(program.state_dict[name].nbytes for name in program.graph_signature.inputs_to_parameters.values())
     assert params <= stored < 1.02 * params
@@ -174,7 +175,7 @@ def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> int:
     recorder = _RecordRouterScores(program.graph_module)
     with torch.no_grad():
         expected = recorder.run(*args)[-1].float().reshape(tokens, -1)
-    model = onnx.ModelProto.FromString(contents.onnx)
+    model = external_data.onnx_with_weights(contents.onnx, contents.weights)
     got = reference.evaluator(model).run(None, {spec.name: x.float().numpy().astype(ml_dtypes.bfloat16)})[-1]
     got = torch.from_numpy(got.astype("float32")).reshape(tokens, -1)
     row_scale = expected.abs().amax(1, keepdim=True)

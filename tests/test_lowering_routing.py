@@ -42,7 +42,7 @@ class _SortExperts(torch.nn.Module):
 
 def _onnx(module, *args, dynamic_shapes=None, **options) -> onnx.ModelProto:
     program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
-    return lower_to_onnx(program, CompileOptions(**options)).onnx
+    return lower_to_onnx(program, CompileOptions(**options)).with_weights()
 
 
 def _run(model: onnx.ModelProto, *inputs: np.ndarray) -> list[np.ndarray]:

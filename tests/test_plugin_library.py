@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from et_trt_backend import runtime
-from et_trt_backend.serialization.blob import deserialize
+from et_trt_backend.engines.onnx_build import parse_partition
+from et_trt_backend.serialization.pte import read_partitions
 
 trt = pytest.importorskip(
     "tensorrt_rtx_bindings",
@@ -45,23 +46,26 @@ def builder(plugin_library):
     return b, logger, ctypes.CDLL(plugin_library)
 
 
-def _parse(builder, logger, onnx: bytes):
+def _parse(builder, logger, contents):
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    ok = parser.parse(onnx)
+    ok = parse_partition(parser, contents)
     return network, parser, ok
+
+
+def _partitions(example_pte):
+    return [partition.contents for partition in read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)]
 
 
 def test_example_partitions_build_with_one_reference_to_the_images(builder, example_pte):
     b, logger, lib = builder
-    blobs = runtime.delegate_blobs(example_pte)
-    assert blobs
-    for _, blob in blobs:
-        contents = deserialize(blob)
+    partitions = _partitions(example_pte)
+    assert partitions
+    for contents in partitions:
         assert contents.kernels, "the example export has no kernel images"
-        ident = runtime.use_kernel_images(lib, blob)
-        assert ident == hashlib.sha256(b"".join(k.image for k in contents.kernels)).digest()
-        network, parser, ok = _parse(b, logger, contents.onnx)
+        ident = runtime.use_kernel_images(lib, contents)
+        assert ident == hashlib.sha256(b"".join(k.image.bytes() for k in contents.kernels)).digest()
+        network, parser, ok = _parse(b, logger, contents)
         assert ok, [parser.get_error(i).desc() for i in range(parser.num_errors)]
         plugins = [network.get_layer(i) for i in range(network.num_layers)
                    if network.get_layer(i).type == trt.LayerType.PLUGIN_V3]
@@ -78,7 +82,7 @@ def test_example_partitions_build_with_one_reference_to_the_images(builder, exam
         assert serialized is not None, f"{contents.part}: TensorRT for RTX could not build the engine"
         plan = bytes(serialized)
         assert ident in plan  # each plugin's reference
-        largest = max(contents.kernels, key=lambda k: len(k.image)).image
+        largest = max(contents.kernels, key=lambda k: k.image.size).image.bytes()
         middle = len(largest) // 2
         assert largest[middle:middle + 512] not in plan, f"{contents.part}: the plan still carries kernel images"
 
@@ -111,23 +115,26 @@ def test_a_reference_of_the_wrong_size_is_refused(builder, capfd):
     assert "field kernel_images_id must be 32 bytes (a sha256), got 31" in _trt_log(capfd)
 
 
-def test_a_blob_the_reader_refuses_is_not_registered(builder, example_pte):
+def test_kernel_images_that_do_not_match_the_blob_are_not_registered(builder, example_pte):
     _, _, lib = builder
-    _, blob = runtime.delegate_blobs(example_pte)[0]
-    damaged = bytearray(blob)
-    damaged[len(blob) // 2] ^= 0x20
-    with pytest.raises(RuntimeError, match="blob refused: blob checksum mismatch"):
-        runtime.use_kernel_images(lib, bytes(damaged))
+    contents = _partitions(example_pte)[0]
+    image = contents.kernels[0].image
+    damaged = bytearray(image.bytes())
+    damaged[len(damaged) // 2] ^= 0x20
+    image.data = bytes(damaged)
+    with pytest.raises(RuntimeError, match=rf"kernel image 0 \(named data {image.key}, {image.size} bytes\): its "
+                                           "sha256 is [0-9a-f]{16}\.\.\., the blob's"):
+        runtime.use_kernel_images(lib, contents)
 
 
 def test_parsing_without_kernel_images_fails_with_the_parser_message(builder, example_pte, capfd):
     """Images are handed per thread: a thread that was given none cannot create the plugin."""
     b, logger, _ = builder
-    contents = deserialize(runtime.delegate_blobs(example_pte)[0][1])
+    contents = _partitions(example_pte)[0]
     result = {}
 
     def parse():
-        _, parser, ok = _parse(b, logger, contents.onnx)
+        _, parser, ok = _parse(b, logger, contents)
         result["ok"], result["errors"] = ok, [parser.get_error(i).desc() for i in range(parser.num_errors)]
 
     thread = threading.Thread(target=parse)

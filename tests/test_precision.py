@@ -28,6 +28,7 @@ import moe_models
 from et_trt_backend.cli import onnx_precision
 from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
 from et_trt_backend.options import CompileOptions
+from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
 from test_lowering import _MoE, assert_onnx_matches_partition, lower, lower_program
 
@@ -78,7 +79,7 @@ def test_fp16_converts_the_bf16_model_and_keeps_its_float32_islands():
     model = moe_models.bf16(moe_models.GroupedMoE(experts=4, shared=True))
     recipe = {"default": {"precision": "fp16", "kernel_archs": ["sm_90a"]}}
     (_, contents), = lower_program(moe_models.export(model), TensorRTPartitioner(recipe))
-    onnx_model = onnx.ModelProto.FromString(contents.onnx)
+    onnx_model = external_data.onnx_with_weights(contents.onnx, contents.weights)
     assert [s.dtype for s in contents.inputs + contents.outputs] == [torch.bfloat16] * 2  # ExecuTorch's dtypes
     assert _boundary_casts(onnx_model) == (1, 1)
     precision = onnx_precision(onnx_model)
@@ -184,7 +185,7 @@ def test_example_velocity_matches_pytorch_fp16(example_parts):
     from examples import moe_policy
 
     _, velocity = example_parts["velocity"]
-    model = onnx.ModelProto.FromString(velocity.onnx)
+    model = external_data.onnx_with_weights(velocity.onnx, velocity.weights)
     (context,) = [s.name for s in velocity.inputs if s.name not in ("timestep", "noisy_actions")]
     head = moe_policy.build_policy().velocity  # the exported policy's weights (seed 0)
     generator = torch.Generator().manual_seed(1)

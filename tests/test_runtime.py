@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import torch
 import damaged_pte
 from et_trt_backend import BACKEND_ID, runtime
 from et_trt_backend.serialization.blob import deserialize
-from et_trt_backend.serialization.pte import read_delegates
+from et_trt_backend.serialization.pte import read_delegates, read_partitions
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BUILD = REPO / "runtime" / "build"
@@ -31,13 +32,14 @@ CTEST = pathlib.Path(sys.executable).parent / "ctest"
 NOT_BUILT = "TensorRT support was not built into libet_trt_runtime.so"
 
 
-@pytest.fixture(scope="session")
-def built_runtime() -> pathlib.Path:
-    """runtime/build, (re)built by scripts/build_runtime.sh (incremental: seconds when up to date)."""
-    result = subprocess.run([str(REPO / "scripts" / "build_runtime.sh")], capture_output=True, text=True)
-    assert result.returncode == 0, f"runtime build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    assert (BUILD / runtime.LIBRARY_NAME).is_file() and RUNNER.is_file()
-    return BUILD
+def joined_log(stderr: str) -> str:
+    """ExecuTorch's log lines (the runner's and the Python runtime's) joined back into messages: the
+    delegate splits long ones into "  ..." continuation lines."""
+    text = ""
+    for line in stderr.splitlines():
+        message = re.sub(r"^(?:[EIWD] [0-9:.]+ executorch:|\[)[\w.]+:\d+\] ", "", line)
+        text += message[5:] if message.startswith("  ...") else "\n" + message
+    return text
 
 
 def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
@@ -61,6 +63,8 @@ def test_ctest_suite(built_runtime, example_pte):
     for line in lines:
         assert ", 0 accepted;" in line, line
         assert int(line.split(" raw mutants")[0].rsplit(" ", 1)[-1]) >= 1000, line
+    named = [line for line in result.stdout.splitlines() if "named-data mutants" in line]
+    assert named and all(line.endswith(", 0 accepted") for line in named), result.stdout[-3000:]
 
 
 # ---- the delegate in ExecuTorch's Python runtime --------------------------------------------------
@@ -82,9 +86,9 @@ def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
 
 
 def test_example_pte_holds_verified_blobs(example_pte):
-    blobs = runtime.delegate_blobs(example_pte)
+    blobs = damaged_pte.blobs(example_pte.read_bytes())
     assert blobs, "the example .pte has no et-trt delegate"
-    parts = {deserialize(blob).part for _, blob in blobs}
+    parts = {deserialize(blob).part for blob in blobs}
     assert {"velocity", "decoder"} <= {p.split(".")[0] for p in parts}, parts
 
 
@@ -198,7 +202,7 @@ def test_runner_missing_model(built_runtime, tmp_path):
 def test_runner_refuses_a_corrupted_blob_in_a_pte(built_runtime, example_pte, tmp_path):
     """A .pte whose delegate blob was damaged after export: init refuses it as InvalidProgram."""
     data = bytearray(example_pte.read_bytes())
-    _, blob = runtime.delegate_blobs(example_pte)[0]
+    blob = damaged_pte.blobs(bytes(data))[0]
     at = bytes(data).find(blob)
     assert at >= 0
     data[at + len(blob) // 2] ^= 0x40
@@ -234,23 +238,17 @@ def test_tensorrt_layer_builds_and_reports_missing_libnvinfer(tmp_path, example_
     assert "TensorRT is not installed here: cannot load libnvinfer.so." in result.stderr, result.stderr[-3000:]
 
 
-def test_build_engine_entry_point_verifies_the_blob_and_reports_tensorrt(built_runtime):
-    """The C entry point export-time engine builds use: a corrupted blob is refused; a good one
-    reaches the TensorRT layer, which here says it was not built."""
-    import torch as _torch
-
-    from et_trt_backend.options import CompileOptions
-    from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
-
-    spec = TensorSpec("x", _torch.bfloat16, [DimSpec(None, "tokens", 1, 8, 64)])
-    blob = serialize(BlobContents("velocity", [spec], [TensorSpec("y", _torch.bfloat16, spec.dims)],
-                                  CompileOptions(), b"\x08\x09", [], [], producer_versions(onnx_opset=18)))
+def test_build_engine_entry_point_verifies_the_named_data_and_reports_tensorrt(built_runtime, example_pte):
+    """The C entry point export-time engine builds use: named data that does not match the blob is
+    refused; a good blob reaches the TensorRT layer, which here says it was not built."""
+    contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
     with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
-        runtime.build_engine(blob)
-    bad = bytearray(blob)
-    bad[-1] ^= 1
-    with pytest.raises(RuntimeError, match="blob refused: blob checksum mismatch"):
-        runtime.build_engine(bytes(bad))
+        runtime.build_engine(contents)
+    weight = contents.weights[0].data
+    weight.data = weight.bytes()[:-1]
+    with pytest.raises(RuntimeError, match=rf"weight '[^']+' \(named data {weight.key}, {weight.size} bytes\): the "
+                                           rf"program's data holds {weight.size - 1} bytes"):
+        runtime.build_engine(contents)
 
 
 @pytest.mark.parametrize("kind", damaged_pte.KINDS)
@@ -276,7 +274,7 @@ def test_python_runtime_survives_a_part_name_that_is_not_utf8(built_runtime, exa
     from test_blob import reseal
 
     data = bytearray(example_pte.read_bytes())
-    _, blob = runtime.delegate_blobs(example_pte)[0]
+    blob = damaged_pte.blobs(bytes(data))[0]
     part = deserialize(blob).part.encode()
     stored = struct.pack("<I", len(part)) + part + b"\0"  # a flatbuffer string
     assert blob.count(stored) == 1

@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from test_runtime import joined_log
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BUILD = REPO / "runtime" / "build-tensorrt-11.1"
 
@@ -37,21 +39,12 @@ def rtx_dir() -> str:
     return str(pathlib.Path(spec.origin).parent)
 
 
-def _log(stderr: str) -> str:
-    """ExecuTorch's log lines joined back into messages (the delegate splits long ones)."""
-    text = ""
-    for line in stderr.splitlines():
-        message = re.sub(r"^[EIWD] [0-9:.]+ executorch:\S+\] ", "", line)
-        text += message[5:] if message.startswith("  ...") else "\n" + message
-    return text
-
-
 def _run(args, **env) -> tuple[int, str]:
     environment = {k: v for k, v in os.environ.items() if k not in ("ET_TRT_PROVIDER", "ET_TRT_TENSORRT_RTX_DIR")}
     environment.update(env)
     result = subprocess.run([str(a) for a in args], capture_output=True, text=True, errors="replace", timeout=300,
                             env=environment)
-    return result.returncode, _log(result.stderr)
+    return result.returncode, joined_log(result.stderr)
 
 
 def test_with_tensorrt_rtx_installed_init_refuses_naming_the_cuda_driver(runner, rtx_dir, example_pte):
@@ -113,10 +106,12 @@ def test_export_time_builds_use_tensorrt_only(rtx_dir, example_pte):
     if not library.is_file():
         pytest.skip(f"{library} is not built (scripts/build_tensorrt_layers.sh)")
     script = (
+        "import pathlib\n"
         "from et_trt_backend import runtime\n"
-        f"_, blob = runtime.delegate_blobs({str(example_pte)!r})[0]\n"
+        "from et_trt_backend.serialization.pte import read_partitions\n"
+        f"contents = read_partitions(pathlib.Path({str(example_pte)!r}).read_bytes())[0].contents\n"
         "try:\n"
-        "    runtime.build_engine(blob)\n"
+        "    runtime.build_engine(contents)\n"
         "except runtime.EngineBuildUnavailable as e:\n"
         "    print('UNAVAILABLE:', e)\n"
     )

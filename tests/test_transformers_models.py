@@ -20,7 +20,7 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 
 import moe_models
-from et_trt_backend.serialization import blob
+from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner
 from test_lowering import assert_onnx_matches_partition, delegated_parts
 
@@ -117,6 +117,6 @@ def _assert_onnx_matches_module(module, contents: blob.BlobContents, tokens: int
     x = random_input(spec, [1, tokens] + ([moe_models.HF_HIDDEN] if spec.dtype.is_floating_point else []))
     with torch.no_grad():
         expected = copy.deepcopy(module).float()(x).float().numpy()  # the program shares its weights
-    model = reference.to_float32(onnx.ModelProto.FromString(contents.onnx))
+    model = reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
     (got,) = run_onnxruntime(model, {spec.name: x.numpy()})
     np.testing.assert_allclose(got, expected, **MODULE_TOLERANCE)

@@ -46,7 +46,7 @@ def kernel_images_id(kernels: Sequence[KernelImage]) -> bytes:
     """The reference a GroupedMM plugin serializes: sha256 of the kernels' images, concatenated in blob order."""
     digest = hashlib.sha256()
     for kernel in kernels:
-        digest.update(kernel.image)
+        digest.update(kernel.image.bytes())
     return digest.digest()
 
 

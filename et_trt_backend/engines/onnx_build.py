@@ -18,6 +18,8 @@ import pathlib
 import time
 from types import ModuleType
 
+import numpy as np
+
 from et_trt_backend.engines import grouped_mm_plugin
 from et_trt_backend.engines.providers import RTX_TARGETS, Builder
 from et_trt_backend.serialization import blob
@@ -106,12 +108,26 @@ def _plugin(trt: ModuleType, contents: blob.BlobContents, plugin_library: pathli
         raise BuildFailed(f"{plugin_library}: not a TensorRT plugin library (getCreators missing?)", [])
     try:
         try:
-            runtime.use_kernel_images(ctypes.CDLL(str(plugin_library)), blob.serialize(contents))
+            runtime.use_kernel_images(ctypes.CDLL(str(plugin_library)), contents)
         except RuntimeError as e:
             raise BuildFailed(f"{plugin_library} refused the blob's kernel images", [str(e)]) from e
         yield []
     finally:
         registry.deregister_library(handle)
+
+
+def parse_partition(parser, contents: blob.BlobContents) -> bool:
+    """Parses the partition's ONNX, its external initializers handed over from the blob's named data
+    (the runtime does the same, IParser::loadInitializer): no ONNX with the weights inline is made."""
+    if not contents.weights:
+        return parser.parse(contents.onnx)
+    if not parser.load_model_proto(contents.onnx):
+        return False
+    for weight in contents.weights:
+        data = np.frombuffer(weight.data.view(), np.uint8)  # no copy; `contents` keeps the bytes alive
+        if not parser.load_initializer(weight.name, data.ctypes.data, data.nbytes):
+            return False
+    return parser.parse_model_proto()
 
 
 def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str | None,
@@ -129,7 +145,7 @@ def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str |
     parser = trt.OnnxParser(network, log)
     # The plugin stays registered until the build is done: the network's plugin layers use it.
     with _plugin(trt, contents, plugin_library) as refusals:
-        if not parser.parse(contents.onnx):
+        if not parse_partition(parser, contents):
             errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals
             raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors, parsed=False)
         config = _config(trt, nv_builder, network, contents, target)

@@ -16,21 +16,25 @@ import pathlib
 import re
 from collections.abc import Callable, Sequence
 
+from et_trt_backend.serialization.named_data import NamedData
+
 logger = logging.getLogger(__name__)
 
 DTYPES = ("bf16", "fp16")
 CACHE_ENV = "ET_TRT_KERNEL_CACHE"
-CACHE_FORMAT = 2  # bump when the cached record layout changes
+CACHE_FORMAT = 3  # bump when the cached record layout changes
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelImage:
     """One compiled kernel; the fields of table KernelImage in schema.fbs."""
 
-    kernel: str
+    kernel: str  # kernel_name(variant, trans_b)
+    variant: str  # the launcher's choice among a blob's images (grouped_mm_launcher.h)
+    trans_b: bool  # b is [G, N, K]
     arch: str
     format: str  # "cubin" | "ptx"
-    image: bytes
+    image: NamedData  # the cubin or PTX bytes (attached where known)
     entry: str
     dtype: str  # "bf16" | "fp16"
     num_warps: int
@@ -122,7 +126,7 @@ def configs_for(arch: str) -> tuple[TileConfig, ...]:
 
 
 def kernel_name(variant: str, trans_b: bool) -> str:
-    """The launcher reads the variant and layout from this name (see grouped_mm_launcher.h)."""
+    """The kernel's name in logs and inspect: variant and layout."""
     return f"grouped_mm_{variant}_{'nk' if trans_b else 'kn'}"
 
 
@@ -186,9 +190,11 @@ def _compile(
     meta = compiled.metadata
     image = KernelImage(
         kernel=name,
+        variant=config.variant,
+        trans_b=trans_b,
         arch=f"sm_{cap}a" if cap >= 90 else f"sm_{cap}",  # Triton targets sm_90+ as "a" (arch-specific)
         format=fmt,
-        image=compiled.asm["cubin"] if fmt == "cubin" else compiled.asm["ptx"].encode(),
+        image=NamedData.of(compiled.asm["cubin"] if fmt == "cubin" else compiled.asm["ptx"].encode()),
         entry=meta.name,
         dtype=dtype,
         num_warps=meta.num_warps,
@@ -224,14 +230,14 @@ def save_images(path: str | os.PathLike, images: Sequence[KernelImage]) -> None:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps([{**dataclasses.asdict(i), "image": i.image.hex()} for i in images]))
+    tmp.write_text(json.dumps([{**dataclasses.asdict(i), "image": i.image.bytes().hex()} for i in images]))
     tmp.replace(path)
 
 
 def load_images(path: str | os.PathLike) -> list[KernelImage]:
     """Reads what save_images wrote. Needs no Triton."""
     records = json.loads(pathlib.Path(path).read_text())
-    return [KernelImage(**{**r, "image": bytes.fromhex(r["image"])}) for r in records]
+    return [KernelImage(**{**r, "image": NamedData.of(bytes.fromhex(r["image"]))}) for r in records]
 
 
 def _compiler_targets() -> set[int]:

@@ -72,14 +72,14 @@ class GroupedMMLauncher:
 
     def __init__(self, images: Sequence[KernelImage]):
         lib = _library()
-        self.trans_b = bool(images) and images[0].kernel.endswith("_nk")
-        self._keep = [i.image for i in images]  # the C side borrows the bytes during create
+        self.trans_b = bool(images) and images[0].trans_b
+        self._keep = [i.image.bytes() for i in images]  # the C side borrows the bytes during create
         array = (_Image * len(images))(*[
             _Image(i.kernel.encode(), i.arch.encode(), 1 if i.format == "ptx" else 0,
-                   ctypes.cast(ctypes.c_char_p(i.image), ctypes.c_void_p), len(i.image), i.entry.encode(),
+                   ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p), len(data), i.entry.encode(),
                    i.dtype.encode(), i.num_warps, i.shared_bytes, i.global_scratch_bytes, i.global_scratch_align,
                    i.profile_scratch_bytes, i.block_m, i.block_n, i.block_k, int(i.persistent), i.ptx_version.encode())
-            for i in images
+            for i, data in zip(images, self._keep)
         ])
         error = ctypes.create_string_buffer(4096)
         self._handle = lib.et_trt_grouped_mm_create(array, len(images), error, len(error))

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import tempfile
 
+from et_trt_backend.serialization.named_data import NamedData
+
 logger = logging.getLogger(__name__)
 
 SOURCE = pathlib.Path(__file__).with_name("grouped_mm_sm90.cu")
@@ -119,7 +121,8 @@ def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER):
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
     key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages, cluster, "no line info"]
     return aot.cached_image(key, lambda: aot.KernelImage(
-        kernel="grouped_mm_wgmma_nk", arch="sm_90a", format="cubin", image=compile_cubin(dtype, stages, cluster, nvcc),
+        kernel=aot.kernel_name("wgmma", True), variant="wgmma", trans_b=True, arch="sm_90a", format="cubin",
+        image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc)),
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES, block_k=BLOCK_K,
         persistent=True, ptx_version=""))

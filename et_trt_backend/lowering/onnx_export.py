@@ -23,7 +23,8 @@ import torch
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.recipe import dynamic_dims
-from et_trt_backend.serialization.blob import DimSpec, TensorSpec
+from et_trt_backend.serialization import external_data
+from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 
 from . import rewrites, translations
 from .errors import LoweringError
@@ -52,14 +53,19 @@ class GroupedMMUse:
 
 @dataclasses.dataclass
 class LoweredPartition:
-    onnx: onnx.ModelProto
+    onnx: onnx.ModelProto  # initializers of MIN_EXTERNAL_BYTES or more are external: `weights`
     inputs: list[TensorSpec]  # in the delegate call's argument order
     outputs: list[TensorSpec]
     grouped_mms: list[GroupedMMUse]  # kernel-form GroupedMM nodes (none when lowered densely)
+    weights: list[WeightRecord]  # the external initializers, their bytes in files (external_data.py)
 
     @property
     def onnx_bytes(self) -> bytes:
         return self.onnx.SerializeToString()
+
+    def with_weights(self) -> onnx.ModelProto:
+        """The ONNX with its weights inline (for onnxruntime and the reference evaluator)."""
+        return external_data.onnx_with_weights(self.onnx_bytes, self.weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,9 +225,11 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
         optimize=True,
         verbose=False,
     )
+    # The weights leave for files first: no protobuf ever holds them (one stops at 2 GiB).
+    weights = external_data.move_weights_out(onnx_program.model)
     model = onnx_program.model_proto
     _drop_stack_traces(model)
     inputs = _tensor_specs(model.graph.input, ranges)
     outputs = _tensor_specs(model.graph.output, ranges)
     _rename_dims(model, ranges)
-    return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms)
+    return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms, weights=weights)

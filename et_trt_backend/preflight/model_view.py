@@ -121,8 +121,12 @@ class ModelView:
         return name in self.constants
 
     def value(self, name: str) -> np.ndarray | None:
+        """A constant's value; None for non-constants and for weights kept outside the ONNX (external
+        data: the rules read small constants only, which stay inside)."""
         tensor = self.constants.get(name)
-        return None if tensor is None else numpy_helper.to_array(tensor)
+        if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        return numpy_helper.to_array(tensor)
 
 
 def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:

@@ -6,6 +6,11 @@ flatbuffer whose root is `Blob`. The flatbuffer is built and read only through
 the flatc-generated `schema_generated.py`, the same schema the C++ runtime is
 generated from.
 
+The partition's weights and engines are not in the blob: they are ExecuTorch
+named data (table NamedData), which the blob names by key, size and sha256.
+`deserialize` leaves them unresolved (`NamedData.data` None);
+serialization/named_data.py attaches them from the program's named data.
+
 `deserialize` refuses anything it cannot vouch for (wrong magic or version,
 size mismatch, checksum or content-id mismatch, a malformed flatbuffer,
 values outside the schema) with a `BlobError` that says what is wrong.
@@ -24,12 +29,14 @@ import flatbuffers
 import torch
 
 from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.named_data import NAMED_DATA_PREFIX, NamedData
 from et_trt_backend.options import CompileOptions, OptionsError, parse_options
 from et_trt_backend.serialization import schema_generated as fb
 
 MAGIC = b"ETTRTBLB"
 # Bump on any change an older reader cannot read (and in runtime/ too).
-SCHEMA_VERSION = 2
+# 3: weights and engines in ExecuTorch's named data; build_options holds only what the runtime reads.
+SCHEMA_VERSION = 3
 FILE_IDENTIFIER = b"ETRT"
 
 # magic, schema version, crc32 of bytes [16:], payload size, sha256 of payload
@@ -58,27 +65,25 @@ _KERNEL_DTYPE_TO_FB = {"bf16": fb.DType.BFloat16, "fp16": fb.DType.Float16}
 _FB_TO_KERNEL_DTYPE = {v: k for k, v in _KERNEL_DTYPE_TO_FB.items()}
 _IMAGE_FORMAT_TO_FB = {"cubin": fb.ImageFormat.Cubin, "ptx": fb.ImageFormat.Ptx}
 _FB_TO_IMAGE_FORMAT = {v: k for k, v in _IMAGE_FORMAT_TO_FB.items()}
-_PRECISION_TO_FB = {"bf16": fb.Precision.BF16, "fp16": fb.Precision.FP16, "fp32": fb.Precision.FP32}
-_ENGINE_BUILD_TO_FB = {"auto": fb.EngineBuild.Auto, "always": fb.EngineBuild.Always, "never": fb.EngineBuild.Never}
 # Engine providers, as et-trt names them (inspect, logs).
 PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
 _PROVIDER_TO_FB = {"tensorrt": fb.Provider.TensorRT, "tensorrt_rtx": fb.Provider.TensorRTRTX}
 _FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
 
-# Every CompileOptions field is either copied into the table BuildOptions
-# (the runtime needs it to build the engine as export would) or export-only.
+# Every CompileOptions field is either in the table BuildOptions (the runtime
+# reads it to build the engine as export would) or export-only, in the blob's
+# export_options JSON (for inspect and check), never both.
 # tests/test_blob.py fails when a new option is in neither set.
-BUILD_OPTION_FIELDS = frozenset(
-    {"precision", "tf32", "workspace_bytes", "optimization_level", "timing_cache", "engine_build",
-     "grouped_gemm_kernel"}
-)
+BUILD_OPTION_FIELDS = frozenset({"tf32", "workspace_bytes", "optimization_level"})
 EXPORT_ONLY_OPTIONS = {
-    # The ranges reach the runtime as each dynamic Dim's min/opt/max.
+    "precision": "written into the ONNX's tensor types (the network is strongly typed)",
     "shape_ranges": "carried by the IO specs (Dim.min/opt/max)",
-    # The kernels compiled for these archs are embedded; the list adds nothing.
     "kernel_archs": "the embedded kernel images are the result",
-    # The pre-flight check runs at export (and `et-trt check`), not on the robot.
+    "grouped_gemm_kernel": "the ONNX has GroupedMM nodes or their dense form",
+    "engine_build": "decides what is embedded at export",
     "preflight": "applies at export only",
+    # A path on the export machine: export-time builds read it; the robot's cannot.
+    "timing_cache": "read by engine builds at export",
 }
 
 # Producer keys and their types (table Producer).
@@ -88,7 +93,6 @@ PRODUCER_FIELDS: dict[str, type] = {
     "executorch": str,
     "onnx_opset": int,
     "triton": str,
-    "cuda": str,
     "tensorrt": str,
 }
 
@@ -116,8 +120,16 @@ class TensorSpec:
 
 
 @dataclasses.dataclass
+class WeightRecord:
+    """An ONNX initializer whose bytes are named data (table Weight)."""
+
+    name: str
+    data: NamedData
+
+
+@dataclasses.dataclass
 class EngineRecord:
-    plan: bytes
+    plan: NamedData
     provider: str  # a key of PROVIDERS
     tensorrt_version: str  # the provider library's version
     gpu_name: str  # the GPU it was built on; "" for an ahead-of-time build (TensorRT for RTX)
@@ -131,10 +143,16 @@ class BlobContents:
     inputs: list[TensorSpec]  # in the delegate call's argument order
     outputs: list[TensorSpec]
     options: CompileOptions
-    onnx: bytes
+    onnx: bytes  # initializers of 1 KiB or more are external: `weights`
     kernels: list[KernelImage]
     engines: list[EngineRecord]  # empty: the device builds the engine from the ONNX
     producer: dict[str, str | int]
+    weights: list[WeightRecord] = dataclasses.field(default_factory=list)
+    data_file: str = ""  # the .ptd holding the named data; "" = the .pte
+
+    def named_data(self) -> list[NamedData]:
+        """Every NamedData the blob names: the weights', the kernel images', the engines'."""
+        return [w.data for w in self.weights] + [k.image for k in self.kernels] + [e.plan for e in self.engines]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,11 +186,10 @@ def producer_versions(onnx_opset: int, **extra: str) -> dict[str, str | int]:
 def serialize(contents: BlobContents) -> bytes:
     """The blob of one partition: header + flatbuffer payload."""
     _check_producer(contents.producer)
-    payload_hint = len(contents.onnx) + sum(len(k.image) for k in contents.kernels)
-    payload_hint += sum(len(e.plan) for e in contents.engines)
+    payload_hint = len(contents.onnx)
     if payload_hint > MAX_PAYLOAD_BYTES:
         raise BlobError(
-            f"part '{contents.part}': {payload_hint} bytes of ONNX, kernels and engine exceed the "
+            f"part '{contents.part}': its ONNX graph of {payload_hint} bytes (weights apart) exceeds the "
             "2 GiB a flatbuffer can address; split the model into smaller parts in the recipe"
         )
     builder = flatbuffers.Builder(payload_hint + 4096)
@@ -183,12 +200,15 @@ def serialize(contents: BlobContents) -> bytes:
     inputs = _build_tensor_vector(builder, contents.inputs, fb.BlobStartInputsVector, "input")
     outputs = _build_tensor_vector(builder, contents.outputs, fb.BlobStartOutputsVector, "output")
     build_options = _build_options(builder, contents.options)
-    options_json = builder.CreateString(json.dumps(contents.options.to_json(), sort_keys=True))
+    export_options = builder.CreateString(json.dumps(_export_options(contents.options), sort_keys=True))
     onnx = builder.CreateByteVector(bytes(contents.onnx))
+    weights = _build_vector(builder, [_build_weight(builder, w) for w in contents.weights],
+                            fb.BlobStartWeightsVector)
     kernels = _build_vector(builder, [_build_kernel(builder, k) for k in contents.kernels],
                             fb.BlobStartKernelsVector)
     engines = _build_vector(builder, [_build_engine(builder, e) for e in contents.engines],
                             fb.BlobStartEnginesVector)
+    data_file = builder.CreateString(contents.data_file)
 
     fb.BlobStart(builder)
     fb.BlobAddPart(builder, part)
@@ -196,10 +216,12 @@ def serialize(contents: BlobContents) -> bytes:
     fb.BlobAddInputs(builder, inputs)
     fb.BlobAddOutputs(builder, outputs)
     fb.BlobAddBuildOptions(builder, build_options)
-    fb.BlobAddOptionsJson(builder, options_json)
+    fb.BlobAddExportOptions(builder, export_options)
     fb.BlobAddOnnx(builder, onnx)
+    fb.BlobAddWeights(builder, weights)
     fb.BlobAddKernels(builder, kernels)
     fb.BlobAddEngines(builder, engines)
+    fb.BlobAddDataFile(builder, data_file)
     builder.Finish(fb.BlobEnd(builder), file_identifier=FILE_IDENTIFIER)
     payload = bytes(builder.Output())
     if len(payload) > MAX_PAYLOAD_BYTES:
@@ -224,7 +246,7 @@ def _build_producer(builder: flatbuffers.Builder, producer: dict[str, str | int]
     fb.ProducerStart(builder)
     adders: dict[str, Callable[[Any, Any], None]] = {
         "et_trt": fb.ProducerAddEtTrt, "torch": fb.ProducerAddTorch, "executorch": fb.ProducerAddExecutorch,
-        "triton": fb.ProducerAddTriton, "cuda": fb.ProducerAddCuda, "tensorrt": fb.ProducerAddTensorrt,
+        "triton": fb.ProducerAddTriton, "tensorrt": fb.ProducerAddTensorrt,
     }
     for key, offset in strings.items():
         adders[key](builder, offset)
@@ -283,17 +305,37 @@ def _build_dim(builder: flatbuffers.Builder, dim: DimSpec, where: str) -> int:
 
 
 def _build_options(builder: flatbuffers.Builder, options: CompileOptions) -> int:
-    timing_cache = builder.CreateString(options.timing_cache) if options.timing_cache is not None else None
     fb.BuildOptionsStart(builder)
-    fb.BuildOptionsAddPrecision(builder, _PRECISION_TO_FB[options.precision])
     fb.BuildOptionsAddTf32(builder, options.tf32)
     fb.BuildOptionsAddWorkspaceBytes(builder, options.workspace_bytes or 0)
     fb.BuildOptionsAddOptimizationLevel(builder, options.optimization_level)
-    if timing_cache is not None:
-        fb.BuildOptionsAddTimingCache(builder, timing_cache)
-    fb.BuildOptionsAddEngineBuild(builder, _ENGINE_BUILD_TO_FB[options.engine_build])
-    fb.BuildOptionsAddGroupedGemmKernel(builder, options.grouped_gemm_kernel)
     return fb.BuildOptionsEnd(builder)
+
+
+def _export_options(options: CompileOptions) -> dict[str, Any]:
+    return {key: value for key, value in options.to_json().items() if key in EXPORT_ONLY_OPTIONS}
+
+
+def _build_named_data(builder: flatbuffers.Builder, data: NamedData) -> int:
+    if not data.key.startswith(NAMED_DATA_PREFIX) or len(data.sha256) != 32:
+        raise BlobError(f"named data {data.key!r}: the key must start with {NAMED_DATA_PREFIX!r} and the sha256 "
+                        f"be 32 bytes, got {len(data.sha256)}")
+    key = builder.CreateString(data.key)
+    digest = builder.CreateByteVector(data.sha256)
+    fb.NamedDataStart(builder)
+    fb.NamedDataAddKey(builder, key)
+    fb.NamedDataAddSize(builder, data.size)
+    fb.NamedDataAddSha256(builder, digest)
+    return fb.NamedDataEnd(builder)
+
+
+def _build_weight(builder: flatbuffers.Builder, weight: WeightRecord) -> int:
+    name = builder.CreateString(weight.name)
+    data = _build_named_data(builder, weight.data)
+    fb.WeightStart(builder)
+    fb.WeightAddName(builder, name)
+    fb.WeightAddData(builder, data)
+    return fb.WeightEnd(builder)
 
 
 def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
@@ -303,12 +345,15 @@ def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
     if k.dtype not in _KERNEL_DTYPE_TO_FB:
         raise BlobError(f"{where}: dtype must be one of {', '.join(_KERNEL_DTYPE_TO_FB)}, got {k.dtype!r}")
     kernel = builder.CreateString(k.kernel)
+    variant = builder.CreateString(k.variant)
     arch = builder.CreateString(k.arch)
-    image = builder.CreateByteVector(bytes(k.image))
+    image = _build_named_data(builder, k.image)
     entry = builder.CreateString(k.entry)
     ptx_version = builder.CreateString(k.ptx_version)
     fb.KernelImageStart(builder)
     fb.KernelImageAddKernel(builder, kernel)
+    fb.KernelImageAddVariant(builder, variant)
+    fb.KernelImageAddTransB(builder, k.trans_b)
     fb.KernelImageAddArch(builder, arch)
     fb.KernelImageAddFormat(builder, _IMAGE_FORMAT_TO_FB[k.format])
     fb.KernelImageAddImage(builder, image)
@@ -330,10 +375,10 @@ def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
 def _build_engine(builder: flatbuffers.Builder, engine: EngineRecord) -> int:
     if engine.provider not in _PROVIDER_TO_FB:
         raise BlobError(f"engine provider {engine.provider!r} is not one of {', '.join(_PROVIDER_TO_FB)}")
-    if not engine.plan or not engine.tensorrt_version:
+    if not engine.plan.size or not engine.tensorrt_version:
         raise BlobError(f"{PROVIDERS[engine.provider]} engine for sm_{engine.compute_capability}: "
                         "empty plan or no version")
-    plan = builder.CreateByteVector(bytes(engine.plan))
+    plan = _build_named_data(builder, engine.plan)
     version = builder.CreateString(engine.tensorrt_version)
     gpu = builder.CreateString(engine.gpu_name)
     not_applied = _build_vector(builder, [builder.CreateString(note) for note in engine.options_not_applied],
@@ -428,7 +473,10 @@ def _read_blob(payload: bytes) -> BlobContents:
     outputs = _vector(root.OutputsLength(), lambda i: _read_tensor(root.Outputs(i), f"outputs[{i}]", payload),
                       "outputs", payload)
     options = _read_options(root)
-    kernels = _vector(root.KernelsLength(), lambda i: _read_kernel(root.Kernels(i), payload), "kernels", payload)
+    weights = _vector(root.WeightsLength(), lambda i: _read_weight(root.Weights(i), f"weights[{i}]", payload),
+                      "weights", payload)
+    kernels = _vector(root.KernelsLength(), lambda i: _read_kernel(root.Kernels(i), f"kernels[{i}]", payload),
+                      "kernels", payload)
     engines = _vector(root.EnginesLength(), lambda i: _read_engine(root.Engines(i), f"engines[{i}]", payload),
                       "engines", payload)
     return BlobContents(
@@ -440,6 +488,8 @@ def _read_blob(payload: bytes) -> BlobContents:
         kernels=kernels,
         engines=engines,
         producer=_read_producer(root.Producer()),
+        weights=weights,
+        data_file=_str(root.DataFile(), "data_file"),
     )
 
 
@@ -462,37 +512,40 @@ def _read_dim(table: fb.Dim, where: str) -> DimSpec:
 
 
 def _read_options(root: fb.Blob) -> CompileOptions:
-    text = _str(root.OptionsJson(), "options_json")
-    try:
-        options = parse_options(json.loads(text))
-    except (ValueError, OptionsError) as e:
-        raise BlobError(f"blob options_json is not valid compile options: {e}") from None
+    """The partition's CompileOptions: export_options with build_options' fields."""
+    text = _str(root.ExportOptions(), "export_options")
     table = root.BuildOptions()
     if table is None:
         raise BlobError("blob lacks build_options")
-    # The runtime reads build_options, inspection reads options_json: they must agree.
-    stored = {
-        "precision": _enum(table.Precision(), {v: k for k, v in _PRECISION_TO_FB.items()}, "build_options.precision"),
-        "tf32": table.Tf32(),
-        "workspace_bytes": table.WorkspaceBytes() or None,
-        "optimization_level": table.OptimizationLevel(),
-        "timing_cache": _str(table.TimingCache(), "build_options.timing_cache") if table.TimingCache() is not None
-        else None,
-        "engine_build": _enum(table.EngineBuild(), {v: k for k, v in _ENGINE_BUILD_TO_FB.items()},
-                              "build_options.engine_build"),
-        "grouped_gemm_kernel": table.GroupedGemmKernel(),
-    }
-    for key, value in stored.items():
-        if getattr(options, key) != value:
-            raise BlobError(
-                f"blob build_options.{key} = {value!r} disagrees with options_json ({getattr(options, key)!r})"
-            )
-    return options
+    try:
+        values = json.loads(text)
+        if not isinstance(values, dict) or set(values) - set(EXPORT_ONLY_OPTIONS):
+            raise OptionsError(f"export_options may hold only {', '.join(EXPORT_ONLY_OPTIONS)}")
+        values.update(tf32=table.Tf32(), workspace_bytes=table.WorkspaceBytes() or None,
+                      optimization_level=table.OptimizationLevel())
+        return parse_options(values)
+    except (ValueError, OptionsError) as e:
+        raise BlobError(f"blob options are not valid compile options: {e}") from None
+
+
+def _read_named_data(table: fb.NamedData | None, where: str, payload: bytes) -> NamedData:
+    if table is None:
+        raise BlobError(f"blob field {where} is missing")
+    key = _str(table.Key(), f"{where}.key")
+    digest = _bytes(table, "Sha256", payload)
+    if not key.startswith(NAMED_DATA_PREFIX) or len(digest) != 32:
+        raise BlobError(f"blob field {where}: key {key!r} must start with {NAMED_DATA_PREFIX!r} and sha256 be 32 "
+                        f"bytes, got {len(digest)}")
+    return NamedData(key, table.Size(), digest)
+
+
+def _read_weight(table: fb.Weight, where: str, payload: bytes) -> WeightRecord:
+    return WeightRecord(_str(table.Name(), f"{where}.name"), _read_named_data(table.Data(), f"{where}.data", payload))
 
 
 def _read_engine(table: fb.Engine, where: str, payload: bytes) -> EngineRecord:
     return EngineRecord(
-        plan=_bytes(table, "Plan", payload),
+        plan=_read_named_data(table.Plan(), f"{where}.plan", payload),
         provider=_enum(table.Provider(), _FB_TO_PROVIDER, f"{where}.provider"),
         tensorrt_version=_str(table.TensorrtVersion(), f"{where}.tensorrt_version"),
         gpu_name=_str(table.GpuName(), f"{where}.gpu_name"),
@@ -503,14 +556,16 @@ def _read_engine(table: fb.Engine, where: str, payload: bytes) -> EngineRecord:
     )
 
 
-def _read_kernel(table: fb.KernelImage, payload: bytes) -> KernelImage:
+def _read_kernel(table: fb.KernelImage, where: str, payload: bytes) -> KernelImage:
     return KernelImage(
-        kernel=_str(table.Kernel(), "kernel.kernel"),
-        arch=_str(table.Arch(), "kernel.arch"),
-        format=_enum(table.Format(), _FB_TO_IMAGE_FORMAT, "kernel.format"),
-        image=_bytes(table, "Image", payload),
-        entry=_str(table.Entry(), "kernel.entry"),
-        dtype=_enum(table.Dtype(), _FB_TO_KERNEL_DTYPE, "kernel.dtype"),
+        kernel=_str(table.Kernel(), f"{where}.kernel"),
+        variant=_str(table.Variant(), f"{where}.variant"),
+        trans_b=table.TransB(),
+        arch=_str(table.Arch(), f"{where}.arch"),
+        format=_enum(table.Format(), _FB_TO_IMAGE_FORMAT, f"{where}.format"),
+        image=_read_named_data(table.Image(), f"{where}.image", payload),
+        entry=_str(table.Entry(), f"{where}.entry"),
+        dtype=_enum(table.Dtype(), _FB_TO_KERNEL_DTYPE, f"{where}.dtype"),
         num_warps=table.NumWarps(),
         shared_bytes=table.SharedBytes(),
         global_scratch_bytes=table.GlobalScratchBytes(),
@@ -520,7 +575,7 @@ def _read_kernel(table: fb.KernelImage, payload: bytes) -> KernelImage:
         block_n=table.BlockN(),
         block_k=table.BlockK(),
         persistent=table.Persistent(),
-        ptx_version=_str(table.PtxVersion(), "kernel.ptx_version"),
+        ptx_version=_str(table.PtxVersion(), f"{where}.ptx_version"),
     )
 
 
@@ -533,6 +588,5 @@ def _read_producer(table: fb.Producer | None) -> dict[str, str | int]:
         "executorch": _str(table.Executorch(), "producer.executorch"),
         "onnx_opset": table.OnnxOpset(),
         "triton": _str(table.Triton(), "producer.triton"),
-        "cuda": _str(table.Cuda(), "producer.cuda"),
         "tensorrt": _str(table.Tensorrt(), "producer.tensorrt"),
     }

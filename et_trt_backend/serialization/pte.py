@@ -1,15 +1,21 @@
-"""The et-trt blobs inside a .pte, found with ExecuTorch's own program deserializer."""
+"""The et-trt blobs inside a .pte, and their named data in it or in .ptd files, found with
+ExecuTorch's own program and data-file deserializers."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+from collections.abc import Sequence
 
-from executorch.exir._serialize._program import _ExtendedHeader, deserialize_pte_binary
+from executorch.exir._serialize._cord import Cord
+from executorch.exir._serialize._program import PTEFile, _ExtendedHeader, deserialize_pte_binary
 from executorch.exir.schema import DataLocation
+from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
 from et_trt_backend import BACKEND_ID
-from et_trt_backend.serialization import blob
+from et_trt_backend.serialization import blob, external_data
 
 
 class PteError(ValueError):
@@ -49,14 +55,17 @@ def _check_framing(pte: bytes) -> None:
                            f"{len(pte)}; copy or export it again")
 
 
-def read_delegates(pte: bytes) -> list[Delegate]:
-    """Every delegate of every execution plan, with its processed bytes."""
+def _load(pte: bytes) -> PTEFile:
     _check_framing(pte)
     try:
-        program = deserialize_pte_binary(pte).program
+        return deserialize_pte_binary(pte)
     except Exception as e:  # the deserializer raises many kinds on foreign bytes
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise PteError(f"corrupted ExecuTorch program: its flatbuffer does not parse ({detail})") from e
+
+
+def _delegates(pte_file: PTEFile) -> list[Delegate]:
+    program = pte_file.program
     delegates = []
     for plan in program.execution_plan:
         for index, delegate in enumerate(plan.delegates):
@@ -69,14 +78,54 @@ def read_delegates(pte: bytes) -> list[Delegate]:
     return delegates
 
 
-def read_partitions(pte: bytes) -> list[Partition]:
-    """The TensorRT partitions of a .pte; BlobError names the partition whose blob is bad."""
+def read_delegates(pte: bytes) -> list[Delegate]:
+    """Every delegate of every execution plan, with its processed bytes."""
+    return _delegates(_load(pte))
+
+
+def read_data_file(path: str | os.PathLike) -> dict[str, bytes]:
+    """key -> bytes of an ExecuTorch data file (.ptd); PteError if it is not one."""
+    try:
+        data = open(path, "rb").read()
+        payload = FlatTensorSerializer().deserialize(Cord(data))
+    except OSError as e:
+        raise PteError(f"{path}: cannot read the data file ({e.strerror})") from e
+    except Exception as e:  # the deserializer raises many kinds on foreign bytes
+        raise PteError(f"{path}: not an ExecuTorch data file (.ptd) or corrupted ({e})") from e
+    return {key: bytes(payload.buffers[entry.buffer_index]) for key, entry in payload.named_data.items()}
+
+
+def read_partitions(pte: bytes, data_files: Sequence[str | os.PathLike] = (), data_dir: str | os.PathLike | None = None,
+                    missing_data_ok: bool = False) -> list[Partition]:
+    """The TensorRT partitions of a .pte, their named data attached from the .pte and the `data_files`
+    (.ptd; none given: those the partitions name that exist in `data_dir`). BlobError names the partition
+    whose blob or named data is bad. `missing_data_ok`: a partition whose named data is not found is
+    returned unattached (its NamedData.data None)."""
+    pte_file = _load(pte)
     partitions = []
-    for delegate in read_delegates(pte):
-        if delegate.backend_id != BACKEND_ID:
-            continue
-        try:
-            partitions.append(Partition(delegate, blob.read_header(delegate.data), blob.deserialize(delegate.data)))
-        except blob.BlobError as e:
-            raise blob.BlobError(f"plan '{delegate.plan}' delegate {delegate.index}: {e}") from e
+    for delegate in _delegates(pte_file):
+        if delegate.backend_id == BACKEND_ID:
+            with _naming(delegate):
+                partitions.append(Partition(delegate, blob.read_header(delegate.data), blob.deserialize(delegate.data)))
+    if not data_files and data_dir is not None:
+        named = sorted({p.contents.data_file for p in partitions} - {""})
+        data_files = [path for path in (os.path.join(data_dir, name) for name in named) if os.path.isfile(path)]
+    lookup = external_data.store_lookup(pte_file.named_data) if pte_file.named_data is not None else {}
+    for path in data_files:
+        lookup.update(read_data_file(path))
+    source = "the .pte" + "".join(f" or {os.path.basename(path)}" for path in data_files)
+    for partition in partitions:
+        contents = partition.contents
+        if not missing_data_ok or all(data.key in lookup for data in contents.named_data()):
+            with _naming(partition.delegate):
+                external_data.attach(contents, lookup, source)
     return partitions
+
+
+@contextlib.contextmanager
+def _naming(delegate: Delegate):
+    """BlobErrors raised inside name the delegate."""
+    try:
+        yield
+    except blob.BlobError as e:
+        raise blob.BlobError(f"plan '{delegate.plan}' delegate {delegate.index}: {e}") from e

@@ -19,18 +19,6 @@ class DType(object):
     BFloat16 = 15
 
 
-class Precision(object):
-    BF16 = 0
-    FP16 = 1
-    FP32 = 2
-
-
-class EngineBuild(object):
-    Auto = 0
-    Always = 1
-    Never = 2
-
-
 class ImageFormat(object):
     Cubin = 0
     Ptx = 1
@@ -233,27 +221,19 @@ class Producer(object):
         return None
 
     # Producer
-    def Cuda(self):
+    def Tensorrt(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
-    # Producer
-    def Tensorrt(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-def ProducerStart(builder): builder.StartObject(7)
+def ProducerStart(builder): builder.StartObject(6)
 def ProducerAddEtTrt(builder, etTrt): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(etTrt), 0)
 def ProducerAddTorch(builder, torch): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(torch), 0)
 def ProducerAddExecutorch(builder, executorch): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(executorch), 0)
 def ProducerAddOnnxOpset(builder, onnxOpset): builder.PrependInt32Slot(3, onnxOpset, 0)
 def ProducerAddTriton(builder, triton): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(triton), 0)
-def ProducerAddCuda(builder, cuda): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(cuda), 0)
-def ProducerAddTensorrt(builder, tensorrt): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrt), 0)
+def ProducerAddTensorrt(builder, tensorrt): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrt), 0)
 def ProducerEnd(builder): return builder.EndObject()
 
 
@@ -280,62 +260,30 @@ class BuildOptions(object):
         self._tab = flatbuffers.table.Table(buf, pos)
 
     # BuildOptions
-    def Precision(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
-        return 0
-
-    # BuildOptions
     def Tf32(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         if o != 0:
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return True
 
     # BuildOptions
     def WorkspaceBytes(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
     # BuildOptions
     def OptimizationLevel(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 3
 
-    # BuildOptions
-    def TimingCache(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # BuildOptions
-    def EngineBuild(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
-        return 0
-
-    # BuildOptions
-    def GroupedGemmKernel(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
-        if o != 0:
-            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
-        return True
-
-def BuildOptionsStart(builder): builder.StartObject(7)
-def BuildOptionsAddPrecision(builder, precision): builder.PrependInt8Slot(0, precision, 0)
-def BuildOptionsAddTf32(builder, tf32): builder.PrependBoolSlot(1, tf32, 1)
-def BuildOptionsAddWorkspaceBytes(builder, workspaceBytes): builder.PrependUint64Slot(2, workspaceBytes, 0)
-def BuildOptionsAddOptimizationLevel(builder, optimizationLevel): builder.PrependInt32Slot(3, optimizationLevel, 3)
-def BuildOptionsAddTimingCache(builder, timingCache): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(timingCache), 0)
-def BuildOptionsAddEngineBuild(builder, engineBuild): builder.PrependInt8Slot(5, engineBuild, 0)
-def BuildOptionsAddGroupedGemmKernel(builder, groupedGemmKernel): builder.PrependBoolSlot(6, groupedGemmKernel, 1)
+def BuildOptionsStart(builder): builder.StartObject(3)
+def BuildOptionsAddTf32(builder, tf32): builder.PrependBoolSlot(0, tf32, 1)
+def BuildOptionsAddWorkspaceBytes(builder, workspaceBytes): builder.PrependUint64Slot(1, workspaceBytes, 0)
+def BuildOptionsAddOptimizationLevel(builder, optimizationLevel): builder.PrependInt32Slot(2, optimizationLevel, 3)
 def BuildOptionsEnd(builder): return builder.EndObject()
 
 
@@ -369,149 +317,263 @@ class KernelImage(object):
         return None
 
     # KernelImage
-    def Arch(self):
+    def Variant(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # KernelImage
-    def Format(self):
+    def TransB(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # KernelImage
+    def Arch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # KernelImage
+    def Format(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def Image(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+    def Image(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
-        return 0
-
-    # KernelImage
-    def ImageAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
-        return 0
-
-    # KernelImage
-    def ImageLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # KernelImage
-    def ImageIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
-        return o == 0
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = NamedData()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
 
     # KernelImage
     def Entry(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # KernelImage
     def Dtype(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
     def NumWarps(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
-        return 0
-
-    # KernelImage
-    def SharedBytes(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
-        return 0
-
-    # KernelImage
-    def GlobalScratchBytes(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def GlobalScratchAlign(self):
+    def SharedBytes(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def ProfileScratchBytes(self):
+    def GlobalScratchBytes(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def BlockM(self):
+    def GlobalScratchAlign(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def BlockN(self):
+    def ProfileScratchBytes(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def BlockK(self):
+    def BlockM(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
         if o != 0:
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return 0
 
     # KernelImage
-    def Persistent(self):
+    def BlockN(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # KernelImage
+    def BlockK(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # KernelImage
+    def Persistent(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
     # KernelImage
     def PtxVersion(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def KernelImageStart(builder): builder.StartObject(16)
+def KernelImageStart(builder): builder.StartObject(18)
 def KernelImageAddKernel(builder, kernel): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
-def KernelImageAddArch(builder, arch): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(arch), 0)
-def KernelImageAddFormat(builder, format): builder.PrependInt8Slot(2, format, 0)
-def KernelImageAddImage(builder, image): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(image), 0)
-def KernelImageStartImageVector(builder, numElems): return builder.StartVector(1, numElems, 1)
-def KernelImageAddEntry(builder, entry): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(entry), 0)
-def KernelImageAddDtype(builder, dtype): builder.PrependInt8Slot(5, dtype, 0)
-def KernelImageAddNumWarps(builder, numWarps): builder.PrependInt32Slot(6, numWarps, 0)
-def KernelImageAddSharedBytes(builder, sharedBytes): builder.PrependInt32Slot(7, sharedBytes, 0)
-def KernelImageAddGlobalScratchBytes(builder, globalScratchBytes): builder.PrependInt32Slot(8, globalScratchBytes, 0)
-def KernelImageAddGlobalScratchAlign(builder, globalScratchAlign): builder.PrependInt32Slot(9, globalScratchAlign, 0)
-def KernelImageAddProfileScratchBytes(builder, profileScratchBytes): builder.PrependInt32Slot(10, profileScratchBytes, 0)
-def KernelImageAddBlockM(builder, blockM): builder.PrependInt32Slot(11, blockM, 0)
-def KernelImageAddBlockN(builder, blockN): builder.PrependInt32Slot(12, blockN, 0)
-def KernelImageAddBlockK(builder, blockK): builder.PrependInt32Slot(13, blockK, 0)
-def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(14, persistent, 0)
-def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
+def KernelImageAddVariant(builder, variant): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(variant), 0)
+def KernelImageAddTransB(builder, transB): builder.PrependBoolSlot(2, transB, 0)
+def KernelImageAddArch(builder, arch): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(arch), 0)
+def KernelImageAddFormat(builder, format): builder.PrependInt8Slot(4, format, 0)
+def KernelImageAddImage(builder, image): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(image), 0)
+def KernelImageAddEntry(builder, entry): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(entry), 0)
+def KernelImageAddDtype(builder, dtype): builder.PrependInt8Slot(7, dtype, 0)
+def KernelImageAddNumWarps(builder, numWarps): builder.PrependInt32Slot(8, numWarps, 0)
+def KernelImageAddSharedBytes(builder, sharedBytes): builder.PrependInt32Slot(9, sharedBytes, 0)
+def KernelImageAddGlobalScratchBytes(builder, globalScratchBytes): builder.PrependInt32Slot(10, globalScratchBytes, 0)
+def KernelImageAddGlobalScratchAlign(builder, globalScratchAlign): builder.PrependInt32Slot(11, globalScratchAlign, 0)
+def KernelImageAddProfileScratchBytes(builder, profileScratchBytes): builder.PrependInt32Slot(12, profileScratchBytes, 0)
+def KernelImageAddBlockM(builder, blockM): builder.PrependInt32Slot(13, blockM, 0)
+def KernelImageAddBlockN(builder, blockN): builder.PrependInt32Slot(14, blockN, 0)
+def KernelImageAddBlockK(builder, blockK): builder.PrependInt32Slot(15, blockK, 0)
+def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(16, persistent, 0)
+def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
 def KernelImageEnd(builder): return builder.EndObject()
+
+
+class NamedData(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = NamedData()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsNamedData(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def NamedDataBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
+
+    # NamedData
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # NamedData
+    def Key(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # NamedData
+    def Size(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # NamedData
+    def Sha256(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # NamedData
+    def Sha256AsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # NamedData
+    def Sha256Length(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # NamedData
+    def Sha256IsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+def NamedDataStart(builder): builder.StartObject(3)
+def NamedDataAddKey(builder, key): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(key), 0)
+def NamedDataAddSize(builder, size): builder.PrependUint64Slot(1, size, 0)
+def NamedDataAddSha256(builder, sha256): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(sha256), 0)
+def NamedDataStartSha256Vector(builder, numElems): return builder.StartVector(1, numElems, 1)
+def NamedDataEnd(builder): return builder.EndObject()
+
+
+class Weight(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Weight()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsWeight(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def WeightBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
+
+    # Weight
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Weight
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Weight
+    def Data(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = NamedData()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+def WeightStart(builder): builder.StartObject(2)
+def WeightAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def WeightAddData(builder, data): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(data), 0)
+def WeightEnd(builder): return builder.EndObject()
 
 
 class Engine(object):
@@ -537,31 +599,14 @@ class Engine(object):
         self._tab = flatbuffers.table.Table(buf, pos)
 
     # Engine
-    def Plan(self, j):
+    def Plan(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
-        return 0
-
-    # Engine
-    def PlanAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
-        return 0
-
-    # Engine
-    def PlanLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Engine
-    def PlanIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
-        return o == 0
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = NamedData()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
 
     # Engine
     def Provider(self):
@@ -613,7 +658,6 @@ class Engine(object):
 
 def EngineStart(builder): builder.StartObject(6)
 def EngineAddPlan(builder, plan): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(plan), 0)
-def EngineStartPlanVector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def EngineAddProvider(builder, provider): builder.PrependInt8Slot(1, provider, 0)
 def EngineAddTensorrtVersion(builder, tensorrtVersion): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(tensorrtVersion), 0)
 def EngineAddGpuName(builder, gpuName): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(gpuName), 0)
@@ -721,7 +765,7 @@ class Blob(object):
         return None
 
     # Blob
-    def OptionsJson(self):
+    def ExportOptions(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
@@ -755,8 +799,32 @@ class Blob(object):
         return o == 0
 
     # Blob
-    def Kernels(self, j):
+    def Weights(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Weight()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Blob
+    def WeightsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Blob
+    def WeightsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # Blob
+    def Kernels(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             x = self._tab.Vector(o)
             x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
@@ -768,19 +836,19 @@ class Blob(object):
 
     # Blob
     def KernelsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Blob
     def KernelsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
     # Blob
     def Engines(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             x = self._tab.Vector(o)
             x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
@@ -792,17 +860,24 @@ class Blob(object):
 
     # Blob
     def EnginesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Blob
     def EnginesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         return o == 0
 
-def BlobStart(builder): builder.StartObject(9)
+    # Blob
+    def DataFile(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def BlobStart(builder): builder.StartObject(11)
 def BlobAddPart(builder, part): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(part), 0)
 def BlobAddProducer(builder, producer): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(producer), 0)
 def BlobAddInputs(builder, inputs): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
@@ -810,13 +885,16 @@ def BlobStartInputsVector(builder, numElems): return builder.StartVector(4, numE
 def BlobAddOutputs(builder, outputs): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
 def BlobStartOutputsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobAddBuildOptions(builder, buildOptions): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(buildOptions), 0)
-def BlobAddOptionsJson(builder, optionsJson): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(optionsJson), 0)
+def BlobAddExportOptions(builder, exportOptions): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(exportOptions), 0)
 def BlobAddOnnx(builder, onnx): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(onnx), 0)
 def BlobStartOnnxVector(builder, numElems): return builder.StartVector(1, numElems, 1)
-def BlobAddKernels(builder, kernels): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
+def BlobAddWeights(builder, weights): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(weights), 0)
+def BlobStartWeightsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def BlobAddKernels(builder, kernels): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(kernels), 0)
 def BlobStartKernelsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
-def BlobAddEngines(builder, engines): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(engines), 0)
+def BlobAddEngines(builder, engines): builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(engines), 0)
 def BlobStartEnginesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def BlobAddDataFile(builder, dataFile): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(dataFile), 0)
 def BlobEnd(builder): return builder.EndObject()
 
 

@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
   }
   if (!problem.empty()) return fail(problem + "\n" + et_trt::runner::usage());
   if (!std::ifstream(args.model)) return fail("cannot open model " + args.model);
+  if (!args.data_path.empty() && !std::ifstream(args.data_path)) return fail("cannot open data file " + args.data_path);
 
-  Module module(args.model, Module::LoadMode::Mmap);
+  Module module = args.data_path.empty() ? Module(args.model, Module::LoadMode::Mmap)
+                                         : Module(args.model, args.data_path, Module::LoadMode::Mmap);
   LoadBackendOptionsMap load_options;
   BackendOptions<2> trt_options;
   if (!args.engine_cache_dir.empty()) {

@@ -52,6 +52,7 @@ bool split_indexed(const std::string& text, size_t next_index, size_t* index, st
 
 const char* usage() {
   return "usage: et_trt_runner MODEL.pte [options]\n"
+         "  --data-path FILE.ptd    the program's data file (weights exported with --external-data)\n"
          "  --method NAME           method to run (default forward)\n"
          "  --input [I=]FILE        input I from a .npy file, or raw bytes in the method's dtype\n"
          "                          (repeat; without I=, inputs are taken in order)\n"
@@ -77,13 +78,16 @@ std::string parse_args(const std::vector<std::string>& argv, RunnerArgs* args) {
       args->model = arg;
       continue;
     }
-    static const std::set<std::string> kOptions = {"--method",     "--input",        "--shape",       "--seed",
-                                                   "--warmup",     "--iterations",   "--engine-cache", "--save-outputs"};
+    static const std::set<std::string> kOptions = {"--data-path", "--method",     "--input",        "--shape",
+                                                   "--seed",      "--warmup",     "--iterations",   "--engine-cache",
+                                                   "--save-outputs"};
     if (!kOptions.count(arg)) return "unknown option " + arg;
     if (i + 1 >= argv.size()) return "option " + arg + " needs a value";
     const std::string& value = argv[++i];
     long long n;
-    if (arg == "--method") {
+    if (arg == "--data-path") {
+      args->data_path = value;
+    } else if (arg == "--method") {
       args->method = value;
     } else if (arg == "--input") {
       size_t index;

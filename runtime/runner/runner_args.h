@@ -10,6 +10,7 @@ namespace et_trt::runner {
 
 struct RunnerArgs {
   std::string model;                          // .pte path
+  std::string data_path;                      // the .ptd holding the program's external data, if any
   std::string method = "forward";
   std::map<size_t, std::string> input_files;  // input index -> .npy or raw file
   std::map<size_t, std::vector<int64_t>> shapes;  // input index -> shape for random/raw inputs

@@ -15,6 +15,7 @@
 #include "engine_cache.h"
 #include "io_spec.h"
 #include "log.h"
+#include "named_data.h"
 
 namespace et_trt {
 namespace {
@@ -32,6 +33,7 @@ using executorch::runtime::DelegateHandle;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
 using executorch::runtime::FreeableBuffer;
+using executorch::runtime::NamedDataMap;
 using executorch::runtime::Result;
 using executorch::runtime::Span;
 
@@ -70,6 +72,32 @@ class TensorOutputs final : public OutputBuffers {
   Span<EValue*> outputs_;
 };
 
+// The program's named data (.pte data segment, or the .ptd it was loaded with).
+class ProgramNamedData final : public NamedDataSource {
+ public:
+  explicit ProgramNamedData(const NamedDataMap* map) : map_(map) {}
+
+  bool get(const std::string& key, NamedBytes* out, std::string* error) const override {
+    if (map_ == nullptr) {
+      *error = "the program was loaded without named data";
+      return false;
+    }
+    Result<FreeableBuffer> found = map_->get_data(key.c_str());
+    if (!found.ok()) {
+      *error = std::string("NamedDataMap: ") + executorch::runtime::to_string(found.error());
+      return false;
+    }
+    auto buffer = std::make_shared<FreeableBuffer>(std::move(found.get()));
+    out->data = buffer->data();
+    out->size = buffer->size();
+    out->owner = buffer;
+    return true;
+  }
+
+ private:
+  const NamedDataMap* map_;
+};
+
 CallArg call_arg(const EValue& value) {
   if (value.isTensor()) return {CallArg::Kind::kTensor, "Tensor"};
   if (value.isInt()) return {CallArg::Kind::kInt, "Int"};
@@ -87,16 +115,16 @@ class EtTrtBackend final : public BackendInterface {
   Result<DelegateHandle*> init(BackendInitContext& context, FreeableBuffer* processed,
                                ArrayRef<CompileSpec>) const override {
     // The flatbuffer needs 8-byte alignment; copy only if the program did not give it.
-    const void* data = processed->data();
+    const void* bytes = processed->data();
     std::vector<uint64_t> aligned;
-    if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    if (reinterpret_cast<uintptr_t>(bytes) % 8 != 0) {
       aligned.resize((processed->size() + 7) / 8);
-      std::memcpy(aligned.data(), data, processed->size());
-      data = aligned.data();
+      std::memcpy(aligned.data(), bytes, processed->size());
+      bytes = aligned.data();
     }
     BlobView blob;
     BlobError blob_error;
-    if (!read_blob(data, processed->size(), &blob, &blob_error)) {
+    if (!read_blob(bytes, processed->size(), &blob, &blob_error)) {
       log_error(std::string(kBackendId) + ": refusing delegate blob: " + blob_error.message);
       return blob_error.kind == BlobError::Kind::kIncompatible ? Error::DelegateInvalidCompatibility
                                                                : Error::InvalidProgram;
@@ -109,9 +137,18 @@ class EtTrtBackend final : public BackendInterface {
     auto device = context.get_runtime_spec<int>(kDeviceOption);
     options.device = device.ok() ? device.get() : 0;
 
+    // The weights and engine plans, checked before anything else: a missing or
+    // mismatched data file is reported on any machine, TensorRT or not.
+    PartitionData data;
+    std::string data_error;
+    if (!fetch_named_data(*blob.root, ProgramNamedData(context.get_named_data_map()), &data, &data_error)) {
+      log_error(std::string(kBackendId) + ": refusing delegate blob: " + data_error);
+      return Error::InvalidExternalData;
+    }
+
     PartitionIo io = partition_io(*blob.root);
     EngineError engine_error;
-    std::unique_ptr<Engine> engine = create_engine(blob, io, options, &engine_error);
+    std::unique_ptr<Engine> engine = create_engine(blob, io, data, options, &engine_error);
     if (engine == nullptr) {
       log_error(std::string(kBackendId) + ": cannot initialize part '" + part + "': " + engine_error.message);
       switch (engine_error.kind) {
@@ -121,7 +158,8 @@ class EtTrtBackend final : public BackendInterface {
       }
       return Error::Internal;
     }
-    // The engine holds everything it needs; the blob's memory can go.
+    // The engine holds everything it needs; the blob's memory and the named data (freed
+    // with `data`) can go.
     processed->Free();
     auto* handle = new (std::nothrow) PartitionHandle{part, std::move(io), std::move(engine)};
     if (handle == nullptr) return Error::MemoryAllocationFailed;

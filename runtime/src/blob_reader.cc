@@ -55,15 +55,20 @@ bool is_utf8(const flatbuffers::String* s) {
 // the process. A refusal names the field, never its bytes.
 bool check_strings(const blob::Blob* root, BlobError* error) {
   std::vector<std::pair<std::string, const flatbuffers::String*>> fields = {
-      {"part", root->part()}, {"options_json", root->options_json()}};
+      {"part", root->part()}, {"export_options", root->export_options()}, {"data_file", root->data_file()}};
   if (const blob::Producer* p = root->producer()) {
     for (const auto& [name, s] : {std::pair{"et_trt", p->et_trt()}, {"torch", p->torch()},
                                   {"executorch", p->executorch()}, {"triton", p->triton()},
-                                  {"cuda", p->cuda()}, {"tensorrt", p->tensorrt()}}) {
+                                  {"tensorrt", p->tensorrt()}}) {
       fields.emplace_back(std::string("producer.") + name, s);
     }
   }
-  if (root->build_options()) fields.emplace_back("build_options.timing_cache", root->build_options()->timing_cache());
+  for (flatbuffers::uoffset_t i = 0; root->weights() != nullptr && i < root->weights()->size(); ++i) {
+    const blob::Weight* w = root->weights()->Get(i);
+    const std::string where = "weights[" + std::to_string(i) + "].";
+    fields.emplace_back(where + "name", w->name());
+    if (w->data()) fields.emplace_back(where + "data.key", w->data()->key());
+  }
   for (const auto& [what, specs] : {std::pair{"inputs", root->inputs()}, {"outputs", root->outputs()}}) {
     for (flatbuffers::uoffset_t i = 0; specs != nullptr && i < specs->size(); ++i) {
       const std::string where = std::string(what) + "[" + std::to_string(i) + "]";
@@ -77,13 +82,16 @@ bool check_strings(const blob::Blob* root, BlobError* error) {
   for (flatbuffers::uoffset_t i = 0; root->kernels() != nullptr && i < root->kernels()->size(); ++i) {
     const blob::KernelImage* k = root->kernels()->Get(i);
     const std::string where = "kernels[" + std::to_string(i) + "].";
-    fields.insert(fields.end(), {{where + "kernel", k->kernel()}, {where + "arch", k->arch()},
-                                 {where + "entry", k->entry()}, {where + "ptx_version", k->ptx_version()}});
+    fields.insert(fields.end(), {{where + "kernel", k->kernel()}, {where + "variant", k->variant()},
+                                 {where + "arch", k->arch()}, {where + "entry", k->entry()},
+                                 {where + "ptx_version", k->ptx_version()}});
+    if (k->image()) fields.emplace_back(where + "image.key", k->image()->key());
   }
   for (flatbuffers::uoffset_t i = 0; root->engines() != nullptr && i < root->engines()->size(); ++i) {
     const blob::Engine* e = root->engines()->Get(i);
     const std::string where = "engines[" + std::to_string(i) + "].";
     fields.insert(fields.end(), {{where + "tensorrt_version", e->tensorrt_version()}, {where + "gpu_name", e->gpu_name()}});
+    if (e->plan()) fields.emplace_back(where + "plan.key", e->plan()->key());
   }
   for (const auto& [where, s] : fields) {
     if (!is_utf8(s)) return fail(error, "blob field " + where + " is not UTF-8 text: the blob is corrupted");
@@ -139,12 +147,25 @@ bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::Tens
   return true;
 }
 
+// A NamedData record: a key with our prefix, a size, a 32-byte sha256.
+bool check_named_data(const blob::NamedData* data, const std::string& where, BlobError* error) {
+  if (data == nullptr) return fail(error, where + " is missing");
+  const std::string prefix = kNamedDataPrefix;
+  if (data->key() == nullptr || data->key()->str().compare(0, prefix.size(), prefix) != 0) {
+    return fail(error, where + ": key must start with \"" + prefix + "\"");
+  }
+  if (data->sha256() == nullptr || data->sha256()->size() != 32) return fail(error, where + ": sha256 must be 32 bytes");
+  if (data->size() == 0) return fail(error, where + ": size is 0");
+  return true;
+}
+
 bool check_kernels(const blob::Blob* root, BlobError* error) {
   if (root->kernels() == nullptr) return true;
   for (flatbuffers::uoffset_t i = 0; i < root->kernels()->size(); ++i) {
     const blob::KernelImage* k = root->kernels()->Get(i);
     const std::string where = "kernels[" + std::to_string(i) + "]";
-    if (k->image() == nullptr || k->image()->size() == 0) return fail(error, where + " has no image");
+    if (!check_named_data(k->image(), where + ".image", error)) return false;
+    if (k->variant() == nullptr || k->variant()->size() == 0) return fail(error, where + " names no variant");
     if (k->entry() == nullptr || k->entry()->size() == 0) return fail(error, where + " has no entry symbol");
     if (k->arch() == nullptr || k->arch()->size() == 0) return fail(error, where + " names no architecture");
     if (k->format() != blob::ImageFormat::Cubin && k->format() != blob::ImageFormat::Ptx) {
@@ -167,17 +188,31 @@ bool check_kernels(const blob::Blob* root, BlobError* error) {
   return true;
 }
 
+bool check_weights(const blob::Blob* root, BlobError* error) {
+  std::set<std::string> names;
+  for (flatbuffers::uoffset_t i = 0; root->weights() != nullptr && i < root->weights()->size(); ++i) {
+    const blob::Weight* w = root->weights()->Get(i);
+    const std::string where = "blob weights[" + std::to_string(i) + "]";
+    if (w->name() == nullptr || w->name()->size() == 0) return fail(error, where + " has no name");
+    if (!names.insert(w->name()->str()).second) return fail(error, where + ": initializer name used twice");
+    if (!check_named_data(w->data(), where + ".data", error)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-std::string BlobView::content_id_hex() const {
+std::string to_hex(const uint8_t* bytes, size_t size) {
   static const char kHex[] = "0123456789abcdef";
   std::string out;
-  for (uint8_t b : header.content_id) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
+  for (size_t i = 0; i < size; ++i) {
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 15];
   }
   return out;
 }
+
+std::string BlobView::content_id_hex() const { return to_hex(header.content_id.data(), header.content_id.size()); }
 
 std::string dtype_name(blob::DType dtype) {
   switch (dtype) {
@@ -267,12 +302,6 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
   if (root->outputs()->size() == 0) return fail(error, "blob lists no outputs");
   const blob::BuildOptions* options = root->build_options();
   if (options == nullptr) return fail(error, "blob has no build_options");
-  if (blob::EnumNamePrecision(options->precision())[0] == '\0') {
-    return fail(error, "build_options: unknown precision " + std::to_string(int(options->precision())));
-  }
-  if (blob::EnumNameEngineBuild(options->engine_build())[0] == '\0') {
-    return fail(error, "build_options: unknown engine_build " + std::to_string(int(options->engine_build())));
-  }
   if (options->optimization_level() < 0 || options->optimization_level() > 5) {
     return fail(error, "build_options: optimization_level must be 0-5, got " +
                            std::to_string(options->optimization_level()));
@@ -285,7 +314,7 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
       if (blob::EnumNameProvider(engine->provider())[0] == '\0') {
         return fail(error, where + ": unknown provider " + std::to_string(int(engine->provider())));
       }
-      if (engine->plan() == nullptr || engine->plan()->size() == 0) return fail(error, where + " has an empty plan");
+      if (!check_named_data(engine->plan(), where + ".plan", error)) return false;
       if (engine->tensorrt_version() == nullptr || engine->tensorrt_version()->size() == 0) {
         return fail(error, where + " lacks its provider's version");
       }
@@ -295,6 +324,7 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
     return fail(error, "blob has neither an ONNX model nor an engine: nothing to run");
   }
   if (!check_kernels(root, error)) return false;
+  if (!check_weights(root, error)) return false;
 
   view->header = header;
   view->root = root;

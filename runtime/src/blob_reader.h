@@ -15,7 +15,9 @@
 namespace et_trt {
 
 // Must equal SCHEMA_VERSION in et_trt_backend/serialization/blob.py.
-constexpr uint32_t kSchemaVersion = 2;
+constexpr uint32_t kSchemaVersion = 3;
+// Must equal NAMED_DATA_PREFIX there: every NamedData key starts with it.
+constexpr char kNamedDataPrefix[] = "et_trt/";
 constexpr char kBlobMagic[8] = {'E', 'T', 'T', 'R', 'T', 'B', 'L', 'B'};
 constexpr size_t kHeaderSize = 56;
 // TensorRT's Dims::MAX_DIMS; a higher rank cannot be bound.
@@ -57,6 +59,9 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error);
 // the view then points into), for callers whose bytes may be unaligned.
 bool read_blob_copy(const void* data, size_t size, std::vector<uint64_t>* storage, BlobView* view,
                     BlobError* error);
+
+// Lowercase hex of `size` bytes.
+std::string to_hex(const uint8_t* bytes, size_t size);
 
 // Name of a blob DType ("bf16", ...), or "dtype <code>" for unknown codes.
 std::string dtype_name(blob::DType dtype);

@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "blob_reader.h"
 #include "engine.h"
+#include "named_data.h"
 
 namespace {
 
@@ -19,14 +21,17 @@ void copy_text(const std::string& text, char* out, size_t size) {
 
 extern "C" {
 
-// Builds the engine of a blob on CUDA device `device`, as init would.
+// Builds the engine of a blob on CUDA device `device`, as init would, with its
+// named data (weights) passed as `count` (key, bytes, size) entries and the
+// timing cache at `timing_cache` (may be null or empty: none).
 // Returns 0 and a malloc'd plan (free with et_trt_free); 1 when TensorRT, CUDA
-// or a GPU is unavailable; 2 when the blob is refused or the build fails.
-// `error` gets the message.
+// or a GPU is unavailable; 2 when the blob or its data is refused or the build
+// fails. `error` gets the message.
 __attribute__((visibility("default"))) int32_t et_trt_build_engine(
-    const uint8_t* blob, size_t size, int32_t device, uint8_t** plan, size_t* plan_size, char* tensorrt_version,
-    size_t tensorrt_version_size, char* gpu_name, size_t gpu_name_size, int32_t* compute_capability, char* error,
-    size_t error_size) {
+    const uint8_t* blob, size_t size, const char* const* keys, const uint8_t* const* data, const size_t* sizes,
+    size_t count, const char* timing_cache, int32_t device, uint8_t** plan, size_t* plan_size,
+    char* tensorrt_version, size_t tensorrt_version_size, char* gpu_name, size_t gpu_name_size,
+    int32_t* compute_capability, char* error, size_t error_size) {
   std::vector<uint64_t> aligned;
   et_trt::BlobView view;
   et_trt::BlobError blob_error;
@@ -34,10 +39,17 @@ __attribute__((visibility("default"))) int32_t et_trt_build_engine(
     copy_text("blob refused: " + blob_error.message, error, error_size);
     return 2;
   }
+  et_trt::PartitionData named;
+  std::string data_error;
+  if (!et_trt::fetch_named_data(*view.root, et_trt::CallerNamedData(keys, data, sizes, count), &named, &data_error)) {
+    copy_text(data_error, error, error_size);
+    return 2;
+  }
   std::vector<uint8_t> bytes;
   et_trt::EngineTarget target;
   et_trt::EngineError engine_error;
-  if (!et_trt::build_engine_plan(view, et_trt::partition_io(*view.root), device, &bytes, &target, &engine_error)) {
+  if (!et_trt::build_engine_plan(view, et_trt::partition_io(*view.root), named, device,
+                                 timing_cache != nullptr ? timing_cache : "", &bytes, &target, &engine_error)) {
     copy_text(engine_error.message, error, error_size);
     return engine_error.kind == et_trt::EngineError::Kind::kUnavailable ? 1 : 2;
   }

@@ -13,6 +13,7 @@
 
 #include "blob_reader.h"
 #include "io_spec.h"
+#include "named_data.h"
 
 namespace et_trt {
 
@@ -63,14 +64,17 @@ struct EngineTarget {
 };
 
 // Builds a serialized TensorRT engine (never TensorRT for RTX, whatever is
-// installed) from a verified blob's ONNX exactly as init would on this machine
-// (export-time builds use it through et_trt_build_engine).
-bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
-                       EngineTarget* target, EngineError* error);
+// installed) from a verified blob's ONNX and weights exactly as init would on
+// this machine (export-time builds use it through et_trt_build_engine), with
+// the timing cache at `timing_cache_path` (read and updated; empty: none).
+bool build_engine_plan(const BlobView& blob, const PartitionIo& io, const PartitionData& data, int device,
+                       const std::string& timing_cache_path, std::vector<uint8_t>* plan, EngineTarget* target,
+                       EngineError* error);
 
-// The engine for a verified blob: the embedded one if it fits this GPU and
-// TensorRT, else a cached or newly built one. `blob` need not outlive it.
-std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const EngineOptions& options,
-                                      EngineError* error);
+// The engine for a verified blob and its fetched named data: the embedded one
+// if it fits this GPU and TensorRT, else a cached or newly built one. Neither
+// `blob` nor `data` need outlive it.
+std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const PartitionData& data,
+                                      const EngineOptions& options, EngineError* error);
 
 }  // namespace et_trt

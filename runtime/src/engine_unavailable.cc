@@ -15,14 +15,14 @@ void not_built(EngineError* error) {
 
 }  // namespace
 
-std::unique_ptr<Engine> create_engine(const BlobView&, const PartitionIo&, const EngineOptions&,
+std::unique_ptr<Engine> create_engine(const BlobView&, const PartitionIo&, const PartitionData&, const EngineOptions&,
                                       EngineError* error) {
   not_built(error);
   return nullptr;
 }
 
-bool build_engine_plan(const BlobView&, const PartitionIo&, int, std::vector<uint8_t>*, EngineTarget*,
-                       EngineError* error) {
+bool build_engine_plan(const BlobView&, const PartitionIo&, const PartitionData&, int, const std::string&,
+                       std::vector<uint8_t>*, EngineTarget*, EngineError* error) {
   not_built(error);
   return false;
 }

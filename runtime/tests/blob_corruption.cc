@@ -10,6 +10,9 @@
 //  the engine. Some are legitimately accepted (a flipped bit inside the ONNX
 //  bytes is still a well-formed blob); each accepted one is walked field by
 //  field so the sanitizers see any read the Verifier should have stopped.
+//  named-data mutants: where <blob>.named/ holds the blob's named data (what
+//  a .pte or .ptd gives the delegate), each entry is flipped, cut and
+//  extended; fetch_named_data must refuse every one.
 // Nothing may crash or trip a sanitizer (which aborts the run).
 #include <cstdio>
 #include <random>
@@ -47,10 +50,15 @@ size_t walk(const BlobView& view) {
   };
   const blob::Blob* root = view.root;
   str(root->part());
-  str(root->options_json());
+  str(root->export_options());
+  str(root->data_file());
   bytes(root->onnx());
+  auto named = [&](const blob::NamedData* d) { str(d->key()), bytes(d->sha256()), sum += size_t(d->size()); };
   if (const auto* p = root->producer()) {
-    str(p->et_trt()), str(p->torch()), str(p->executorch()), str(p->triton()), str(p->cuda()), str(p->tensorrt());
+    str(p->et_trt()), str(p->torch()), str(p->executorch()), str(p->triton()), str(p->tensorrt());
+  }
+  if (root->weights()) {
+    for (const blob::Weight* w : *root->weights()) str(w->name()), named(w->data());
   }
   for (const auto* specs : {root->inputs(), root->outputs()}) {
     for (const blob::TensorSpec* s : *specs) {
@@ -58,14 +66,13 @@ size_t walk(const BlobView& view) {
       for (const blob::Dim* d : *s->dims()) str(d->name()), sum += size_t(d->max());
     }
   }
-  str(root->build_options()->timing_cache());
   if (root->kernels()) {
     for (const blob::KernelImage* k : *root->kernels()) {
-      str(k->kernel()), str(k->arch()), str(k->entry()), str(k->ptx_version()), bytes(k->image());
+      str(k->kernel()), str(k->variant()), str(k->arch()), str(k->entry()), str(k->ptx_version()), named(k->image());
     }
   }
   if (root->engines()) {
-    for (const blob::Engine* e : *root->engines()) bytes(e->plan()), str(e->tensorrt_version()), str(e->gpu_name());
+    for (const blob::Engine* e : *root->engines()) named(e->plan()), str(e->tensorrt_version()), str(e->gpu_name());
   }
   return sum;
 }
@@ -173,6 +180,43 @@ Counts mutate(const std::vector<uint8_t>& original, std::mt19937_64& rng) {
   return c;
 }
 
+// Mutants of each named-data entry of `blob`; returns how many fetch_named_data accepted (must be none).
+size_t mutate_named_data(const BlobView& view, const std::map<std::string, std::vector<uint8_t>>& named,
+                         std::mt19937_64& rng, size_t* mutants) {
+  size_t accepted_count = 0;
+  auto check = [&](const std::map<std::string, std::vector<uint8_t>>& m, const char* what, const std::string& key) {
+    ++*mutants;
+    PartitionData data;
+    std::string error;
+    if (testing::fetch_from(*view.root, m, &data, &error)) {
+      ++accepted_count;
+      std::fprintf(stderr, "ACCEPTED named-data mutant: %s of %s\n", what, key.c_str());
+    } else if (error.empty()) {
+      std::fprintf(stderr, "refusal without a message\n");
+      std::abort();
+    }
+  };
+  for (const auto& [key, bytes] : named) {
+    for (size_t k = 0; k < 64; ++k) {
+      auto m = named;
+      m[key][k * bytes.size() / 64] ^= uint8_t(1u << (rng() % 8));
+      check(m, "bit flip", key);
+    }
+    for (size_t len : {size_t(0), size_t(1), bytes.size() / 2, bytes.size() - 1}) {
+      auto m = named;
+      m[key].resize(len);
+      check(m, "truncation", key);
+    }
+    auto extended = named;
+    extended[key].push_back(0);
+    check(extended, "extension", key);
+    auto missing = named;
+    missing.erase(key);
+    check(missing, "removal", key);
+  }
+  return accepted_count;
+}
+
 }  // namespace
 }  // namespace et_trt
 
@@ -200,6 +244,14 @@ int main(int argc, char** argv) {
     std::printf("%s (%zu bytes): %zu raw mutants, %zu accepted; %zu resealed mutants, %zu accepted and walked\n",
                 file.c_str(), blob.size(), c.raw, c.raw_accepted, c.resealed, c.resealed_accepted);
     if (c.raw_accepted != 0 || c.raw < 1000) ok = false;
+    const auto named = et_trt::testing::read_named_data(file.substr(0, file.size() - 5) + ".named");
+    if (!named.empty() && et_trt::accepted(blob, &view)) {  // the view again: mutate() reused its storage
+      size_t mutants = 0;
+      const size_t named_accepted = et_trt::mutate_named_data(view, named, rng, &mutants);
+      std::printf("%s: %zu named-data mutants of %zu entries, %zu accepted\n", file.c_str(), mutants, named.size(),
+                  named_accepted);
+      if (named_accepted != 0) ok = false;
+    }
   }
   return ok ? 0 : 1;
 }

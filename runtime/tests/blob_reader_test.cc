@@ -124,11 +124,16 @@ TEST(BlobReader, RefusesWrongMagic) {
 }
 
 TEST(BlobReader, RefusesOtherSchemaVersionAsIncompatible) {
-  std::vector<uint8_t> blob = writer_blob("writer_static");
-  testing::store_u32(blob.data() + 8, kSchemaVersion + 1);
-  const BlobError e = read_error(blob);
-  EXPECT_EQ(e.kind, BlobError::Kind::kIncompatible);
-  EXPECT_NE(e.message.find("schema version " + std::to_string(kSchemaVersion + 1)), std::string::npos) << e.message;
+  for (uint32_t other : {kSchemaVersion - 1, kSchemaVersion + 1}) {  // an older export (weights inside), a newer one
+    std::vector<uint8_t> blob = writer_blob("writer_static");
+    testing::store_u32(blob.data() + 8, other);
+    const BlobError e = read_error(blob);
+    EXPECT_EQ(e.kind, BlobError::Kind::kIncompatible);
+    EXPECT_NE(e.message.find("blob schema version " + std::to_string(other) + ", this runtime reads version " +
+                             std::to_string(kSchemaVersion) + ": re-export the model"),
+              std::string::npos)
+        << e.message;
+  }
 }
 
 TEST(BlobReader, RefusesTruncatedAndExtendedBlobs) {
@@ -189,14 +194,20 @@ struct Knobs {
   blob::DType dtype = blob::DType::BFloat16;
   const char* output_name = "y";
   const char* part = "velocity";
-  bool outputs = true, build_options = true, onnx = true, engine = false, engine_plan = true, producer = true;
+  bool outputs = true, build_options = true, onnx = true, engine = false, producer = true;
   blob::Provider provider = blob::Provider::TensorRT;
-  blob::Precision precision = blob::Precision::BF16;
   int32_t optimization_level = 3;
+  // Named data of the engine plan and of the one weight (when weight_name is set).
+  const char* plan_key = "et_trt/0a";
+  size_t plan_sha256_size = 32;
+  const char* weight_name = nullptr;
+  const char* weight_key = "et_trt/0b";
+  bool two_weights_of_one_name = false;
   int rank = 2;
   bool kernel = true;
   blob::DType kernel_dtype = blob::DType::BFloat16;
   const char* kernel_entry = "grouped_mm_tma_nk";
+  const char* kernel_variant = "tma";
   int32_t block_m = 128;
   int32_t scratch_align = 128;
 };
@@ -213,25 +224,30 @@ std::vector<uint8_t> build(const Knobs& k) {
   std::vector<flatbuffers::Offset<blob::TensorSpec>> outputs;
   if (k.outputs) outputs.push_back(blob::CreateTensorSpecDirect(fbb, k.output_name, blob::DType::BFloat16, &dims));
   const std::vector<uint8_t> onnx = {8, 9};
-  const std::vector<uint8_t> image = {1, 2, 3};
+  const std::vector<uint8_t> image_sha256(32, 3);
   std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
   if (k.kernel) {
-    kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_nk", "sm_90a", blob::ImageFormat::Cubin,
-                                                    &image, k.kernel_entry, k.kernel_dtype, 8, 1024, 384,
-                                                    k.scratch_align, 0, k.block_m, 256, 64, false, "8.6"));
+    auto image = blob::CreateNamedDataDirect(fbb, "et_trt/0c", 3, &image_sha256);
+    kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_nk", k.kernel_variant, true, "sm_90a",
+                                                    blob::ImageFormat::Cubin, image, k.kernel_entry, k.kernel_dtype,
+                                                    8, 1024, 384, k.scratch_align, 0, k.block_m, 256, 64, false,
+                                                    "8.6"));
   }
-  const std::vector<uint8_t> plan = {7};
-  const std::vector<uint8_t> empty;
+  const std::vector<uint8_t> plan_sha256(k.plan_sha256_size, 7), weight_sha256(32, 8);
   std::vector<flatbuffers::Offset<blob::Engine>> engines;
   if (k.engine) {
-    engines.push_back(blob::CreateEngineDirect(fbb, k.engine_plan ? &plan : &empty, k.provider, "10.13.0", "H200", 90));
+    auto plan = blob::CreateNamedDataDirect(fbb, k.plan_key, 4096, &plan_sha256);
+    engines.push_back(blob::CreateEngineDirect(fbb, plan, k.provider, "10.13.0", "H200", 90));
   }
-  auto options = k.build_options
-                     ? blob::CreateBuildOptionsDirect(fbb, k.precision, true, 0, k.optimization_level)
-                     : 0;
+  std::vector<flatbuffers::Offset<blob::Weight>> weights;
+  for (int i = 0; k.weight_name != nullptr && i < (k.two_weights_of_one_name ? 2 : 1); ++i) {
+    weights.push_back(blob::CreateWeightDirect(fbb, k.weight_name,
+                                               blob::CreateNamedDataDirect(fbb, k.weight_key, 2048, &weight_sha256)));
+  }
+  auto options = k.build_options ? blob::CreateBuildOptions(fbb, true, 0, k.optimization_level) : 0;
   auto producer = k.producer ? blob::CreateProducerDirect(fbb, "0.1.0", "2.13.0", "1.5.1", 18) : 0;
   fbb.Finish(blob::CreateBlobDirect(fbb, k.part, producer, &inputs, &outputs, options, "{}",
-                                    k.onnx ? &onnx : nullptr, &kernels, &engines),
+                                    k.onnx ? &onnx : nullptr, &weights, &kernels, &engines, "policy.ptd"),
              blob::BlobIdentifier());
   return testing::seal(fbb.GetBufferPointer(), fbb.GetSize());
 }
@@ -252,6 +268,12 @@ TEST(BlobReader, AcceptsAWellFormedBuiltBlob) {
   engine_only.onnx = false, engine_only.engine = true;
   bytes = Bytes::of(build(engine_only));
   ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  Knobs with_weight;
+  with_weight.weight_name = "w";
+  bytes = Bytes::of(build(with_weight));
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  EXPECT_EQ(view.root->weights()->Get(0)->data()->size(), 2048u);
+  EXPECT_EQ(view.root->data_file()->str(), "policy.ptd");
 }
 
 TEST(BlobReader, RefusesInconsistentDims) {
@@ -323,17 +345,29 @@ TEST(BlobReader, RefusesMissingOrInvalidRecords) {
   k.onnx = false;
   EXPECT_NE(refusal(k).find("neither an ONNX model nor an engine"), std::string::npos);
   k = Knobs{};
-  k.engine = true, k.engine_plan = false;
-  EXPECT_NE(refusal(k).find("engines[0] has an empty plan"), std::string::npos);
-  k = Knobs{};
   k.engine = true, k.provider = static_cast<blob::Provider>(5);
   EXPECT_NE(refusal(k).find("engines[0]: unknown provider 5"), std::string::npos);
   k = Knobs{};
-  k.precision = static_cast<blob::Precision>(7);
-  EXPECT_NE(refusal(k).find("unknown precision 7"), std::string::npos);
-  k = Knobs{};
   k.optimization_level = 9;
   EXPECT_NE(refusal(k).find("optimization_level must be 0-5"), std::string::npos);
+}
+
+TEST(BlobReader, RefusesBadNamedDataRecords) {
+  Knobs k;
+  k.engine = true, k.plan_key = "weights/0a";
+  EXPECT_NE(refusal(k).find("engines[0].plan: key must start with \"et_trt/\""), std::string::npos) << refusal(k);
+  k = Knobs{};
+  k.engine = true, k.plan_sha256_size = 31;
+  EXPECT_NE(refusal(k).find("engines[0].plan: sha256 must be 32 bytes"), std::string::npos);
+  k = Knobs{};
+  k.weight_name = "";
+  EXPECT_NE(refusal(k).find("weights[0] has no name"), std::string::npos);
+  k = Knobs{};
+  k.weight_name = "w", k.weight_key = "";
+  EXPECT_NE(refusal(k).find("weights[0].data: key must start with"), std::string::npos);
+  k = Knobs{};
+  k.weight_name = "w", k.two_weights_of_one_name = true;
+  EXPECT_NE(refusal(k).find("weights[1]: initializer name used twice"), std::string::npos);
 }
 
 TEST(BlobReader, RefusesBadKernelImages) {
@@ -343,6 +377,9 @@ TEST(BlobReader, RefusesBadKernelImages) {
   k = Knobs{};
   k.kernel_entry = "";
   EXPECT_NE(refusal(k).find("no entry symbol"), std::string::npos);
+  k = Knobs{};
+  k.kernel_variant = "";
+  EXPECT_NE(refusal(k).find("kernels[0] names no variant"), std::string::npos);
   k = Knobs{};
   k.block_m = 0;
   EXPECT_NE(refusal(k).find("block sizes must be positive"), std::string::npos);

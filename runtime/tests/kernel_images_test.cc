@@ -8,33 +8,50 @@
 namespace et_trt {
 namespace {
 
-std::vector<uint8_t> blob_with_kernels() {
+struct Kernels {
+  std::vector<uint8_t> blob;
+  std::vector<std::vector<uint8_t>> bytes;  // each image's named data, in blob order
+  std::vector<NamedBytes> images() const {
+    std::vector<NamedBytes> out;
+    for (const auto& b : bytes) out.push_back({b.data(), b.size(), nullptr});
+    return out;
+  }
+};
+
+flatbuffers::Offset<blob::KernelImage> kernel(flatbuffers::FlatBufferBuilder& fbb, const char* variant, bool trans_b,
+                                              const char* arch, blob::ImageFormat format, const char* entry,
+                                              blob::DType dtype, int32_t shared, int32_t scratch, int32_t align,
+                                              bool persistent, const char* ptx_version) {
+  const std::vector<uint8_t> sha256(32, 0);  // the registry reads the bytes it is given, not the record's digest
+  auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 4, &sha256);
+  const std::string name = std::string("grouped_mm_") + variant + (trans_b ? "_nk" : "_kn");
+  return blob::CreateKernelImageDirect(fbb, name.c_str(), variant, trans_b, arch, format, image, entry, dtype, 8,
+                                       shared, scratch, align, 0, 128, 256, 64, persistent, ptx_version);
+}
+
+Kernels blob_with_kernels() {
   flatbuffers::FlatBufferBuilder fbb;
-  std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
-  const std::vector<uint8_t> cubin = {1, 2, 3, 4}, ptx = {'.', 'v', 'e', 'r'};
-  kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_nk", "sm_90a", blob::ImageFormat::Cubin, &cubin,
-                                                  "k_tma", blob::DType::BFloat16, 8, 196608, 384, 128, 0, 128, 256,
-                                                  64, true, "8.6"));
-  kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_any_nk", "sm_80", blob::ImageFormat::Ptx, &ptx,
-                                                  "k_any", blob::DType::BFloat16, 4, 0, 0, 1, 0, 64, 64, 32, false,
-                                                  "8.0"));
-  kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_kn", "sm_90a", blob::ImageFormat::Cubin, &cubin,
-                                                  "k_kn", blob::DType::BFloat16, 8, 0, 0, 1, 0, 128, 256, 64, false,
-                                                  "8.6"));
-  kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_nk", "sm_90a", blob::ImageFormat::Cubin, &cubin,
-                                                  "k_fp16", blob::DType::Float16, 8, 0, 0, 1, 0, 128, 256, 64, false,
-                                                  "8.6"));
-  fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, &kernels),
+  std::vector<flatbuffers::Offset<blob::KernelImage>> kernels = {
+      kernel(fbb, "tma", true, "sm_90a", blob::ImageFormat::Cubin, "k_tma", blob::DType::BFloat16, 196608, 384, 128,
+             true, "8.6"),
+      kernel(fbb, "any", true, "sm_80", blob::ImageFormat::Ptx, "k_any", blob::DType::BFloat16, 0, 0, 1, false, "8.0"),
+      kernel(fbb, "tma", false, "sm_90a", blob::ImageFormat::Cubin, "k_kn", blob::DType::BFloat16, 0, 0, 1, false,
+             "8.6"),
+      kernel(fbb, "tma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp16", blob::DType::Float16, 0, 0, 1, false,
+             "8.6")};
+  fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
              blob::BlobIdentifier());
-  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  return {std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()),
+          {{1, 2, 3, 4}, {'.', 'v', 'e', 'r'}, {5, 6}, {7, 8, 9}}};
 }
 
 TEST(KernelImages, SelectsByDtypeAndLayout) {
-  const std::vector<uint8_t> bytes = blob_with_kernels();
-  const blob::Blob* root = blob::GetBlob(bytes.data());
-  const auto views = kernel_image_views(*root, "bf16", true);
+  const Kernels k = blob_with_kernels();
+  const KernelPack pack(*blob::GetBlob(k.blob.data()), k.images());
+  const auto views = pack.views("bf16", true);
   ASSERT_EQ(views.size(), 2u);
   EXPECT_EQ(views[0].entry, "k_tma");
+  EXPECT_EQ(views[0].kernel, "grouped_mm_tma_nk");
   EXPECT_EQ(views[0].format, kernels::ImageFormat::kCubin);
   EXPECT_EQ(views[0].shared_bytes, 196608);
   EXPECT_EQ(views[0].global_scratch_bytes, 384);
@@ -42,53 +59,41 @@ TEST(KernelImages, SelectsByDtypeAndLayout) {
   EXPECT_EQ(views[0].block_n, 256);
   EXPECT_TRUE(views[0].persistent);
   EXPECT_EQ(views[0].dtype, "bf16");
-  EXPECT_EQ(views[0].image_size, 4u);
+  EXPECT_EQ(std::vector<uint8_t>(views[0].image, views[0].image + views[0].image_size), k.bytes[0]);
   EXPECT_EQ(views[1].format, kernels::ImageFormat::kPtx);
   EXPECT_EQ(views[1].ptx_version, "8.0");
-  EXPECT_EQ(kernel_image_views(*root, "bf16", false).size(), 1u);
-  EXPECT_EQ(kernel_image_views(*root, "fp16", true).at(0).entry, "k_fp16");
-  EXPECT_TRUE(kernel_image_views(*root, "fp16", false).empty());
+  EXPECT_EQ(pack.views("bf16", false).size(), 1u);
+  EXPECT_EQ(pack.views("fp16", true).at(0).entry, "k_fp16");
+  EXPECT_TRUE(pack.views("fp16", false).empty());
 }
 
 // The id is the schema's contract: sha256 of the image bytes, concatenated in blob order.
 TEST(KernelImages, IdIsTheSha256OfTheImagesInOrder) {
-  const std::vector<uint8_t> bytes = blob_with_kernels();
-  const blob::Blob* root = blob::GetBlob(bytes.data());
+  const Kernels k = blob_with_kernels();
   std::vector<uint8_t> concatenated;
-  for (const blob::KernelImage* k : *root->kernels()) {
-    concatenated.insert(concatenated.end(), k->image()->begin(), k->image()->end());
-  }
-  EXPECT_EQ(to_hex(kernel_images_id(*root)), testing::sha256_hex(concatenated));
+  for (const auto& b : k.bytes) concatenated.insert(concatenated.end(), b.begin(), b.end());
+  EXPECT_EQ(to_hex(kernel_images_id(k.images())), testing::sha256_hex(concatenated));
   // Another order of the same images is another id.
-  flatbuffers::FlatBufferBuilder fbb;
-  std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
-  const std::vector<uint8_t> ptx = {'.', 'v', 'e', 'r'}, cubin = {1, 2, 3, 4};
-  for (const auto* image : {&ptx, &cubin}) {
-    kernels.push_back(blob::CreateKernelImageDirect(fbb, "k_nk", "sm_80", blob::ImageFormat::Cubin, image));
-  }
-  fbb.Finish(blob::CreateBlobDirect(fbb, "p", 0, nullptr, nullptr, 0, nullptr, nullptr, &kernels));
-  const blob::Blob* reordered = blob::GetBlob(fbb.GetBufferPointer());
-  EXPECT_NE(kernel_images_id(*reordered), kernel_images_id(*root));
+  std::vector<NamedBytes> reordered = k.images();
+  std::swap(reordered[0], reordered[1]);
+  EXPECT_NE(kernel_images_id(reordered), kernel_images_id(k.images()));
 }
 
 TEST(KernelImages, RegistryResolvesByIdWhileHeld) {
-  const std::vector<uint8_t> bytes = blob_with_kernels();
-  const blob::Blob* root = blob::GetBlob(bytes.data());
-  auto images = register_kernel_images(*root);
-  EXPECT_EQ(images->id(), kernel_images_id(*root));
-  EXPECT_EQ(register_kernel_images(*root), images);  // an equal set is shared
+  Kernels k = blob_with_kernels();
+  const blob::Blob* root = blob::GetBlob(k.blob.data());
+  auto images = register_kernel_images(*root, k.images());
+  EXPECT_EQ(images->id(), kernel_images_id(k.images()));
+  EXPECT_EQ(register_kernel_images(*root, k.images()), images);  // an equal set is shared
   auto found = find_kernel_images(images->id());
   ASSERT_EQ(found, images);
-  // The registered copy holds the same images, selected the same way.
-  const auto before = kernel_image_views(*root, "bf16", true);
-  const auto after = kernel_image_views(found->images(), "bf16", true);
-  ASSERT_EQ(after.size(), before.size());
-  for (size_t i = 0; i < after.size(); ++i) {
-    EXPECT_EQ(after[i].entry, before[i].entry);
-    EXPECT_EQ(std::vector<uint8_t>(after[i].image, after[i].image + after[i].image_size),
-              std::vector<uint8_t>(before[i].image, before[i].image + before[i].image_size));
-    EXPECT_EQ(after[i].shared_bytes, before[i].shared_bytes);
-  }
+  // The registered pack holds a copy: the caller's bytes may go.
+  const std::vector<std::vector<uint8_t>> original = k.bytes;
+  for (auto& b : k.bytes) std::fill(b.begin(), b.end(), 0xff);
+  const auto after = found->views("bf16", true);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(std::vector<uint8_t>(after[0].image, after[0].image + after[0].image_size), original[0]);
+  EXPECT_EQ(std::vector<uint8_t>(after[1].image, after[1].image + after[1].image_size), original[1]);
   KernelImagesId unknown = images->id();
   unknown[0] ^= 1;
   EXPECT_EQ(find_kernel_images(unknown), nullptr);

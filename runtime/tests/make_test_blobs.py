@@ -4,6 +4,9 @@
   (et_trt_backend/serialization/blob.py) from small hand-made partitions (an
   ONNX graph made with onnx.helper; no kernels, no engine), each with a .expected
   sidecar listing what the C++ reader must read back.
+- writer_weights.blob: a MatMul whose weight is external (named data), with
+  that named data under writer_weights.named/ (one file per key, the key its
+  path there, as runtime/tools/extract_blobs.py writes it).
 - example_<i>.blob: the delegate blobs of the example policy's .pte
   ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
   that file exists. They carry real kernel images from the export.
@@ -15,12 +18,14 @@ import os
 import pathlib
 import sys
 
-import onnx
+import numpy as np
+import onnx_ir as ir
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from et_trt_backend.options import CompileOptions, ShapeRange
 from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
+from et_trt_backend.serialization.external_data import move_weights_out
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -69,11 +74,32 @@ def _write(out: pathlib.Path, name: str, contents: BlobContents) -> None:
     (out / f"{name}.expected").write_text(_expected(contents))
 
 
+def _weights_contents() -> BlobContents:
+    """y = x @ w with w [16, 32] float32 (2 KiB: external)."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul", [x], [y], [w])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    weights = move_weights_out(model)
+    dims = lambda *sizes: [DimSpec(s, f"x:{i}", s, s, s) for i, s in enumerate(sizes)]  # noqa: E731
+    return BlobContents(part="head", inputs=[TensorSpec("x", torch.float32, dims(4, 16))],
+                        outputs=[TensorSpec("y", torch.float32, dims(4, 32))], options=CompileOptions(precision="fp32"),
+                        onnx=ir.serde.serialize_model(model).SerializeToString(), kernels=[], engines=[],
+                        producer=producer_versions(18),
+                        weights=weights, data_file="policy.ptd")
+
+
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.blob"):
         stale.unlink()
+    weights = _weights_contents()
+    _write(out, "writer_weights", weights)
+    for data in weights.named_data():
+        (out / "writer_weights.named" / data.key).parent.mkdir(parents=True, exist_ok=True)
+        (out / "writer_weights.named" / data.key).write_bytes(data.bytes())
     _write(out, "writer_static", _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)],
                                            CompileOptions()))
     dynamic = CompileOptions(precision="fp16", optimization_level=5, workspace_bytes=1 << 30,
@@ -83,10 +109,11 @@ def main() -> None:
 
     pte = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
     if pte.is_file():
-        from et_trt_backend.runtime import delegate_blobs
+        from et_trt_backend import BACKEND_ID
+        from et_trt_backend.serialization.pte import read_delegates
 
-        blobs = delegate_blobs(pte)
-        for i, (_, blob) in enumerate(blobs):
+        blobs = [d.data for d in read_delegates(pte.read_bytes()) if d.backend_id == BACKEND_ID]
+        for i, blob in enumerate(blobs):
             (out / f"example_{i}.blob").write_bytes(blob)
         print(f"{len(blobs)} example blobs from {pte}")
     else:

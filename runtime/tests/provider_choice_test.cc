@@ -11,9 +11,13 @@ namespace {
 std::vector<uint8_t> blob_with_engines(const std::vector<blob::Provider>& providers) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<blob::Engine>> engines;
-  const std::vector<uint8_t> plan = {1, 2, 3};
-  for (blob::Provider p : providers) engines.push_back(blob::CreateEngineDirect(fbb, &plan, p, "1.7.1.116", "", 86));
-  fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &engines));
+  const std::vector<uint8_t> sha256(32, 1);
+  for (blob::Provider p : providers) {
+    auto plan = blob::CreateNamedDataDirect(fbb, "et_trt/01", 3, &sha256);
+    engines.push_back(blob::CreateEngineDirect(fbb, plan, p, "1.7.1.116", "", 86));
+  }
+  fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, nullptr,
+                                    &engines));
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 

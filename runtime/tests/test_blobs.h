@@ -5,16 +5,20 @@
 #include <openssl/evp.h>
 #include <zlib.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "blob_reader.h"
+#include "named_data.h"
 
 namespace et_trt::testing {
 
@@ -56,6 +60,43 @@ inline std::vector<std::string> blob_files(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// key -> bytes of the named data make_test_blobs.py (or extract_blobs.py) wrote
+// under `root` (a file per key, the key its path there); empty if none.
+inline std::map<std::string, std::vector<uint8_t>> read_named_data(const std::string& root,
+                                                                   const std::string& key = "") {
+  std::map<std::string, std::vector<uint8_t>> out;
+  const std::string path = key.empty() ? root : root + "/" + key;
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return out;
+  if (!S_ISDIR(st.st_mode)) {
+    out[key] = read_file(path);
+    return out;
+  }
+  if (DIR* d = opendir(path.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      for (auto& [k, v] : read_named_data(root, key.empty() ? name : key + "/" + name)) out[k] = std::move(v);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// fetch_named_data of `blob` from `named` (key -> bytes).
+inline bool fetch_from(const blob::Blob& blob, const std::map<std::string, std::vector<uint8_t>>& named,
+                       PartitionData* out, std::string* error) {
+  std::vector<const char*> keys;
+  std::vector<const uint8_t*> data;
+  std::vector<size_t> sizes;
+  for (const auto& [key, bytes] : named) {
+    keys.push_back(key.c_str());
+    data.push_back(bytes.data());
+    sizes.push_back(bytes.size());
+  }
+  return fetch_named_data(blob, CallerNamedData(keys.data(), data.data(), sizes.data(), keys.size()), out, error);
 }
 
 inline void store_u32(uint8_t* p, uint32_t v) {

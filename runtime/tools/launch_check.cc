@@ -12,6 +12,7 @@
 #include "blob_reader.h"
 #include "grouped_mm_launcher.h"
 #include "kernel_images.h"
+#include "named_data.h"
 
 namespace {
 
@@ -28,7 +29,11 @@ void copy_error(const std::string& message, char* error, size_t error_size) {
 
 extern "C" {
 
+// `blob_bytes` and its named data as `count` (key, bytes, size) entries.
 __attribute__((visibility("default"))) void* et_trt_launch_check_create(const uint8_t* blob_bytes, size_t size,
+                                                                         const char* const* keys,
+                                                                         const uint8_t* const* data,
+                                                                         const size_t* sizes, size_t count,
                                                                          const char* dtype, int32_t trans_b,
                                                                          char* error, size_t error_size) {
   std::vector<uint64_t> aligned;
@@ -38,10 +43,15 @@ __attribute__((visibility("default"))) void* et_trt_launch_check_create(const ui
     copy_error("blob refused: " + blob_error.message, error, error_size);
     return nullptr;
   }
-  auto check = std::make_unique<LaunchCheck>();
-  check->images = et_trt::register_kernel_images(*view.root);
+  et_trt::PartitionData named;
   std::string message;
-  const auto views = et_trt::kernel_image_views(check->images->images(), dtype, trans_b != 0);
+  if (!et_trt::fetch_named_data(*view.root, et_trt::CallerNamedData(keys, data, sizes, count), &named, &message)) {
+    copy_error(message, error, error_size);
+    return nullptr;
+  }
+  auto check = std::make_unique<LaunchCheck>();
+  check->images = et_trt::register_kernel_images(*view.root, named.kernel_images);
+  const auto views = check->images->views(dtype, trans_b != 0);
   if (views.empty()) {
     copy_error(std::string("the blob has no ") + dtype + (trans_b ? " _nk" : " _kn") + " kernel images", error,
                error_size);

@@ -1,7 +1,8 @@
 """Device check of the GroupedMM plugin's launch path, without TensorRT.
 
 Each blob (written by our export; runtime/tools/extract_blobs.py takes them out
-of a .pte) is read and verified by the C++ blob reader, its kernel images go
+of a .pte, with their named data in <blob>.named/) is read and verified by the
+C++ blob reader with its named data, its kernel images go
 through the same pack/unpack as the plugin's fields, and are launched through
 the kernel launcher (libet_trt_launch_check.so, built by scripts/build_runtime.sh).
 Outputs are compared with a float32 reference of contract 4's semantics (rows
@@ -35,8 +36,10 @@ GROUPS = [1, 3, 8]
 def _library(path: pathlib.Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.et_trt_launch_check_create.restype = ctypes.c_void_p
-    lib.et_trt_launch_check_create.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int32,
-                                               ctypes.c_char_p, ctypes.c_size_t]
+    lib.et_trt_launch_check_create.argtypes = [
+        ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p,
+        ctypes.c_size_t]
     lib.et_trt_launch_check_launch.restype = ctypes.c_int32
     lib.et_trt_launch_check_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
         ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
@@ -70,14 +73,27 @@ def _reference(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bo
     return out
 
 
-def check_blob(lib: ctypes.CDLL, blob: bytes, name: str) -> dict:
+def _named_data(blob_path: pathlib.Path) -> tuple:
+    """The blob's named data that extract_blobs.py wrote under <blob>.named/ (file path = key), as the
+    C entry takes it: keys, bytes, sizes, count."""
+    folder = blob_path.with_suffix(".named")
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    keys = [str(path.relative_to(folder)).encode() for path in files]
+    data = [path.read_bytes() for path in files]
+    return ((ctypes.c_char_p * len(files))(*keys), (ctypes.c_char_p * len(files))(*data),
+            (ctypes.c_size_t * len(files))(*map(len, data)), len(files))
+
+
+def check_blob(lib: ctypes.CDLL, blob_path: pathlib.Path) -> dict:
+    blob, name, named = blob_path.read_bytes(), str(blob_path), _named_data(blob_path)
     error = ctypes.create_string_buffer(4096)
     result = {"blob": name, "combos": [], "failures": []}
     gen = torch.Generator().manual_seed(0)
     stream = torch.cuda.current_stream()
     for dtype_name, dtype in DTYPES.items():
         for trans_b in (False, True):
-            handle = lib.et_trt_launch_check_create(blob, len(blob), dtype_name.encode(), int(trans_b), error, 4096)
+            handle = lib.et_trt_launch_check_create(blob, len(blob), *named, dtype_name.encode(), int(trans_b), error,
+                                                    4096)
             if not handle:
                 message = error.value.decode()
                 if "has no" in message and "kernel images" in message:
@@ -143,7 +159,7 @@ def main() -> int:
     print(f"GPU: {torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))}), "
           f"torch {torch.__version__}")
     lib = _library(args.lib)
-    results = [check_blob(lib, path.read_bytes(), str(path)) for path in args.blobs]
+    results = [check_blob(lib, path) for path in args.blobs]
     for r in results:
         for c in r["combos"]:
             print(f"{r['blob']}: {c['dtype']} trans_b={c['trans_b']}: {c['cases']} cases, kernels {c['kernels']}, "

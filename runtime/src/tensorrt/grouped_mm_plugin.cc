@@ -51,8 +51,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> images)
       : trans_b_(trans_b ? 1 : 0), images_(std::move(images)) {
     // Offer TensorRT only the dtypes there are images for.
-    has_bf16_ = !kernel_image_views(images_->images(), "bf16", trans_b).empty();
-    has_fp16_ = !kernel_image_views(images_->images(), "fp16", trans_b).empty();
+    has_bf16_ = !images_->views("bf16", trans_b).empty();
+    has_fp16_ = !images_->views("fp16", trans_b).empty();
   }
 
   // ---- IPluginV3 ----
@@ -166,7 +166,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       *error = "a must be bf16 or fp16";
       return false;
     }
-    const auto views = kernel_image_views(images_->images(), dtype, trans_b_ != 0);
+    const auto views = images_->views(dtype, trans_b_ != 0);
     if (views.empty()) {
       *error = std::string("the blob has no ") + dtype + " kernel image for trans_b=" + std::to_string(trans_b_) +
                "; re-export with grouped_gemm_kernel on and this dtype";

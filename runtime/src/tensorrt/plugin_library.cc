@@ -3,7 +3,8 @@
 // builder.get_plugin_registry().load_library(path)) runs our real C++ plugin.
 // Entry points: getCreators and setLoggerFinder (TensorRT's plugin-library
 // convention), and et_trt_plugin_use_kernel_images, which hands the plugin a
-// blob's kernel images before its ONNX is parsed or its engine deserialized.
+// blob's kernel images (named data, passed by the caller) before its ONNX is
+// parsed or its engine deserialized.
 #include <NvInfer.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "blob_reader.h"
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
+#include "named_data.h"
 
 #define ET_TRT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -28,21 +30,32 @@ ET_TRT_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nb_
   return creators;
 }
 
-// Verifies `blob` (a whole et-trt delegate blob), registers its kernel images
-// for the life of the process and makes them the images GroupedMM nodes
-// parsed from ONNX on the calling thread take, until the next call.
-// Deserialized engines find them by their kernel_images_id. Writes that id
-// (32 bytes) to `id` if not null. Returns 0, or 1 with `error` filled.
-ET_TRT_EXPORT int32_t et_trt_plugin_use_kernel_images(const uint8_t* blob, size_t size, uint8_t* id, char* error,
-                                                      size_t error_size) {
+// Verifies `blob` (a whole et-trt delegate blob) and its named data, passed as
+// `count` (key, bytes, size) entries (at least its kernel images), registers
+// its kernel images for the life of the process and makes them the images
+// GroupedMM nodes parsed from ONNX on the calling thread take, until the next
+// call. Deserialized engines find them by their kernel_images_id. Writes that
+// id (32 bytes) to `id` if not null. Returns 0, or 1 with `error` filled.
+ET_TRT_EXPORT int32_t et_trt_plugin_use_kernel_images(const uint8_t* blob, size_t size, const char* const* keys,
+                                                      const uint8_t* const* data, const size_t* sizes, size_t count,
+                                                      uint8_t* id, char* error, size_t error_size) {
+  const auto refuse = [&](const std::string& message) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", message.c_str());
+    return 1;
+  };
   std::vector<uint64_t> aligned;
   et_trt::BlobView view;
   et_trt::BlobError blob_error;
   if (!et_trt::read_blob_copy(blob, size, &aligned, &view, &blob_error)) {
-    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "blob refused: %s", blob_error.message.c_str());
-    return 1;
+    return refuse("blob refused: " + blob_error.message);
   }
-  auto images = et_trt::register_kernel_images(*view.root);
+  et_trt::PartitionData named;
+  std::string data_error;
+  if (!et_trt::fetch_named_data(*view.root, et_trt::CallerNamedData(keys, data, sizes, count), &named,
+                                &data_error)) {
+    return refuse(data_error);
+  }
+  auto images = et_trt::register_kernel_images(*view.root, named.kernel_images);
   static std::mutex mutex;
   static auto* pinned = new std::vector<std::shared_ptr<const et_trt::KernelPack>>;
   {

@@ -3,8 +3,11 @@
 // execution with input/output binding and staging.
 #include <executorch/runtime/platform/log.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 
@@ -318,10 +321,62 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// Builds a serialized engine from the blob's ONNX with its BuildOptions and
-// one optimization profile from the IO specs' ranges.
-bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& io, std::vector<uint8_t>* plan,
-                std::string* error) {
+// TensorRT 10.13 and later parse an ONNX whose initializers the caller hands
+// over from memory (IParser::loadInitializer).
+#define ET_TRT_PARSER_LOADS_INITIALIZERS (NV_TENSORRT_MAJOR > 10 || (NV_TENSORRT_MAJOR == 10 && NV_TENSORRT_MINOR >= 13))
+
+// Parses the blob's ONNX, its external initializers (the weights, schema.fbs
+// table Weight) taken from the fetched named data: from memory where the
+// parser can, else (TensorRT 10.3 on JetPack 6) as ONNX external-data files
+// written to a temporary folder for the parse, the one copy the older parser
+// needs.
+bool parse_onnx(nvonnxparser::IParser& parser, const blob::Blob& root, const PartitionData& data, std::string* error) {
+  const auto* onnx = root.onnx();
+  if (data.weights.empty()) return parser.parse(onnx->data(), onnx->size());
+#if ET_TRT_PARSER_LOADS_INITIALIZERS
+  (void)error;
+  if (!parser.loadModelProto(onnx->data(), onnx->size())) return false;
+  for (const auto& [name, bytes] : data.weights) {
+    if (!parser.loadInitializer(name.c_str(), bytes.data, bytes.size)) return false;
+  }
+  return parser.parseModelProto();
+#else
+  namespace fs = std::filesystem;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string folder = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/et_trt_onnx_XXXXXX";
+  if (mkdtemp(folder.data()) == nullptr) {
+    *error = "cannot create a temporary folder for the ONNX's external data: " + std::string(std::strerror(errno));
+    return false;
+  }
+  struct RemoveFolder {
+    std::string path;
+    ~RemoveFolder() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } cleanup{folder};
+  const auto* weights = root.weights();
+  for (flatbuffers::uoffset_t i = 0; i < weights->size(); ++i) {
+    const fs::path file = fs::path(folder) / weights->Get(i)->data()->key()->str();  // the ONNX location
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    std::ofstream out(file, std::ios::binary);
+    const NamedBytes& bytes = data.weights[i].second;
+    if (ec || !out.write(static_cast<const char*>(bytes.data), static_cast<std::streamsize>(bytes.size))) {
+      *error = "cannot write the ONNX's external data to " + file.string() + " (disk full?)";
+      return false;
+    }
+  }
+  const std::string model = folder + "/model.onnx";
+  return parser.parse(onnx->data(), onnx->size(), model.c_str());
+#endif
+}
+
+// Builds a serialized engine from the blob's ONNX and weights with its
+// BuildOptions, one optimization profile from the IO specs' ranges and the
+// timing cache at `timing_cache_path` (empty: none).
+bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& io, const PartitionData& data,
+                const std::string& timing_cache_path, std::vector<uint8_t>* plan, std::string* error) {
   const blob::Blob& root = *blob.root;
   const std::string part = root.part() ? root.part()->str() : "";
   auto builder = trt.create_builder();
@@ -352,9 +407,10 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     return false;
   }
   {
-    KernelImagesForParsing images(register_kernel_images(root));
-    if (!parser->parse(root.onnx()->data(), root.onnx()->size())) {
-      *error = "TensorRT's ONNX parser refused the partition:";
+    KernelImagesForParsing images(register_kernel_images(root, data.kernel_images));
+    std::string parse_error;
+    if (!parse_onnx(*parser, root, data, &parse_error)) {
+      *error = parse_error.empty() ? "TensorRT's ONNX parser refused the partition:" : parse_error;
       for (int i = 0; i < parser->getNbErrors(); ++i) *error += std::string(" [") + parser->getError(i)->desc() + "]";
       return false;
     }
@@ -392,7 +448,6 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
   }
   config->addOptimizationProfile(profile);
   std::unique_ptr<nvinfer1::ITimingCache> timing_cache;
-  const std::string timing_cache_path = options.timing_cache() ? options.timing_cache()->str() : "";
   if (!timing_cache_path.empty()) {
     const std::vector<uint8_t> bytes = read_file(timing_cache_path);
     timing_cache.reset(config->createTimingCache(bytes.data(), bytes.size()));
@@ -490,8 +545,9 @@ bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machi
 
 }  // namespace
 
-bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, std::vector<uint8_t>* plan,
-                       EngineTarget* target, EngineError* error) {
+bool build_engine_plan(const BlobView& blob, const PartitionIo& io, const PartitionData& data, int device,
+                       const std::string& timing_cache_path, std::vector<uint8_t>* plan, EngineTarget* target,
+                       EngineError* error) {
   // The C entry builds TensorRT engines (export records them as such);
   // TensorRT for RTX engines are built at export by its Python builder.
   Machine m;
@@ -510,7 +566,7 @@ bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, 
   bool built;
   {
     ScopedContext scope(*m.cuda, context);
-    built = build_plan(*m.trt, blob, io, plan, &message);
+    built = build_plan(*m.trt, blob, io, data, timing_cache_path, plan, &message);
   }
   m.cuda->cuDevicePrimaryCtxRelease(m.device);
   if (!built) {
@@ -521,8 +577,8 @@ bool build_engine_plan(const BlobView& blob, const PartitionIo& io, int device, 
   return true;
 }
 
-std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const EngineOptions& options,
-                                      EngineError* error) {
+std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const PartitionData& data,
+                                      const EngineOptions& options, EngineError* error) {
   const blob::Blob& root = *blob.root;
   const std::string part = root.part() ? root.part()->str() : "";
   std::string message;
@@ -540,7 +596,8 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
     return nullptr;
   }
   // From here the engine owns the context reference (released in its destructor).
-  auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io, register_kernel_images(root));
+  auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io,
+                                                 register_kernel_images(root, data.kernel_images));
 
   const Provider provider = trt->provider();
   const std::string provider_text = std::string(provider_name(provider)) + " ";
@@ -559,7 +616,8 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
     const bool gpu_fits = built_for == gpu_name || (provider == Provider::kTensorRTRTX && built_for.empty());
     if (trt->same_version(embedded->tensorrt_version()->str()) && gpu_fits &&
         embedded->compute_capability() == capability) {
-      if (engine->load(*trt, embedded->plan()->data(), embedded->plan()->size(), options.cache_dir, key, &message)) {
+      const NamedBytes& embedded_plan = data.engine_plans[i];
+      if (engine->load(*trt, embedded_plan.data, embedded_plan.size, options.cache_dir, key, &message)) {
         ET_LOG(Info, "et-trt: '%s' runs the engine embedded at export", part.c_str());
         return engine;
       }
@@ -591,10 +649,11 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
            key.c_str(), message.c_str());
   }
 
-  // 3. Build from the ONNX, then cache.
+  // 3. Build from the ONNX, then cache. No timing cache: the blob's names a
+  // path on the export machine (engines built here are cached whole).
   {
     ScopedContext scope(*cuda, context);
-    if (!build_plan(*trt, blob, io, &plan, &message)) {
+    if (!build_plan(*trt, blob, io, data, "", &plan, &message)) {
       *error = failure(EngineError::Kind::kFailed, message);
       return nullptr;
     }

@@ -1,0 +1,194 @@
+"""Weights, kernel images and engines as ExecuTorch named data: in the .pte by default, in a .ptd
+beside a small .pte with `et-trt export --external-data` (ExecuTorch's external-constant tag).
+
+The example is exported both ways: the same ONNX and bytes, the same outputs through the ONNX
+reference path; the delegate reads the named data through ExecuTorch's runtime (the Python runtime
+and et_trt_runner), and a missing, foreign or corrupted .ptd is refused naming the file and key.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import moe_models
+from et_trt_backend import cli
+from et_trt_backend.lowering import reference
+from et_trt_backend.serialization import blob, external_data
+from et_trt_backend.serialization.pte import read_partitions
+from test_lowering import _shape, lower_program, run_reference_evaluator
+from test_runtime import NOT_BUILT, RUNNER, _run, joined_log
+
+TAG = "policy"
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory) -> pathlib.Path:
+    """The example exported with --external-data: policy.pte and policy.ptd."""
+    folder = tmp_path_factory.mktemp("external")
+    assert cli.main(["-q", "export", "--output", str(folder / f"{TAG}.pte"), "--external-data", str(folder)]) == 0
+    return folder / f"{TAG}.pte"
+
+
+def _partitions(pte: pathlib.Path, *data_files) -> dict[str, blob.BlobContents]:
+    return {p.contents.part: p.contents for p in read_partitions(pte.read_bytes(), data_files)}
+
+
+def test_external_data_leaves_a_small_pte_and_the_same_partitions(external, example_pte):
+    ptd = external.with_suffix(".ptd")
+    assert ptd.is_file()
+    assert external.stat().st_size < 1 << 20, f"{external.stat().st_size} bytes"
+    inside, outside = _partitions(example_pte), _partitions(external, ptd)
+    assert sorted(inside) == sorted(outside) == ["decoder", "velocity"]
+    for part, contents in outside.items():
+        assert contents.data_file == f"{TAG}.ptd" and inside[part].data_file == ""
+        assert contents.onnx == inside[part].onnx
+        assert contents.named_data() == inside[part].named_data()  # keys, sizes, digests
+        assert [d.bytes() for d in contents.named_data()] == [d.bytes() for d in inside[part].named_data()]
+        assert contents.weights, f"{part}: no external weights"
+
+
+def test_both_exports_give_the_same_outputs_through_the_onnx_reference_path(external, example_pte):
+    inside, outside = _partitions(example_pte), _partitions(external, external.with_suffix(".ptd"))
+    for part, contents in outside.items():
+        feeds = {spec.name: torch.randn(_shape(spec, 9)).numpy() for spec in contents.inputs}
+        got, expected = (run_reference_evaluator(reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)),
+                                                 feeds) for c in (contents, inside[part]))
+        assert len(got) == len(expected) == len(contents.outputs)
+        for a, b in zip(got, expected):
+            assert np.isfinite(a).all()
+            np.testing.assert_array_equal(a, b)
+
+
+def test_the_weights_are_stored_once_by_content(external):
+    """Equal bytes share one key, across partitions too: the .ptd holds each distinct one once."""
+    from et_trt_backend.serialization.pte import read_data_file
+
+    stored = read_data_file(external.with_suffix(".ptd"))
+    named = {d.key: d.size for contents in _partitions(external, external.with_suffix(".ptd")).values()
+             for d in contents.named_data()}
+    assert set(stored) == set(named)
+    assert {key: len(data) for key, data in stored.items()} == named
+
+
+# ---- through ExecuTorch's runtime ---------------------------------------------------------------------------
+def _load_in_python(pte: pathlib.Path, ptd: pathlib.Path | None) -> str:
+    """stderr of loading `pte` (with `ptd`) through ExecuTorch's Python runtime and its method."""
+    script = (
+        "import sys\n"
+        "from executorch.runtime import Runtime\n"
+        "from et_trt_backend import runtime\n"
+        "runtime.load()\n"
+        f"program = Runtime.get().load_program({str(pte)!r}, data_path={str(ptd) if ptd else None!r})\n"
+        "try:\n"
+        "    program.load_method('forward')\n"
+        "except Exception:\n"
+        "    sys.exit(3)\n"
+    )
+    result = _run([sys.executable, "-c", script])
+    assert result.returncode == 3, (result.returncode, result.stderr[-3000:])  # refused, not crashed
+    return joined_log(result.stderr)
+
+
+def test_the_delegate_reads_its_named_data_through_the_python_runtime(built_runtime, external):
+    with_data = _load_in_python(external, external.with_suffix(".ptd"))
+    assert NOT_BUILT in with_data, with_data[-3000:]  # past the named data: only TensorRT is missing
+    assert "named data" not in with_data, with_data[-3000:]
+    without = _load_in_python(external, None)
+    assert "is not in the program's named data" in without and f"exported to '{TAG}.ptd'" in without, without[-3000:]
+    assert NOT_BUILT not in without
+
+
+def test_the_runner_reads_named_data_from_data_path(built_runtime, external, tmp_path):
+    ptd = external.with_suffix(".ptd")
+    result = _run([RUNNER, external, "--data-path", ptd, "--iterations", "1"])
+    assert result.returncode == 1 and NOT_BUILT in result.stderr, result.stderr[-3000:]
+    result = _run([RUNNER, external, "--iterations", "1"])
+    assert result.returncode == 1
+    log = joined_log(result.stderr)
+    assert "is not in the program's named data" in log and f"--data-path {TAG}.ptd" in log, log[-3000:]
+    result = _run([RUNNER, external, "--data-path", tmp_path / "none.ptd"])
+    assert result.returncode == 1 and f"cannot open data file {tmp_path / 'none.ptd'}" in result.stderr
+
+
+def _corrupted_ptd(external: pathlib.Path, folder: pathlib.Path) -> tuple[pathlib.Path, blob.NamedData]:
+    """A copy of the .ptd with one byte flipped inside the decoder's first weight, and that weight."""
+    ptd = external.with_suffix(".ptd")
+    weight = _partitions(external, ptd)["decoder"].weights[0].data
+    data = bytearray(ptd.read_bytes())
+    at = bytes(data).find(weight.bytes())
+    assert at > 0
+    data[at + weight.size // 2] ^= 0x10
+    bad = folder / ptd.name
+    bad.write_bytes(bytes(data))
+    return bad, weight
+
+
+def test_a_corrupted_ptd_is_refused_naming_the_file_and_key(built_runtime, external, tmp_path):
+    bad, weight = _corrupted_ptd(external, tmp_path)
+    result = _run([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    assert result.returncode == 1
+    log = joined_log(result.stderr)
+    assert f"(named data {weight.key}, {weight.size} bytes): its sha256 is" in log, log[-3000:]
+    assert f"'{TAG}.ptd' is corrupted or from another export" in log
+    assert NOT_BUILT not in log
+    code = cli.main(["-q", "check", str(external), "--data", str(bad)])
+    assert code == 1
+
+
+def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
+    other = tmp_path / f"{TAG}.pte"
+    exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
+    external_data.tag_weights(exported, TAG)
+    from executorch.exir import to_edge_transform_and_lower
+
+    from et_trt_partitioner import TensorRTPartitioner
+
+    program = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(
+        {"default": {"kernel_archs": ["sm_80"], "engine_build": "never"}})]).to_executorch()
+    program.write_tensor_data_to_file(str(tmp_path))
+    other.write_bytes(program.buffer)
+    result = _run([RUNNER, external, "--data-path", tmp_path / f"{TAG}.ptd", "--iterations", "1"])
+    assert result.returncode == 1
+    log = joined_log(result.stderr)
+    assert "is not in the program's named data" in log and f"exported to '{TAG}.ptd'" in log, log[-3000:]
+
+
+# ---- et-trt inspect and check ------------------------------------------------------------------------------
+def test_inspect_and_check_find_the_ptd_beside_the_pte(external, tmp_path, capsys):
+    assert cli.main(["-q", "inspect", str(external)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"named data in {TAG}.ptd\n") == 2, out
+    alone = tmp_path / external.name
+    shutil.copy(external, alone)
+    assert cli.main(["-q", "inspect", str(alone)]) == 0
+    assert f"named data in {TAG}.ptd, NOT FOUND (pass --data {TAG}.ptd)" in capsys.readouterr().out
+    assert cli.main(["-q", "check", str(alone)]) == 1
+    err = capsys.readouterr().err
+    assert f"is not in the .pte; it was exported to '{TAG}.ptd': give the program its data file" in err, err
+    assert cli.main(["-q", "check", str(alone), "--data", str(external.with_suffix(".ptd"))]) == 0
+
+
+def test_dump_onnx_writes_the_weights_as_onnx_external_data(external, tmp_path, capsys):
+    import onnx
+
+    assert cli.main(["-q", "inspect", str(external), "--dump-onnx", str(tmp_path)]) == 0
+    for path in sorted(tmp_path.glob("*.onnx")):
+        model = onnx.load(str(path))  # loads the external data beside it, as trtexec does
+        assert all(t.data_location == onnx.TensorProto.DEFAULT for t in model.graph.initializer)
+        onnx.checker.check_model(model)
+
+
+def test_partition_weights_with_two_tags_are_refused():
+    exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
+    external_data.tag_weights(exported, "a")
+    next(n for n in exported.graph.nodes if n.op == "placeholder").meta["custom"]["delegate_constant_tag"] = "b"
+    from et_trt_partitioner import TensorRTPartitioner
+
+    with pytest.raises(Exception, match="its weights carry several external data tags \\(a, b\\)"):
+        lower_program(exported, TensorRTPartitioner({"default": {"kernel_archs": ["sm_80"], "engine_build": "never"}}))
