@@ -179,3 +179,27 @@ def test_rtx_link_of_the_installed_wheel():
     assert result.returncode == 0, result.stderr
     folder = pathlib.Path(spec.origin).parent
     assert (folder / "libtensorrt_rtx.so").resolve() == (folder / "libtensorrt_rtx.so.1").resolve()
+
+
+# ---- the runtime build's targets (scripts/build_runtime.sh) ----
+BUILD_SCRIPT = REPO / "scripts" / "build_runtime.sh"
+
+
+def test_build_refuses_an_unknown_target_naming_the_supported_ones():
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), "--target", "riscv"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "build_runtime.sh: --target riscv is not supported; use one of: host, aarch64\n"
+
+
+@x86_64_only
+def test_aarch64_build_without_the_cross_compiler_names_the_fix(tmp_path):
+    bin_dir = tmp_path / "bin"  # the tools the script needs before it looks for the cross compiler, and no more
+    bin_dir.mkdir()
+    for tool in ("dirname", "uname"):
+        (bin_dir / tool).symlink_to(f"/usr/bin/{tool}")
+    result = subprocess.run(["/bin/bash", str(BUILD_SCRIPT), "--target", "aarch64"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PATH": str(bin_dir)})
+    assert result.returncode == 1
+    assert "--target aarch64 needs the cross compiler aarch64-linux-gnu-g++" in result.stderr
+    assert "./scripts/system_packages.sh installs them" in result.stderr
