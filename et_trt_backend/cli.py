@@ -148,6 +148,7 @@ def _print_summary(data: bytes, detail: bool = False) -> list:
 
 
 def _print_partition(i: int, partition, detail: bool) -> None:
+    from et_trt_backend.kernels.robot_gpus import robot_gpus_line
     from et_trt_backend.serialization.blob import PROVIDERS
 
     c, d = partition.contents, partition.delegate
@@ -182,6 +183,7 @@ def _print_partition(i: int, partition, detail: bool) -> None:
                  for fmt in ("cubin", "ptx")}
         print(f"    kernel images: {len(c.kernels)}, {_size(sum(len(k.image) for k in c.kernels))}; "
               + "; ".join(f"{fmt} {', '.join(a)}" for fmt, a in archs.items() if a))
+    print(f"    robot GPUs: {robot_gpus_line(c.kernels)}")
     if not c.engines:
         print("    engines: none embedded; the robot builds one from the ONNX at first load (then caches it)")
     for e in c.engines:
