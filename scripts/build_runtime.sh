@@ -5,10 +5,10 @@
 # --target host (default): for this machine, against the ExecuTorch wheel in
 #   .venv; DIR defaults to runtime/build.
 # --target aarch64: for Jetson Orin and Thor, against ExecuTorch's manylinux
-#   aarch64 wheel, fetched by pip into ~/.cache/et_trt (ET_TRT_CACHE moves it);
-#   cross-compiled on an x86-64 machine (runtime/cmake/aarch64-linux-gnu.cmake;
-#   ctest then runs the tests under qemu-aarch64), natively on an aarch64 one.
-#   DIR defaults to runtime/build-aarch64.
+#   aarch64 wheel, fetched by pip and unpacked into ~/.cache/et_trt/wheels
+#   (ET_TRT_WHEELS moves it); cross-compiled on an x86-64 machine
+#   (runtime/cmake/aarch64-linux-gnu.cmake; ctest then runs the tests under
+#   qemu-aarch64), natively on an aarch64 one. DIR defaults to runtime/build-aarch64.
 # CMAKE_ARGS go to CMake's configure step, e.g. -DET_TRT_TENSORRT_INCLUDE_DIR=/path/to/TensorRT/include.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ aarch64_executorch() {
   local version cache py tmp
   version=$(sed -n 's/^ *"executorch==\([^"]*\)",$/\1/p' pyproject.toml)
   [ -n "$version" ] || { echo "build_runtime.sh: no executorch==VERSION pin in pyproject.toml" >&2; return 1; }
-  cache=${ET_TRT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/et_trt}/executorch-$version-manylinux_2_28_aarch64
+  cache=${ET_TRT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/et_trt/wheels}/executorch-$version-manylinux_2_28_aarch64
   if [ ! -d "$cache" ]; then
     echo "build_runtime.sh: fetching ExecuTorch $version for aarch64 (manylinux_2_28 wheel) into $cache" >&2
     py=.venv/bin/python
