@@ -198,6 +198,7 @@ def _print_summary(pte: Path, data_files: list[Path] | None = None, detail: bool
 
 
 def _print_partition(i: int, partition, detail: bool) -> None:
+    from et_trt_backend.kernels.robot_gpus import robot_gpus_line
     from et_trt_backend.serialization.blob import PROVIDERS
 
     c, d = partition.contents, partition.delegate
@@ -236,6 +237,7 @@ def _print_partition(i: int, partition, detail: bool) -> None:
                  for fmt in ("cubin", "ptx")}
         print(f"    kernel images: {len(c.kernels)}, {_size(sum(k.image.size for k in c.kernels))}; "
               + "; ".join(f"{fmt} {', '.join(a)}" for fmt, a in archs.items() if a))
+    print(f"    robot GPUs: {robot_gpus_line(c.kernels)}")
     if not c.engines:
         print("    engines: none embedded; the robot builds one from the ONNX at first load (then caches it)")
     for e in c.engines:

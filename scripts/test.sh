@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ runtime's (through ctest, driven by pytest) and
-# the Python ones, and the TensorRT layer built against TensorRT's headers
-# where ../shared has them. Needs ./scripts/setup.sh once. Extra arguments go to pytest.
+# the Python ones, the TensorRT layer built against TensorRT's headers where
+# ../shared has them, and the runtime cross-built for aarch64 with its C++
+# tests under qemu-aarch64 where the cross toolchain is installed.
+# Needs ./scripts/setup.sh once. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build_runtime.sh >/dev/null
@@ -12,5 +14,6 @@ log=runtime/build-tensorrt.log
   echo "test.sh: the TensorRT layer failed to build or test against TensorRT's headers (log: $log)" >&2
   exit 1
 }
+./scripts/test_aarch64.sh
 # -ra: the summary lists every skip with its reason (what is missing here and why).
 exec .venv/bin/python -m pytest -ra "$@"

@@ -15,6 +15,9 @@ from onnx import helper
 import damaged_pte
 from et_trt_backend import BACKEND_ID, cli
 from et_trt_backend.engines import providers
+from et_trt_backend.kernels import KernelImage
+from et_trt_backend.kernels.robot_gpus import robot_gpus_line
+from et_trt_backend.options import DEFAULT_KERNEL_ARCHS
 from et_trt_backend.serialization import blob
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
 
@@ -82,6 +85,44 @@ def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsy
                      r"computed bf16 \d+, fp32 \d+; inputs/outputs bf16 2\n", out, re.S)
     assert re.search(r"part 'velocity'.*?precision in the ONNX: weights fp16 \d+, fp32 \d+; "
                      r"computed fp16 \d+, fp32 \d+; inputs/outputs bf16 4\n", out, re.S)
+
+
+@pytest.mark.slow
+def test_inspect_says_which_robot_gpus_each_partition_serves(policy_pte, capsys):
+    """The decoder names sm_87 and sm_110a in its kernel_archs, the velocity part takes the defaults:
+    both carry a cubin for each Jetson."""
+    code, out, _ = run(capsys, "inspect", policy_pte)
+    assert code == 0
+    lines = re.findall(r"^    robot GPUs: (.*)$", out, re.M)
+    assert lines == ["Jetson Orin (sm_87 cubin), Jetson Thor (sm_110a cubin)"] * 2, out
+
+
+def _image(arch: str, fmt: str = "cubin", kernel: str = "grouped_mm_tile_nk", ptx_version: str = "8.0"):
+    return KernelImage(kernel=kernel, arch=arch, format=fmt, image=b"", entry=kernel, dtype="bf16", num_warps=8,
+                       shared_bytes=0, global_scratch_bytes=0, global_scratch_align=1, profile_scratch_bytes=0,
+                       block_m=128, block_n=128, block_k=32, persistent=False, ptx_version=ptx_version)
+
+
+@pytest.mark.parametrize("images, orin, thor", [
+    # The defaults, as the export compiles them: a cubin per architecture, then sm_80 PTX.
+    ([_image(a) for a in DEFAULT_KERNEL_ARCHS] + [_image("sm_80", "ptx")], "sm_87 cubin", "sm_110a cubin"),
+    # H100 only: the Jetsons fall back on the portable PTX.
+    ([_image("sm_90a"), _image("sm_80", "ptx")], "PTX JIT from sm_80", "PTX JIT from sm_80"),
+    # sm_80's cubin runs on sm_87 (same major); an arch-specific sm_100a cubin does not run on sm_110.
+    ([_image("sm_80"), _image("sm_100a")], "sm_80 cubin", "not served: no image for it (add sm_110a to kernel_archs)"),
+    # A kernel only PTX serves, beside cubins of another: both ways are named.
+    ([_image("sm_87"), _image("sm_110a"), _image("sm_80", "ptx", kernel="grouped_mm_any_nk")],
+     "sm_87 cubin + PTX JIT from sm_80", "sm_110a cubin + PTX JIT from sm_80"),
+    # PTX of an ISA JetPack 6's driver does not know.
+    ([_image("sm_80", "ptx", ptx_version="8.8")],
+     "not served: PTX ISA 8.8 is newer than JetPack 6 (CUDA 12.6) JIT-compiles (8.5)", "PTX JIT from sm_80"),
+])
+def test_robot_gpus_follow_the_launchers_choice(images, orin, thor):
+    assert robot_gpus_line(images) == f"Jetson Orin ({orin}), Jetson Thor ({thor})"
+
+
+def test_a_partition_without_kernel_images_serves_every_robot_gpu():
+    assert robot_gpus_line([]) == "Jetson Orin, Jetson Thor (no kernel images needed)"
 
 
 @pytest.mark.slow

@@ -1,10 +1,10 @@
 // et_trt_runner: runs a .pte through ExecuTorch's Module API, with the
-// TensorRT delegate linked in. Prints output summaries and latency percentiles.
+// TensorRT delegate linked in. Prints output summaries and a table of the
+// per-call latency (the first call apart from the rest).
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor_ptr.h>
 #include <executorch/runtime/backend/options.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +12,7 @@
 
 #include "backend_id.h"
 #include "host_tensor.h"
+#include "latency_stats.h"
 #include "runner_args.h"
 
 using executorch::extension::Module;
@@ -34,12 +35,6 @@ std::string error_text(Error e) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "error 0x%x", unsigned(e));
   return std::string(buf) + " (" + executorch::runtime::to_string(e) + ")";
-}
-
-double percentile(std::vector<double> values, double p) {
-  std::sort(values.begin(), values.end());
-  const size_t i = std::min(values.size() - 1, size_t(p / 100.0 * double(values.size() - 1) + 0.5));
-  return values[i];
 }
 
 }  // namespace
@@ -127,14 +122,17 @@ int main(int argc, char** argv) {
                 " (the log above says why)");
   }
 
-  std::vector<double> latencies_ms;
+  // The first call, timed apart; then args.warmup untimed calls; then the timed ones.
+  double first_call_ms = 0;
+  std::vector<double> timed_ms;
   std::vector<EValue> outputs;
-  for (int i = 0; i < args.warmup + args.iterations; ++i) {
+  for (int i = 0; i < 1 + args.warmup + args.iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
     auto result = module.execute(args.method, inputs);
-    const auto stop = std::chrono::steady_clock::now();
-    if (!result.ok()) return fail("run " + std::to_string(i) + " failed: " + error_text(result.error()));
-    if (i >= args.warmup) latencies_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!result.ok()) return fail("call " + std::to_string(i + 1) + " failed: " + error_text(result.error()));
+    if (i == 0) first_call_ms = ms;
+    if (i > args.warmup) timed_ms.push_back(ms);
     outputs = std::move(*result);
   }
 
@@ -154,8 +152,7 @@ int main(int argc, char** argv) {
       if (!out.write(reinterpret_cast<const char*>(npy.data()), npy.size())) return fail("cannot write " + path);
     }
   }
-  std::printf("latency over %d runs (after %d warm-up): p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, min %.3f ms, max %.3f ms\n",
-              args.iterations, args.warmup, percentile(latencies_ms, 50), percentile(latencies_ms, 90),
-              percentile(latencies_ms, 99), percentile(latencies_ms, 0), percentile(latencies_ms, 100));
+  std::fputs(et_trt::runner::latency_table(first_call_ms, args.warmup,
+                                          et_trt::runner::summarize_latencies(timed_ms)).c_str(), stdout);
   return 0;
 }

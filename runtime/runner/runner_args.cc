@@ -58,8 +58,9 @@ const char* usage() {
          "                          (repeat; without I=, inputs are taken in order)\n"
          "  --shape I=AxBxC         shape of random or raw input I (default: the method's planned shape)\n"
          "  --seed N                seed of random inputs (default 0); inputs without --input are random\n"
-         "  --warmup N              untimed runs first (default 3)\n"
-         "  --iterations N          timed runs (default 10)\n"
+         "  --warmup N              untimed calls after the first (default 3)\n"
+         "  --iterations N          timed calls after those: median, p99 (default 10); the first\n"
+         "                          call is timed apart\n"
          "  --engine-cache DIR      where the TensorRT delegate keeps engines it builds\n"
          "                          (default $ET_TRT_ENGINE_CACHE, else ~/.cache/et_trt/engines)\n"
          "  --save-outputs DIR      write each output as DIR/output_<i>.npy\n";

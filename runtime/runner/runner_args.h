@@ -15,8 +15,8 @@ struct RunnerArgs {
   std::map<size_t, std::string> input_files;  // input index -> .npy or raw file
   std::map<size_t, std::vector<int64_t>> shapes;  // input index -> shape for random/raw inputs
   uint64_t seed = 0;
-  int warmup = 3;
-  int iterations = 10;
+  int warmup = 3;                             // untimed calls after the first
+  int iterations = 10;                        // timed calls after the warm-up
   std::string engine_cache_dir;               // load-time option of the TensorRT delegate
   std::string save_outputs_dir;               // writes output_<i>.npy there
   bool help = false;

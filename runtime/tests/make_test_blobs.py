@@ -1,4 +1,4 @@
-"""Writes the blobs the C++ tests read, into the directory given as argv[1].
+"""Writes the blobs and programs the C++ tests read, into the directory given as argv[1].
 
 - writer_static.blob, writer_dynamic.blob: written by the Python writer
   (et_trt_backend/serialization/blob.py) from small hand-made partitions (an
@@ -9,7 +9,11 @@
   path there, as runtime/tools/extract_blobs.py writes it).
 - example_<i>.blob: the delegate blobs of the example policy's .pte
   ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
-  that file exists. They carry real kernel images from the export.
+  that file exists. They carry the records of real kernel images from the
+  export (the images themselves are named data in the .pte).
+- example.pte: a link to that .pte, which the runner must refuse without TensorRT.
+- cpu_mlp.pte: a program with no delegate (ExecuTorch's CPU kernels run it all),
+  which the runner runs and times on any machine, under emulation too.
 """
 
 from __future__ import annotations
@@ -90,6 +94,22 @@ def _weights_contents() -> BlobContents:
                         weights=weights, data_file="policy.ptd")
 
 
+def _cpu_program() -> bytes:
+    from executorch.exir import to_edge_transform_and_lower
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 4)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    torch.manual_seed(0)
+    program = torch.export.export(Mlp().eval(), (torch.randn(3, 6),))
+    return to_edge_transform_and_lower(program).to_executorch().buffer
+
+
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -107,8 +127,12 @@ def main() -> None:
     _write(out, "writer_dynamic", _contents("decoder.layers.0", [DimSpec(None, "tokens", 2, 64, 512),
                                                                  DimSpec(16, "x:1", 16, 16, 16)], dynamic))
 
+    (out / "cpu_mlp.pte").write_bytes(_cpu_program())
+
     pte = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
+    (out / "example.pte").unlink(missing_ok=True)
     if pte.is_file():
+        (out / "example.pte").symlink_to(pte.resolve())
         from et_trt_backend import BACKEND_ID
         from et_trt_backend.serialization.pte import read_delegates
 
