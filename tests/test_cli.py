@@ -19,6 +19,7 @@ from et_trt_backend.kernels import KernelImage
 from et_trt_backend.kernels.robot_gpus import robot_gpus_line
 from et_trt_backend.options import DEFAULT_KERNEL_ARCHS
 from et_trt_backend.serialization import blob
+from et_trt_backend.serialization.named_data import NamedData
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
 
 
@@ -98,7 +99,8 @@ def test_inspect_says_which_robot_gpus_each_partition_serves(policy_pte, capsys)
 
 
 def _image(arch: str, fmt: str = "cubin", kernel: str = "grouped_mm_tile_nk", ptx_version: str = "8.0"):
-    return KernelImage(kernel=kernel, arch=arch, format=fmt, image=b"", entry=kernel, dtype="bf16", num_warps=8,
+    return KernelImage(kernel=kernel, variant=kernel.split("_")[2], trans_b=kernel.endswith("_nk"), arch=arch,
+                       format=fmt, image=NamedData.of(b"\0"), entry=kernel, dtype="bf16", num_warps=8,
                        shared_bytes=0, global_scratch_bytes=0, global_scratch_align=1, profile_scratch_bytes=0,
                        block_m=128, block_n=128, block_k=32, persistent=False, ptx_version=ptx_version)
 
