@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from et_trt_backend import options
-from et_trt_backend.kernels import aot, sm90
+from et_trt_backend.kernels import aot, images, sm90
 
 triton = pytest.importorskip("triton", reason="AOT compilation needs Triton")
 
@@ -26,7 +26,7 @@ BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
 
 
-def sass_ops(image: aot.KernelImage, tmp_path) -> collections.Counter:
+def sass_ops(image: images.KernelImage, tmp_path) -> collections.Counter:
     path = tmp_path / f"{image.kernel}_{image.arch}.cubin"
     path.write_bytes(image.image)
     sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
@@ -108,9 +108,9 @@ def test_images_come_from_the_disk_cache(monkeypatch):
 
 
 def test_save_and_load_images_round_trip(tmp_path):
-    images = aot.grouped_mm_images(["sm_90a"], "bf16", False)
-    aot.save_images(tmp_path / "images.json", images)
-    assert aot.load_images(tmp_path / "images.json") == images
+    compiled = aot.grouped_mm_images(["sm_90a"], "bf16", False)
+    images.save_images(tmp_path / "images.json", compiled)
+    assert images.load_images(tmp_path / "images.json") == compiled
 
 
 def test_bad_arch_and_dtype_are_named():

@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from et_trt_backend.kernels import aot, sm90  # noqa: E402
+from et_trt_backend.kernels.images import save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
 ARCH = "sm_90a"
@@ -32,7 +33,7 @@ def main() -> None:
     for dtype in aot.DTYPES:
         for trans_b in (False, True):
             tests += aot.grouped_mm_images([ARCH], dtype, trans_b)
-    aot.save_images(OUT / "images.json", tests)
+    save_images(OUT / "images.json", tests)
 
     bench, groups = [], {}
 
@@ -46,7 +47,7 @@ def main() -> None:
         add(label, [aot.compile_image(ARCH, "bf16", True, config)])
     add("all_wgmma_only", [sm90.image("bf16")])  # the sm_90a kernel alone, also where the launcher picks another
     add("all_wgmma_cluster1", [sm90.image("bf16", cluster=1)])  # without the rows' multicast
-    aot.save_images(OUT / "bench_images.json", bench)
+    save_images(OUT / "bench_images.json", bench)
     (OUT / "bench_images.groups.json").write_text(json.dumps(groups))
     for image in bench:
         logging.info("%-22s %-7s %6d B shared, %3d B scratch/CTA, %dx%dx%d", image.kernel, image.arch,

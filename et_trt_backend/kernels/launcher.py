@@ -11,7 +11,7 @@ import os
 import pathlib
 from collections.abc import Sequence
 
-from et_trt_backend.kernels.aot import KernelImage
+from et_trt_backend.kernels.images import KernelImage
 
 LIBRARY_ENV = "ET_TRT_GROUPED_MM_LIB"
 _LIBRARY_NAME = "libet_trt_grouped_mm.so"
