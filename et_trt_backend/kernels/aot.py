@@ -63,9 +63,6 @@ _AMPERE_CONFIGS = (  # cp.async + mma.sync; sized for sm_86/sm_89's 99 KiB
     TileConfig("tile", 128, 128, 32, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
-# The kind of kernel Torch-TensorRT's Triton plugin runs: TensorRT's own AOT
-# launcher does not opt in to more than 48 KiB of shared memory. Benchmark only.
-BASELINE_48K = TileConfig("tile48k", 128, 128, 32, 3, 4, False, 16)
 
 # PTX ISA version each target is emitted with: the lowest that has the target,
 # so older drivers JIT it (a CUDA 13.0 driver accepts up to 9.0; Triton 3.9's
@@ -223,8 +220,3 @@ def _sm90_wgmma_image(dtype: str) -> list[KernelImage]:
                        "install the CUDA toolkit for the faster MoE path)")
         return []
     return [sm90.image(dtype)]
-
-
-def baseline_images(arch: str, dtype: str, trans_b: bool) -> list[KernelImage]:
-    """The 48 KiB Torch-TensorRT-kind kernel, plus "any" for shapes it cannot take (benchmarks)."""
-    return [compile_image(arch, dtype, trans_b, BASELINE_48K), compile_image(arch, dtype, trans_b, configs_for(arch)[-1])]
