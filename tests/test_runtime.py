@@ -63,6 +63,17 @@ def test_ctest_suite(built_runtime, example_pte):
         assert int(line.split(" raw mutants")[0].rsplit(" ", 1)[-1]) >= 1000, line
 
 
+def test_the_runtime_builds_launcher_library_exports_its_c_abi(built_runtime):
+    """runtime/ builds with hidden symbols by default; its copy of the launcher library
+    (the one et_trt_backend.kernels.launcher finds first in a checkout) still exports the C ABI."""
+    shared = built_runtime / "kernels" / "libet_trt_grouped_mm.so"
+    exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True,
+                              check=True).stdout
+    for symbol in ("et_trt_grouped_mm_create", "et_trt_grouped_mm_launch", "et_trt_grouped_mm_last_kernel",
+                   "et_trt_grouped_mm_destroy"):
+        assert symbol in exported, f"{shared} does not export {symbol}"
+
+
 # ---- the delegate in ExecuTorch's Python runtime --------------------------------------------------
 def test_load_registers_the_backend(built_runtime, example_pte):
     from executorch.runtime import Runtime
