@@ -63,6 +63,19 @@ def test_ctest_suite(built_runtime, example_pte):
         assert int(line.split(" raw mutants")[0].rsplit(" ", 1)[-1]) >= 1000, line
 
 
+def test_configure_names_the_missing_system_package(tmp_path):
+    """With the system's libraries out of reach, CMake names the Debian package and the script
+    that installs it, not only the file it did not find."""
+    import executorch
+
+    configure = _run([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", tmp_path,
+                      f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}", "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/"])
+    message = " ".join(configure.stderr.split())  # CMake wraps its messages
+    assert configure.returncode != 0
+    assert "zlib (zlib.h, libz) not found: install the system package zlib1g-dev" in message, configure.stderr
+    assert "scripts/system_packages.sh" in message, configure.stderr
+
+
 def test_the_runtime_builds_launcher_library_exports_its_c_abi(built_runtime):
     """runtime/ builds with hidden symbols by default; its copy of the launcher library
     (the one et_trt_backend.kernels.launcher finds first in a checkout) still exports the C ABI."""
