@@ -35,7 +35,7 @@ import sys
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from et_trt_backend.kernels import aot  # noqa: E402
+from et_trt_backend.kernels.images import load_images  # noqa: E402
 from et_trt_backend.kernels.launcher import GroupedMMLauncher  # noqa: E402
 
 import sustained  # noqa: E402  (benchmarks/, next to this file)
@@ -158,7 +158,7 @@ def main() -> None:
                              "sampling SM clock and power (needs nvidia-smi)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    images = aot.load_images(args.images)
+    images = load_images(args.images)
     # Which images each contender launches: {"baseline48k": [...], "ours": [...], candidates...}.
     torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
     groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())

@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from et_trt_backend.kernels import aot  # noqa: E402
+from et_trt_backend.kernels.images import load_images  # noqa: E402
 from et_trt_backend.kernels.launcher import GroupedMMLauncher  # noqa: E402
 
 import grouped_mm_bench  # noqa: E402  (benchmarks/, next to this file)
@@ -54,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
     args = parser.parse_args()
-    images = aot.load_images(args.images)
+    images = load_images(args.images)
     ours = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())["ours"]
     torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
     launcher = GroupedMMLauncher([images[i] for i in ours])

@@ -25,8 +25,10 @@ from et_trt_backend import log_config
 
 logger = logging.getLogger(__name__)
 
-# The example policy and recipe live in the source tree (examples/), next to the package.
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+# The example policy and recipe: et_trt_backend/examples in an installed package (`pip install .`
+# ships them there), else examples/ of the source checkout the package is imported from.
+_PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
+EXAMPLES_DIR = _PACKAGED_EXAMPLES if _PACKAGED_EXAMPLES.is_dir() else Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE_MODULE = f"{EXAMPLES_DIR / 'moe_policy.py'}:export_policy"
 EXAMPLE_RECIPE = EXAMPLES_DIR / "recipe.toml"
 

@@ -125,28 +125,6 @@ def dynamic_dims(program: ExportedProgram) -> dict[str, DynamicDim]:
     return dims
 
 
-def symbol_range(size: torch.SymInt | int, ranges: Mapping[str, ShapeRange]) -> ShapeRange:
-    """min/opt/max of one (possibly symbolic) size, given ranges by symbol name.
-
-    For the lowering: a partition input of shape [2*s16, 64] has the profile
-    2*min .. 2*max of s16's range. Sizes grow with their symbols in the
-    programs torch.export makes (products and sums of sizes), so evaluating
-    the expression at each end gives the range.
-    """
-    if isinstance(size, int):
-        return ShapeRange(size, size, size)
-    expr = size.node.expr
-
-    def at(pick: str) -> int:
-        values = {s: getattr(ranges[str(s)], pick) for s in expr.free_symbols}
-        return int(expr.subs(values))
-
-    missing = [str(s) for s in expr.free_symbols if str(s) not in ranges]
-    if missing:
-        raise RecipeError(f"no shape range for dynamic dimension(s) {', '.join(missing)}")
-    return ShapeRange(at("min"), at("opt"), at("max"))
-
-
 # ---- the recipe ------------------------------------------------------------
 def _specificity(pattern: str) -> tuple[int, int]:
     segments = pattern.split(".")
@@ -263,10 +241,6 @@ class Recipe:
                 "make one of them more specific"
             )
         return winners[0]
-
-    def options_for(self, module_path: str) -> tuple[str, CompileOptions]:
-        part = self.part_for(module_path)
-        return part, self.parts.get(part, self.default)
 
     def options_of(self, part: str) -> CompileOptions:
         return self.parts.get(part, self.default) if part != DEFAULT_PART else self.default

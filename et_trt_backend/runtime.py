@@ -5,9 +5,10 @@
     from executorch.runtime import Runtime
     method = Runtime.get().load_program("policy.pte").load_method("forward")
 
-The delegate is `libet_trt_runtime.so`, built from runtime/ (scripts/build_runtime.sh).
-It links the ExecuTorch wheel's libexecutorch.so, the library the Python runtime
-uses too, and registers itself there when loaded.
+The delegate is `libet_trt_runtime.so`, built from runtime/: into the package by `pip install .`,
+or into runtime/build of a source checkout by scripts/build_runtime.sh (libraries.py). It links
+the ExecuTorch wheel's libexecutorch.so, the library the Python runtime uses too, and registers
+itself there when loaded.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pathlib
 
 import numpy as np
 
-from et_trt_backend import BACKEND_ID
+from et_trt_backend import BACKEND_ID, libraries
 from et_trt_backend.serialization import blob
 
 logger = logging.getLogger(__name__)
@@ -31,10 +32,10 @@ LIBRARY_NAME = "libet_trt_runtime.so"
 PLUGIN_LIBRARY_ENV = "ET_TRT_PLUGIN_LIBRARY"
 RTX_DIR_ENV = "ET_TRT_TENSORRT_RTX_DIR"
 PLUGIN_LIBRARY_NAME = "libet_trt_plugin.so"
-_RUNTIME_DIR = pathlib.Path(__file__).resolve().parent.parent / "runtime"
-# Where the plugin library is built: runtime/build when TensorRT's headers were given to
-# build_runtime.sh, runtime/build-tensorrt-<version> by scripts/build_tensorrt_layers.sh.
-_PLUGIN_BUILD_DIRS = ("build", "build-tensorrt-11.1")
+_BUILD_DIR = "runtime/build"
+# Where a source checkout builds the plugin library: runtime/build when TensorRT's headers were given
+# to build_runtime.sh, runtime/build-tensorrt-<version> by scripts/build_tensorrt_layers.sh.
+_PLUGIN_BUILD_DIRS = (_BUILD_DIR, "runtime/build-tensorrt-11.1")
 
 _loaded: ctypes.CDLL | None = None
 
@@ -44,10 +45,11 @@ class RuntimeLoadError(RuntimeError):
 
 
 def library_path() -> pathlib.Path:
-    """$ET_TRT_RUNTIME_LIBRARY if set, else runtime/build/ of this source tree."""
+    """$ET_TRT_RUNTIME_LIBRARY if set, else the installed package's, else runtime/build/ of this source
+    checkout (where it is built, or would be)."""
     if os.environ.get(LIBRARY_ENV):
         return pathlib.Path(os.environ[LIBRARY_ENV])
-    return _RUNTIME_DIR / "build" / LIBRARY_NAME
+    return libraries.find(LIBRARY_NAME, [_BUILD_DIR]) or libraries.SOURCE_ROOT / _BUILD_DIR / LIBRARY_NAME
 
 
 def plugin_library_path() -> pathlib.Path:
@@ -55,19 +57,20 @@ def plugin_library_path() -> pathlib.Path:
     TensorRT or TensorRT for RTX builder in this process (`registry.load_library(path)`; hand it
     each blob's kernel images with use_kernel_images before parsing the blob's ONNX).
 
-    $ET_TRT_PLUGIN_LIBRARY if set, else the first one built under runtime/. Raises
-    RuntimeLoadError, saying how to build it, if there is none.
+    $ET_TRT_PLUGIN_LIBRARY if set, else the installed package's, else the first one built under
+    runtime/ of this source checkout. Raises RuntimeLoadError, saying how to build it, if there is none.
     """
     if os.environ.get(PLUGIN_LIBRARY_ENV):
         return pathlib.Path(os.environ[PLUGIN_LIBRARY_ENV])
-    for folder in _PLUGIN_BUILD_DIRS:
-        path = _RUNTIME_DIR / folder / PLUGIN_LIBRARY_NAME
-        if path.is_file():
-            return path
+    path = libraries.find(PLUGIN_LIBRARY_NAME, _PLUGIN_BUILD_DIRS)
+    if path is not None:
+        return path
     raise RuntimeLoadError(
         f"{PLUGIN_LIBRARY_NAME} is not built: it needs TensorRT's headers, e.g. "
         "scripts/build_tensorrt_layers.sh (with ../shared/third_party/tensorrt) or scripts/build_runtime.sh "
-        f"-DET_TRT_TENSORRT_INCLUDE_DIR=<TensorRT include dir>; or point {PLUGIN_LIBRARY_ENV} at one"
+        "-DET_TRT_TENSORRT_INCLUDE_DIR=<TensorRT include dir> in a source checkout, or "
+        "`pip install . -C cmake.define.ET_TRT_TENSORRT_INCLUDE_DIR=<TensorRT include dir>`; "
+        f"or point {PLUGIN_LIBRARY_ENV} at one"
     )
 
 
@@ -117,7 +120,8 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     lib_path = pathlib.Path(path) if path is not None else library_path()
     if not lib_path.is_file():
         raise RuntimeLoadError(
-            f"{lib_path} does not exist: build the C++ runtime with scripts/build_runtime.sh, "
+            f"{lib_path} does not exist: build the C++ runtime with scripts/build_runtime.sh in a source "
+            f"checkout, or install et-trt with `pip install .` (which builds it into {libraries.PACKAGE_LIB_DIR}), "
             f"or point {LIBRARY_ENV} at a built {LIBRARY_NAME}"
         )
     if _loaded is not None:

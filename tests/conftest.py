@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from et_trt_backend.kernels import aot
+from et_trt_backend.kernels import images
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -25,13 +25,13 @@ def built_runtime() -> pathlib.Path:
 @pytest.fixture(scope="module")
 def kernel_cache(tmp_path_factory):
     """One fresh kernel-image disk cache per module: every image is compiled there once."""
-    old = os.environ.get(aot.CACHE_ENV)
-    os.environ[aot.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
+    old = os.environ.get(images.CACHE_ENV)
+    os.environ[images.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
     yield
     if old is None:
-        del os.environ[aot.CACHE_ENV]
+        del os.environ[images.CACHE_ENV]
     else:
-        os.environ[aot.CACHE_ENV] = old
+        os.environ[images.CACHE_ENV] = old
 
 
 @pytest.fixture(scope="session")

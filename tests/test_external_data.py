@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import moe_models
+import onnx_reference
 from et_trt_backend import cli
-from et_trt_backend.lowering import reference
 from et_trt_backend.serialization import blob, external_data
 from et_trt_backend.serialization.pte import read_partitions
 from test_lowering import _shape, lower_program, run_reference_evaluator
@@ -57,7 +57,7 @@ def test_both_exports_give_the_same_outputs_through_the_onnx_reference_path(exte
     inside, outside = _partitions(example_pte), _partitions(external, external.with_suffix(".ptd"))
     for part, contents in outside.items():
         feeds = {spec.name: torch.randn(_shape(spec, 9)).numpy() for spec in contents.inputs}
-        got, expected = (run_reference_evaluator(reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)),
+        got, expected = (run_reference_evaluator(onnx_reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)),
                                                  feeds) for c in (contents, inside[part]))
         assert len(got) == len(expected) == len(contents.outputs)
         for a, b in zip(got, expected):

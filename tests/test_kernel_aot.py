@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from et_trt_backend import options
-from et_trt_backend.kernels import aot, sm90
+from et_trt_backend.kernels import aot, images, sm90
 
 triton = pytest.importorskip("triton", reason="AOT compilation needs Triton")
 
@@ -26,9 +26,9 @@ BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
 
 
-def sass_ops(image: aot.KernelImage, tmp_path) -> collections.Counter:
+def sass_ops(image: images.KernelImage, tmp_path) -> collections.Counter:
     path = tmp_path / f"{image.kernel}_{image.arch}.cubin"
-    path.write_bytes(image.image)
+    path.write_bytes(image.image.bytes())
     sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
     assert "grouped_mm_kernel" in sass
     return collections.Counter(m.split(".")[0] for m in re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]+)", sass, re.M))
@@ -47,7 +47,7 @@ def test_every_default_arch_compiles(arch):
     wgmma = ["grouped_mm_wgmma_nk"] if cap == "90" and sm90.nvcc_path() else []
     assert [i.kernel for i in cubins] == wgmma + [aot.kernel_name(c.variant, True) for c in aot.configs_for(arch)]
     for image in cubins:
-        assert image.image[:4] == b"\x7fELF"
+        assert image.image.bytes()[:4] == b"\x7fELF"
         assert image.arch in (f"sm_{cap}", f"sm_{cap}a")
         assert image.entry == ("grouped_mm_wgmma" if image.kernel in wgmma else "grouped_mm_kernel")
         assert image.dtype == "bf16" and image.persistent
@@ -64,7 +64,7 @@ def test_ptx_is_pinned_to_a_version_current_drivers_accept():
     for arch in ("sm_80", "sm_90a", "sm_100a", "sm_120"):
         for config in aot.configs_for(arch):
             image = aot.compile_image(arch, "fp16", False, config, fmt="ptx")
-            text = image.image.decode()
+            text = image.image.bytes().decode()
             version = re.search(r"^\.version (\d+)\.(\d+)$", text, re.M)
             assert version and f"{version[1]}.{version[2]}" == image.ptx_version
             assert (int(version[1]), int(version[2])) <= (9, 0)
@@ -108,9 +108,9 @@ def test_images_come_from_the_disk_cache(monkeypatch):
 
 
 def test_save_and_load_images_round_trip(tmp_path):
-    images = aot.grouped_mm_images(["sm_90a"], "bf16", False)
-    aot.save_images(tmp_path / "images.json", images)
-    assert aot.load_images(tmp_path / "images.json") == images
+    compiled = aot.grouped_mm_images(["sm_90a"], "bf16", False)
+    images.save_images(tmp_path / "images.json", compiled)
+    assert images.load_images(tmp_path / "images.json") == compiled
 
 
 def test_bad_arch_and_dtype_are_named():

@@ -289,12 +289,12 @@ def test_no_triton_in_this_process():
 
 def test_portable_ptx_runs_when_no_cubin_serves():
     """The sm_80 PTX images alone: the driver JIT-compiles them for this GPU."""
-    from et_trt_backend.kernels import aot, op
+    from et_trt_backend.kernels import aot, images, op
     from et_trt_backend.kernels.launcher import GroupedMMLauncher
 
     _launcher(torch.bfloat16, True)  # skips like the others where nothing can run
     if os.environ.get(op.IMAGES_ENV):
-        pool = aot.load_images(os.environ[op.IMAGES_ENV])
+        pool = images.load_images(os.environ[op.IMAGES_ENV])
     else:
         pool = aot.grouped_mm_images([], "bf16", True)
     ptx = [i for i in pool if i.format == "ptx" and i.dtype == "bf16" and i.kernel.endswith("_nk")]

@@ -48,9 +48,9 @@ def test_cubin_uses_wgmma_tma_and_stmatrix(dtype, tmp_path):
     pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
     image = sm90.image(dtype)
     assert image.kernel == "grouped_mm_wgmma_nk" and image.entry == sm90.ENTRY and image.arch == "sm_90a"
-    assert image.image[:4] == b"\x7fELF" and image.num_warps == 12
+    assert image.image.bytes()[:4] == b"\x7fELF" and image.num_warps == 12
     assert (image.block_m, image.block_n) == (sm90.MAX_WIDTH, sm90.TILE_FEATURES)
-    sass = _sass(image.image, tmp_path)
+    sass = _sass(image.image.bytes(), tmp_path)
     # cuobjdump names the input type for bf16 only: "HGMMA.64x224x16.F32.BF16", fp16 "HGMMA.64x224x16.F32".
     shapes = collections.Counter(re.findall(r"HGMMA\.64x(\d+)x16\.F32(\.BF16)?\s", sass))
     kind = ".BF16" if dtype == "bf16" else ""

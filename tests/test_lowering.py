@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 
+import onnx_reference
 from et_trt_backend.backend import EtTrtBackend  # noqa: F401  (registers the backend by name)
-from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
+from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.options import CompileOptions, ShapeRange
 from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner
@@ -145,8 +146,8 @@ def _shape(spec: blob.TensorSpec, tokens: int) -> list[int]:
 
 
 def run_reference_evaluator(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """onnx's reference evaluator, GroupedMM included (lowering/reference.py)."""
-    return reference.evaluator(model).run(None, feeds)
+    """onnx's reference evaluator, GroupedMM included (onnx_reference.py)."""
+    return onnx_reference.evaluator(model).run(None, feeds)
 
 
 def random_float_input(spec: blob.TensorSpec, shape: list[int]) -> torch.Tensor:
@@ -159,7 +160,7 @@ def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: 
     """The float32 twin of the partition's ONNX, run by `run_onnx` on fresh `random_input`s, matches
     the partition's edge program run in float32."""
     assert [spec.name for spec in contents.inputs] == _tensor_user_inputs(program)
-    model = reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
+    model = onnx_reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
     inputs = [random_input(spec, _shape(spec, tokens)) for spec in contents.inputs]
     expected = run_partition_float32(program, inputs)
     got = run_onnx(model, {s.name: t.numpy() for s, t in zip(contents.inputs, inputs)})
@@ -202,7 +203,7 @@ def test_integer_input_is_recomputed_from_a_tensor_input():
     lowered = lower_to_onnx(ep, CompileOptions(shape_ranges={"x:0": ShapeRange(1, 8, 64)}))
     assert [spec.name for spec in lowered.inputs] == ["w", "x"]  # tensor arguments only, in order
     assert [i.name for i in lowered.onnx.graph.input] == ["w", "x"]
-    session = reference.evaluator(lowered.with_weights())
+    session = onnx_reference.evaluator(lowered.with_weights())
     for tokens in (1, 7, 64):
         w, x = torch.randn(3), torch.randn(tokens, 6)
         (got,) = session.run(None, {"w": w.numpy(), "x": x.numpy()})

@@ -164,7 +164,7 @@ def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> int:
     """Rows agree within bf16 tolerance except tokens at a router near-tie; returns how many those were."""
     import ml_dtypes
 
-    from et_trt_backend.lowering import reference
+    import onnx_reference
 
     (spec,) = contents.inputs
     x = torch.randn(_shape(spec, tokens)).to(torch.bfloat16)
@@ -176,7 +176,7 @@ def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> int:
     with torch.no_grad():
         expected = recorder.run(*args)[-1].float().reshape(tokens, -1)
     model = external_data.onnx_with_weights(contents.onnx, contents.weights)
-    got = reference.evaluator(model).run(None, {spec.name: x.float().numpy().astype(ml_dtypes.bfloat16)})[-1]
+    got = onnx_reference.evaluator(model).run(None, {spec.name: x.float().numpy().astype(ml_dtypes.bfloat16)})[-1]
     got = torch.from_numpy(got.astype("float32")).reshape(tokens, -1)
     row_scale = expected.abs().amax(1, keepdim=True)
     bad = ((got - expected).abs() > 0.03 * row_scale + 1e-3).any(1)

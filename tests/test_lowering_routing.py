@@ -13,7 +13,8 @@ import onnx
 import pytest
 import torch
 
-from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
+import onnx_reference
+from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.lowering import ops as lowering_ops
 from et_trt_backend.options import CompileOptions
 
@@ -47,7 +48,7 @@ def _onnx(module, *args, dynamic_shapes=None, **options) -> onnx.ModelProto:
 
 def _run(model: onnx.ModelProto, *inputs: np.ndarray) -> list[np.ndarray]:
     names = [i.name for i in model.graph.input]
-    return reference.evaluator(model).run(None, dict(zip(names, inputs)))
+    return onnx_reference.evaluator(model).run(None, dict(zip(names, inputs)))
 
 
 def _sort_tensor_bytes(model: onnx.ModelProto) -> dict[str, int]:
@@ -158,7 +159,7 @@ def test_dense_grouped_mm_follows_the_contract_for_any_offsets(trans_b, kernel, 
         np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
         # and the reference GroupedMM (the custom op's test implementation) agrees
         np.testing.assert_allclose(
-            reference.grouped_mm_reference(a.numpy(), module.w.detach().numpy(), offs.numpy(), trans_b),
+            onnx_reference.grouped_mm_reference(a.numpy(), module.w.detach().numpy(), offs.numpy(), trans_b),
             expected.numpy(), rtol=1e-5, atol=1e-5)
 
 

@@ -25,8 +25,9 @@ import pytest
 import torch
 
 import moe_models
+import onnx_reference
 from et_trt_backend.cli import onnx_precision
-from et_trt_backend.lowering import LoweringError, lower_to_onnx, reference
+from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
@@ -58,7 +59,7 @@ def _run_fp16(model: onnx.ModelProto, feeds: dict[str, torch.Tensor]) -> torch.T
     (cast,) = [n for n in model.graph.node if n.output[0] == model.graph.output[0].name]
     assert cast.op_type == "Cast", "the output leaves through a boundary cast"
     numpy_feeds = {name: value.float().numpy().astype(ml_dtypes.bfloat16) for name, value in feeds.items()}
-    (got,) = reference.evaluator(model).run([cast.input[0]], numpy_feeds)
+    (got,) = onnx_reference.evaluator(model).run([cast.input[0]], numpy_feeds)
     assert got.dtype == np.float16
     return torch.from_numpy(got.astype(np.float32))
 

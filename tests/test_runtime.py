@@ -67,6 +67,30 @@ def test_ctest_suite(built_runtime, example_pte):
     assert named and all(line.endswith(", 0 accepted") for line in named), result.stdout[-3000:]
 
 
+def test_configure_names_the_missing_system_package(tmp_path):
+    """With the system's libraries out of reach, CMake names the Debian package and the script
+    that installs it, not only the file it did not find."""
+    import executorch
+
+    configure = _run([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", tmp_path,
+                      f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}", "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/"])
+    message = " ".join(configure.stderr.split())  # CMake wraps its messages
+    assert configure.returncode != 0
+    assert "zlib (zlib.h, libz) not found: install the system package zlib1g-dev" in message, configure.stderr
+    assert "scripts/system_packages.sh" in message, configure.stderr
+
+
+def test_the_runtime_builds_launcher_library_exports_its_c_abi(built_runtime):
+    """runtime/ builds with hidden symbols by default; its copy of the launcher library
+    (the one et_trt_backend.kernels.launcher finds first in a checkout) still exports the C ABI."""
+    shared = built_runtime / "kernels" / "libet_trt_grouped_mm.so"
+    exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True,
+                              check=True).stdout
+    for symbol in ("et_trt_grouped_mm_create", "et_trt_grouped_mm_launch", "et_trt_grouped_mm_last_kernel",
+                   "et_trt_grouped_mm_destroy"):
+        assert symbol in exported, f"{shared} does not export {symbol}"
+
+
 # ---- the delegate in ExecuTorch's Python runtime --------------------------------------------------
 def test_load_registers_the_backend(built_runtime, example_pte):
     from executorch.runtime import Runtime

@@ -111,12 +111,12 @@ def test_transformers_model_is_delegated_and_matches_pytorch(name, kind, dynamic
 
 def _assert_onnx_matches_module(module, contents: blob.BlobContents, tokens: int) -> None:
     """The one partition's ONNX (float32 twin) against the unmodified module run eagerly in float32."""
-    from et_trt_backend.lowering import reference
+    import onnx_reference
 
     (spec,) = contents.inputs
     x = random_input(spec, [1, tokens] + ([moe_models.HF_HIDDEN] if spec.dtype.is_floating_point else []))
     with torch.no_grad():
         expected = copy.deepcopy(module).float()(x).float().numpy()  # the program shares its weights
-    model = reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
+    model = onnx_reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
     (got,) = run_onnxruntime(model, {spec.name: x.numpy()})
     np.testing.assert_allclose(got, expected, **MODULE_TOLERANCE)

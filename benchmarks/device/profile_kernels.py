@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from benchmarks.grouped_mm_bench import LARGE, launch_fn, routed_offsets  # noqa: E402
-from et_trt_backend.kernels import aot  # noqa: E402
+from et_trt_backend.kernels.images import load_images  # noqa: E402
 from et_trt_backend.kernels.launcher import GroupedMMLauncher  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--images", required=True)
     parser.add_argument("--labels", nargs="+", required=True, help="contenders to run, in this order")
     args = parser.parse_args()
-    images = aot.load_images(args.images)
+    images = load_images(args.images)
     torch.empty(1, device="cuda")
     groups = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
     labels = args.labels

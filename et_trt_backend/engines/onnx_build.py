@@ -1,6 +1,6 @@
 """Parse a partition's ONNX with NVIDIA's ONNX parser and build its engine, in this process.
 
-The same steps the C++ runtime takes at init (runtime/src/tensorrt/tensorrt_engine.cc,
+The same steps the C++ runtime takes at init (runtime/src/tensorrt/tensorrt_builder.cc,
 build_plan): a strongly typed network (the precision is in the ONNX's types), the
 GroupedMM plugin for the blob's kernel images, the partition's BuildOptions and one
 optimization profile from the blob's IO specs. The plugin is our Python build-phase

@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation of the grouped GEMM to cubin and PTX, with a disk cache.
+"""Ahead-of-time compilation of the grouped GEMM to cubin and PTX, cached on disk (images.py).
 
 Runs on any machine with Triton installed, GPU or not. Each image carries what
 the C++ launcher (runtime/kernels/grouped_mm_launcher.h) needs to run it.
@@ -9,44 +9,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-import json
 import logging
-import os
-import pathlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from et_trt_backend.kernels import sm90
+from et_trt_backend.kernels.images import KernelImage, cached_image, kernel_name
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
 
 DTYPES = ("bf16", "fp16")
-CACHE_ENV = "ET_TRT_KERNEL_CACHE"
-CACHE_FORMAT = 3  # bump when the cached record layout changes
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelImage:
-    """One compiled kernel; the fields of table KernelImage in schema.fbs."""
-
-    kernel: str  # kernel_name(variant, trans_b)
-    variant: str  # the launcher's choice among a blob's images (grouped_mm_launcher.h)
-    trans_b: bool  # b is [G, N, K]
-    arch: str
-    format: str  # "cubin" | "ptx"
-    image: NamedData  # the cubin or PTX bytes (attached where known)
-    entry: str
-    dtype: str  # "bf16" | "fp16"
-    num_warps: int
-    shared_bytes: int
-    global_scratch_bytes: int
-    global_scratch_align: int
-    profile_scratch_bytes: int
-    block_m: int
-    block_n: int
-    block_k: int
-    persistent: bool
-    ptx_version: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +64,6 @@ _AMPERE_CONFIGS = (  # cp.async + mma.sync; sized for sm_86/sm_89's 99 KiB
     TileConfig("tile", 128, 128, 32, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
-# The kind of kernel Torch-TensorRT's Triton plugin runs: TensorRT's own AOT
-# launcher does not opt in to more than 48 KiB of shared memory. Benchmark only.
-BASELINE_48K = TileConfig("tile48k", 128, 128, 32, 3, 4, False, 16)
 
 # PTX ISA version each target is emitted with: the lowest that has the target,
 # so older drivers JIT it (a CUDA 13.0 driver accepts up to 9.0; Triton 3.9's
@@ -123,15 +93,6 @@ def configs_for(arch: str) -> tuple[TileConfig, ...]:
     if cap == 120:
         return _SMALL_SMEM_CONFIGS
     return _AMPERE_CONFIGS
-
-
-def kernel_name(variant: str, trans_b: bool) -> str:
-    """The kernel's name in logs and inspect: variant and layout."""
-    return f"grouped_mm_{variant}_{'nk' if trans_b else 'kn'}"
-
-
-def cache_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get(CACHE_ENV) or pathlib.Path.home() / ".cache" / "et_trt" / "kernels")
 
 
 def _source_hash() -> str:
@@ -211,35 +172,6 @@ def _compile(
     return image
 
 
-def cached_image(key: list, build: Callable[[], KernelImage]) -> KernelImage:
-    """The image cached under `key` (JSON-able parts naming everything the image depends on), else build() saved there."""
-    digest = hashlib.sha256(json.dumps([CACHE_FORMAT, *key]).encode()).hexdigest()[:32]
-    path = cache_dir() / (digest + ".json")
-    if path.exists():
-        try:
-            return load_images(path)[0]
-        except (ValueError, TypeError, KeyError, IndexError):
-            logger.warning("ignoring unreadable kernel cache entry %s", path)
-    image = build()
-    save_images(path, [image])
-    return image
-
-
-def save_images(path: str | os.PathLike, images: Sequence[KernelImage]) -> None:
-    """Writes images as JSON (image bytes in hex); atomic, so a reader never sees half a file."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps([{**dataclasses.asdict(i), "image": i.image.bytes().hex()} for i in images]))
-    tmp.replace(path)
-
-
-def load_images(path: str | os.PathLike) -> list[KernelImage]:
-    """Reads what save_images wrote. Needs no Triton."""
-    records = json.loads(pathlib.Path(path).read_text())
-    return [KernelImage(**{**r, "image": NamedData.of(bytes.fromhex(r["image"]))}) for r in records]
-
-
 def _compiler_targets() -> set[int]:
     """Compute capabilities the installed Triton (and its ptxas) can compile for."""
     import triton
@@ -281,15 +213,8 @@ def grouped_mm_images(archs: Sequence[str], dtype: str, trans_b: bool) -> list[K
 
 def _sm90_wgmma_image(dtype: str) -> list[KernelImage]:
     """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; [] without nvcc."""
-    from et_trt_backend.kernels import sm90
-
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a images lack the wgmma kernel (Triton's variants still serve; "
                        "install the CUDA toolkit for the faster MoE path)")
         return []
     return [sm90.image(dtype)]
-
-
-def baseline_images(arch: str, dtype: str, trans_b: bool) -> list[KernelImage]:
-    """The 48 KiB Torch-TensorRT-kind kernel, plus "any" for shapes it cannot take (benchmarks)."""
-    return [compile_image(arch, dtype, trans_b, BASELINE_48K), compile_image(arch, dtype, trans_b, configs_for(arch)[-1])]

@@ -11,13 +11,14 @@ import os
 import pathlib
 from collections.abc import Sequence
 
-from et_trt_backend.kernels.aot import KernelImage
+from et_trt_backend import libraries
+from et_trt_backend.kernels.images import KernelImage
 
 LIBRARY_ENV = "ET_TRT_GROUPED_MM_LIB"
 _LIBRARY_NAME = "libet_trt_grouped_mm.so"
-_REPO = pathlib.Path(__file__).resolve().parents[2]
-# Where the runtime's and the standalone CMake builds put the library.
-_SEARCH = (_REPO / "runtime" / "build" / "kernels", _REPO / "runtime" / "kernels" / "build", _REPO / "build" / "kernels")
+# Where a source checkout's CMake builds put the library: the runtime's, the standalone
+# runtime/kernels build, and benchmarks/device/run_all.sh's.
+_BUILD_DIRS = ("runtime/build/kernels", "runtime/kernels/build", "build/kernels")
 
 
 class LauncherError(RuntimeError):
@@ -36,16 +37,18 @@ class _Image(ctypes.Structure):
 
 
 def library_path() -> pathlib.Path:
-    """The C-ABI library: $ET_TRT_GROUPED_MM_LIB, else a CMake build folder of this checkout."""
+    """The C-ABI library: $ET_TRT_GROUPED_MM_LIB, else the installed package's, else one a CMake
+    build of this source checkout made."""
     if os.environ.get(LIBRARY_ENV):
         return pathlib.Path(os.environ[LIBRARY_ENV])
-    for folder in _SEARCH:
-        if (folder / _LIBRARY_NAME).exists():
-            return folder / _LIBRARY_NAME
-    raise LauncherError(
-        f"{_LIBRARY_NAME} not found; build it (cmake -S runtime/kernels -B runtime/kernels/build && "
-        f"cmake --build runtime/kernels/build) or set {LIBRARY_ENV} to its path"
-    )
+    path = libraries.find(_LIBRARY_NAME, _BUILD_DIRS)
+    if path is None:
+        raise LauncherError(
+            f"{_LIBRARY_NAME} not found; build it (cmake -S runtime/kernels -B runtime/kernels/build && "
+            f"cmake --build runtime/kernels/build, or scripts/build_runtime.sh) in a source checkout, install "
+            f"et-trt with `pip install .`, or set {LIBRARY_ENV} to its path"
+        )
+    return path
 
 
 _lib = None

@@ -5,10 +5,9 @@ a [rows, K], b [G, K, N] (trans_b False) or [G, N, K] (trans_b True), offs int32
 on the GPU; bf16 or fp16; out [rows, N] with contract 4's semantics (rows past the
 last offset are zero, any offs is safe).
 
-Kernel images come from, in order: use_images(), the JSON file named by
-$ET_TRT_KERNEL_IMAGES (aot.save_images), or compiling for the GPU's architecture
-with Triton (aot.grouped_mm_images). The launcher library is found as
-launcher.library_path() says.
+Kernel images come from the JSON file named by $ET_TRT_KERNEL_IMAGES
+(images.save_images), else from compiling for the GPU's architecture with Triton
+(aot.grouped_mm_images). The launcher library is found as launcher.library_path() says.
 """
 
 from __future__ import annotations
@@ -19,28 +18,19 @@ import os
 import torch
 
 from et_trt_backend.kernels import aot
+from et_trt_backend.kernels.images import KernelImage, load_images
 from et_trt_backend.kernels.launcher import GroupedMMLauncher
 
 logger = logging.getLogger(__name__)
 
 IMAGES_ENV = "ET_TRT_KERNEL_IMAGES"
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-_images: list[aot.KernelImage] | None = None
 _launchers: dict[tuple[int, str, bool], GroupedMMLauncher] = {}
 
 
-def use_images(images: list[aot.KernelImage] | None) -> None:
-    """Makes the op launch these images (None: back to the default sources)."""
-    global _images
-    _images = list(images) if images is not None else None
-    _launchers.clear()
-
-
-def _images_for(device: torch.device, dtype: str, trans_b: bool) -> list[aot.KernelImage]:
-    if _images is not None:
-        pool = _images
-    elif os.environ.get(IMAGES_ENV):
-        pool = aot.load_images(os.environ[IMAGES_ENV])
+def _images_for(device: torch.device, dtype: str, trans_b: bool) -> list[KernelImage]:
+    if os.environ.get(IMAGES_ENV):
+        pool = load_images(os.environ[IMAGES_ENV])
     else:
         major, minor = torch.cuda.get_device_capability(device)
         arch = f"sm_{major}{minor}"

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 
+from et_trt_backend.kernels.images import KernelImage, cached_image, kernel_name
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
@@ -112,16 +113,14 @@ def nvcc_version(nvcc: str) -> str:
     return result.stdout.strip().splitlines()[-1] if result.returncode == 0 and result.stdout.strip() else "unknown"
 
 
-def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER):
+def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER) -> KernelImage:
     """The sm_90a cubin with what the launcher needs (variant "wgmma", weights [G, N, K]), from the disk cache if there."""
-    from et_trt_backend.kernels import aot
-
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
     key = [SOURCE.read_text(), wgmma_header(dtype), nvcc_version(nvcc), dtype, stages, cluster, "no line info"]
-    return aot.cached_image(key, lambda: aot.KernelImage(
-        kernel=aot.kernel_name("wgmma", True), variant="wgmma", trans_b=True, arch="sm_90a", format="cubin",
+    return cached_image(key, lambda: KernelImage(
+        kernel=kernel_name("wgmma", True), variant="wgmma", trans_b=True, arch="sm_90a", format="cubin",
         image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc)),
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES, block_k=BLOCK_K,

@@ -1,7 +1,7 @@
 """The recipe's `precision`, written into a partition's ATen program before ONNX export.
 
 TensorRT 11 and TensorRT for RTX build strongly typed networks only, and et-trt
-builds TensorRT 10 networks strongly typed too (runtime tensorrt_engine.cc): the
+builds TensorRT 10 networks strongly typed too (runtime tensorrt_builder.cc): the
 ONNX's own types are the engine's precision. So the lowering casts the
 partition here, and the ONNX carries the precision in its weights
 (initializers), activations and GroupedMM inputs (hence the kernel images'

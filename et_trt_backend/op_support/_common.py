@@ -107,20 +107,6 @@ def static_ints(values: Any) -> bool:
     return isinstance(values, (list, tuple)) and all(is_static(v) for v in values)
 
 
-def upper_bound(size: Any) -> int | None:
-    """Largest value a (possibly symbolic) size can take; None when unbounded."""
-    if is_static(size):
-        return size
-    if isinstance(size, torch.SymInt):
-        node = size.node
-        try:
-            upper = node.shape_env.bound_sympy(node.expr).upper
-        except Exception:  # no shape environment: treat as unbounded
-            return None
-        return int(upper) if upper.is_finite else None
-    return None
-
-
 def normalize_dim(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 

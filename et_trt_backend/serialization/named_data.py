@@ -1,7 +1,8 @@
 """Bytes an et-trt blob names instead of holding (schema.fbs, table NamedData): a partition's
 weights, kernel images and engines, which ExecuTorch keeps as named data in the .pte's data
 segment or in a .ptd file (serialization/external_data.py). A leaf module: kernels/ and
-serialization/ both use it."""
+serialization/ both use it, and it needs no ExecuTorch until bytes are put in a file (the
+device benchmarks read kernel images with torch alone)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import dataclasses
 import hashlib
 import mmap
 import pathlib
+from typing import TYPE_CHECKING
 
-from executorch.exir._serialize._cord import FileBackedData
+if TYPE_CHECKING:
+    from executorch.exir._serialize._cord import FileBackedData
 
 # Named-data keys: this prefix and the hex sha256 of the bytes.
 NAMED_DATA_PREFIX = "et_trt/"
@@ -29,8 +32,8 @@ class NamedData:
     key: str
     size: int
     sha256: bytes
-    data: bytes | FileBackedData | None = dataclasses.field(default=None, repr=False, compare=False)
-    file: pathlib.Path | None = dataclasses.field(default=None, repr=False, compare=False)  # where `data` lies
+    data: "bytes | FileBackedData | None" = dataclasses.field(default=None, repr=False, compare=False)
+    file: pathlib.Path | None = dataclasses.field(default=None, repr=False, compare=False)  # set: `data` lies there
     _view: memoryview | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -41,10 +44,12 @@ class NamedData:
     @classmethod
     def in_file(cls, path: pathlib.Path, sha256: bytes) -> "NamedData":
         """The bytes of `path`, whose digest is `sha256`; the file is removed when this is collected."""
+        from executorch.exir._serialize._cord import FileBackedData
+
         data = FileBackedData(str(path), cleanup=True, sha256=sha256)
         return cls(NAMED_DATA_PREFIX + sha256.hex(), len(data), sha256, data, path)
 
-    def payload(self) -> bytes | FileBackedData:
+    def payload(self) -> "bytes | FileBackedData":
         """The bytes as held: bytes, or the FileBackedData of a file (as ExecuTorch's NamedDataStore takes them)."""
         if self.data is None:
             raise NamedDataMissing(f"named data {self.key} ({self.size} bytes) is not attached: read the program "
@@ -54,12 +59,12 @@ class NamedData:
     def bytes(self) -> bytes:
         """The bytes, as one bytes object (read from the file where file-backed)."""
         data = self.payload()
-        return data.to_bytes() if isinstance(data, FileBackedData) else data
+        return data.to_bytes() if self.file is not None else data
 
     def view(self) -> memoryview:
         """The bytes without a copy (a read-only memory map where file-backed); valid while this lives."""
         data = self.payload()
-        if not isinstance(data, FileBackedData):
+        if self.file is None:
             return memoryview(data)
         if self._view is None:
             with open(self.file, "rb") as f:

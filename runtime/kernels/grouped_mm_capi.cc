@@ -9,6 +9,10 @@
 
 using et_trt::kernels::GroupedMMLauncher;
 
+// The C ABI is this library's interface: exported also where the build hides symbols by
+// default (runtime/CMakeLists.txt does, and builds this library as its subdirectory).
+#define ET_TRT_EXPORT __attribute__((visibility("default")))
+
 namespace {
 
 void copy_error(const std::string& message, char* error, size_t error_size) {
@@ -22,7 +26,7 @@ const char* or_empty(const char* s) { return s ? s : ""; }
 
 }  // namespace
 
-extern "C" void* et_trt_grouped_mm_create(const EtTrtKernelImage* images, int32_t count, char* error,
+extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const EtTrtKernelImage* images, int32_t count, char* error,
                                           size_t error_size) {
   std::vector<et_trt::kernels::KernelImageView> views;
   for (int32_t i = 0; i < count; ++i) {
@@ -56,7 +60,7 @@ extern "C" void* et_trt_grouped_mm_create(const EtTrtKernelImage* images, int32_
   return launcher.release();
 }
 
-extern "C" int32_t et_trt_grouped_mm_launch(void* launcher, const void* a, const void* b, const int32_t* offs,
+extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_launch(void* launcher, const void* a, const void* b, const int32_t* offs,
                                             void* out, int64_t rows, int64_t k, int64_t n, int64_t groups,
                                             int32_t trans_b, void* stream, char* error, size_t error_size) {
   if (launcher == nullptr) {
@@ -70,8 +74,8 @@ extern "C" int32_t et_trt_grouped_mm_launch(void* launcher, const void* a, const
   return ok ? 0 : 1;
 }
 
-extern "C" const char* et_trt_grouped_mm_last_kernel(void* launcher) {
+extern "C" ET_TRT_EXPORT const char* et_trt_grouped_mm_last_kernel(void* launcher) {
   return launcher ? static_cast<GroupedMMLauncher*>(launcher)->last_kernel().c_str() : "";
 }
 
-extern "C" void et_trt_grouped_mm_destroy(void* launcher) { delete static_cast<GroupedMMLauncher*>(launcher); }
+extern "C" ET_TRT_EXPORT void et_trt_grouped_mm_destroy(void* launcher) { delete static_cast<GroupedMMLauncher*>(launcher); }

@@ -144,7 +144,7 @@ struct GroupedMMLauncher::State {
   bool trans_b = false;
   std::vector<LoadedKernel> kernels;  // in preference order
   size_t workspace_bytes = 0;
-  CUdeviceptr own_workspace = 0;
+  CUdeviceptr workspace = 0;
   std::string last_kernel;
   // Descriptors of the last few wgmma launches: a model calls each layer on the same buffers
   // again, and encoding 17 descriptors took ~1 us of a launch's ~8 us of host time (H200).
@@ -159,7 +159,7 @@ GroupedMMLauncher::~GroupedMMLauncher() {
   const CudaDriver& cu = *state_->cu;
   // Release in the context the modules were loaded into, whatever is current now.
   if (cu.cuCtxPushCurrent(state_->context) != CUDA_SUCCESS) return;
-  if (state_->own_workspace) cu.cuMemFree(state_->own_workspace);
+  if (state_->workspace) cu.cuMemFree(state_->workspace);
   for (auto& kernel : state_->kernels) cu.cuModuleUnload(kernel.module);
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent(&popped);
@@ -334,7 +334,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     return variant_rank(x.variant) < variant_rank(y.variant);
   });
   if (state->workspace_bytes > 0) {
-    status = cu.cuMemAlloc(&state->own_workspace, state->workspace_bytes);
+    status = cu.cuMemAlloc(&state->workspace, state->workspace_bytes);
     if (status != CUDA_SUCCESS)
       return failed("cannot allocate " + std::to_string(state->workspace_bytes) + " bytes of kernel scratch: " +
                     cu.describe(status));
@@ -344,13 +344,6 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
 
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
                                int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error) {
-  return launch(a, b, offs, out, rows, k, n, groups, trans_b, stream,
-                reinterpret_cast<void*>(static_cast<uintptr_t>(state_->own_workspace)), error);
-}
-
-bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
-                               int64_t n, int64_t groups, bool trans_b, CUstream stream, void* workspace,
-                               std::string* error) {
   const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
@@ -407,10 +400,6 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return fail(error, "grouped_mm: no loaded kernel takes K " + std::to_string(k) + " and N " + std::to_string(n) +
                            " (loaded:" + loaded + "); include the 'any' variant in the images");
   }
-  if (kernel->scratch_stride + kernel->profile_stride > 0 && workspace == nullptr)
-    return fail(error, "grouped_mm: kernel " + kernel->name + " needs a workspace of " +
-                           std::to_string(state_->workspace_bytes) + " bytes");
-
   const int64_t ctas = max_tiles(*kernel, kernel->cluster) * kernel->cluster;
   unsigned grid = static_cast<unsigned>(kernel->max_grid > 0 ? std::min<int64_t>(ctas, kernel->max_grid)
                                                              : std::min<int64_t>(ctas, 0x7fffffff));
@@ -419,7 +408,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUdeviceptr offs_arg = reinterpret_cast<CUdeviceptr>(offs), out_arg = reinterpret_cast<CUdeviceptr>(out);
   int32_t rows_arg = static_cast<int32_t>(rows), k_arg = static_cast<int32_t>(k), n_arg = static_cast<int32_t>(n);
   int32_t groups_arg = static_cast<int32_t>(groups);
-  CUdeviceptr base = reinterpret_cast<CUdeviceptr>(workspace);
+  CUdeviceptr base = state_->workspace;
   CUdeviceptr scratch_arg = kernel->scratch_stride ? base : 0;
   CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
   // Triton's signature: the user arguments, then the global and profile scratch pointers.
@@ -452,15 +441,6 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   return true;
 }
 
-size_t GroupedMMLauncher::workspace_bytes() const { return state_->workspace_bytes; }
-const std::string& GroupedMMLauncher::dtype() const { return state_->dtype; }
-bool GroupedMMLauncher::trans_b() const { return state_->trans_b; }
 const std::string& GroupedMMLauncher::last_kernel() const { return state_->last_kernel; }
-
-std::vector<std::string> GroupedMMLauncher::loaded_kernels() const {
-  std::vector<std::string> names;
-  for (const auto& kernel : state_->kernels) names.push_back(kernel.name);
-  return names;
-}
 
 }  // namespace et_trt::kernels

@@ -86,26 +86,15 @@ class GroupedMMLauncher {
   // pointers, or a failed launch. rows == 0 or n == 0 is a no-op; k == 0 or
   // groups == 0 writes zeros. Scratch memory the kernels need is owned by the
   // launcher (allocated at create), so one launcher must not run on two streams
-  // at once; use one launcher per stream, or the workspace overload below.
+  // at once: use one launcher per stream.
   // Not thread-safe (it keeps the last kernel's name and the wgmma kernel's TMA
   // descriptors of recent calls, reused when a, b and the sizes repeat): one
   // launcher per thread, as the TensorRT plugin has one per execution context.
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error);
 
-  // As above, with caller-owned device scratch of at least workspace_bytes()
-  // bytes (256-byte aligned), e.g. a TensorRT plugin's workspace.
-  bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
-              int64_t n, int64_t groups, bool trans_b, CUstream stream, void* workspace,
-              std::string* error);
-  size_t workspace_bytes() const;
-
-  const std::string& dtype() const;
-  bool trans_b() const;
-  // Kernel name the last successful launch used (for logs and benchmarks).
+  // Kernel name the last successful launch used (for the device checks and benchmarks).
   const std::string& last_kernel() const;
-  // Names of the loaded kernels, in the order they are tried.
-  std::vector<std::string> loaded_kernels() const;
 
  private:
   struct State;

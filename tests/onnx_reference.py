@@ -1,4 +1,4 @@
-"""Run a partition's ONNX on the CPU without TensorRT, to check it numerically.
+"""Test helper: runs a partition's ONNX on the CPU without TensorRT, to check it numerically.
 
 onnx's ReferenceEvaluator runs every standard op; `GroupedMM` gets the
 implementation below, which follows contract 4 exactly (clamped offsets,
@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from .translations import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.lowering.translations import GROUPED_MM_DOMAIN, GROUPED_MM_OP
 
 _LOW_PRECISION = (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16)
 

@@ -1,0 +1,84 @@
+"""Compiled kernel images: the record the blob and the launcher take, and the disk cache of them.
+
+aot.py (Triton) and sm90.py (nvcc) both produce these; neither Triton nor nvcc is
+needed to read them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+
+from et_trt_backend.serialization.named_data import NamedData
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "ET_TRT_KERNEL_CACHE"
+CACHE_FORMAT = 3  # bump when the cached record layout changes
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelImage:
+    """One compiled kernel; the fields of table KernelImage in schema.fbs."""
+
+    kernel: str  # kernel_name(variant, trans_b)
+    variant: str  # the launcher's choice among a blob's images (grouped_mm_launcher.h)
+    trans_b: bool  # b is [G, N, K]
+    arch: str
+    format: str  # "cubin" | "ptx"
+    image: NamedData  # the cubin or PTX bytes (attached where known)
+    entry: str
+    dtype: str  # "bf16" | "fp16"
+    num_warps: int
+    shared_bytes: int
+    global_scratch_bytes: int
+    global_scratch_align: int
+    profile_scratch_bytes: int
+    block_m: int
+    block_n: int
+    block_k: int
+    persistent: bool
+    ptx_version: str
+
+
+def kernel_name(variant: str, trans_b: bool) -> str:
+    """The kernel's name in logs and inspect: variant and layout."""
+    return f"grouped_mm_{variant}_{'nk' if trans_b else 'kn'}"
+
+
+def cache_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get(CACHE_ENV) or pathlib.Path.home() / ".cache" / "et_trt" / "kernels")
+
+
+def cached_image(key: list, build: Callable[[], KernelImage]) -> KernelImage:
+    """The image cached under `key` (JSON-able parts naming everything the image depends on), else build() saved there."""
+    digest = hashlib.sha256(json.dumps([CACHE_FORMAT, *key]).encode()).hexdigest()[:32]
+    path = cache_dir() / (digest + ".json")
+    if path.exists():
+        try:
+            return load_images(path)[0]
+        except (ValueError, TypeError, KeyError, IndexError):
+            logger.warning("ignoring unreadable kernel cache entry %s", path)
+    image = build()
+    save_images(path, [image])
+    return image
+
+
+def save_images(path: str | os.PathLike, images: Sequence[KernelImage]) -> None:
+    """Writes images as JSON (image bytes in hex); atomic, so a reader never sees half a file."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps([{**dataclasses.asdict(i), "image": i.image.bytes().hex()} for i in images]))
+    tmp.replace(path)
+
+
+def load_images(path: str | os.PathLike) -> list[KernelImage]:
+    """Reads what save_images wrote. Needs no Triton."""
+    records = json.loads(pathlib.Path(path).read_text())
+    return [KernelImage(**{**r, "image": NamedData.of(bytes.fromhex(r["image"]))}) for r in records]

@@ -1,0 +1,220 @@
+// Engine selection (engine.h with TensorRT): picks the provider, then the
+// embedded engine if it fits this GPU, else one from the engine cache, else one
+// built from the blob's ONNX (tensorrt_builder.cc, then cached), loaded into a
+// TensorRTEngine (tensorrt_executor.cc).
+#include <executorch/runtime/platform/log.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "cuda_driver.h"
+#include "engine.h"
+#include "engine_cache.h"
+#include "grouped_mm_plugin.h"
+#include "kernel_images.h"
+#include "provider_choice.h"
+#include "tensorrt_builder.h"
+#include "tensorrt_executor.h"
+#include "tensorrt_library.h"
+
+namespace et_trt {
+namespace {
+
+EngineError failure(EngineError::Kind kind, std::string message) { return EngineError{kind, std::move(message)}; }
+
+// TensorRT, the driver and the GPU this process runs on.
+struct Machine {
+  TensorRTLibrary* trt = nullptr;
+  const CudaDriver* cuda = nullptr;
+  CUdevice device = 0;
+  std::string gpu_name;
+  int capability = 0;
+};
+
+// Picks the provider for `blob` (provider_choice.h) among those installed,
+// logs the choice and why, then opens CUDA and the device. `only_tensorrt`:
+// TensorRT regardless of the blob and $ET_TRT_PROVIDER.
+bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machine* m, EngineError* error) {
+  std::string message;
+  const std::string part = blob.part() ? blob.part()->str() : "";
+  ProviderPreference preference;
+  if (!only_tensorrt && !parse_provider_preference(std::getenv("ET_TRT_PROVIDER"), &preference, &message)) {
+    *error = failure(EngineError::Kind::kUnavailable, message);
+    return false;
+  }
+  InstalledProviders installed;
+  TensorRTLibrary* libraries[2] = {TensorRTLibrary::get(Provider::kTensorRT, &installed.tensorrt_missing),
+                                   TensorRTLibrary::get(Provider::kTensorRTRTX, &installed.rtx_missing)};
+  ProviderChoice choice;
+  if (only_tensorrt) {
+    choice.ok = installed.has(Provider::kTensorRT);
+    choice.reason = choice.ok ? "export-time builds use TensorRT" : installed.tensorrt_missing;
+  } else {
+    choice = choose_provider(blob, preference, installed);
+  }
+  if (!choice.ok) {
+    *error = failure(EngineError::Kind::kUnavailable, choice.reason);
+    return false;
+  }
+  m->trt = libraries[choice.provider == Provider::kTensorRT ? 0 : 1];
+  ET_LOG(Info, "et-trt: '%s' uses %s %s: %s", part.c_str(), provider_name(choice.provider), m->trt->version().c_str(),
+         choice.reason.c_str());
+  m->cuda = CudaDriver::get(&message);
+  if (m->cuda == nullptr) {
+    *error = failure(EngineError::Kind::kUnavailable,
+                     std::string(provider_name(choice.provider)) + " is installed, but " + message);
+    return false;
+  }
+  nvinfer1::IPluginRegistry* registry = m->trt->plugin_registry();
+  set_grouped_mm_logger(&m->trt->logger());
+  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message)) {
+    *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
+    return false;
+  }
+  const CUresult r = m->cuda->cuDeviceGet(&m->device, ordinal);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kUnavailable,
+                     "CUDA device " + std::to_string(ordinal) + ": " + m->cuda->describe("cuDeviceGet", r));
+    return false;
+  }
+  char name[256] = {};
+  int major = 0, minor = 0;
+  m->cuda->cuDeviceGetName(name, sizeof(name) - 1, m->device);
+  m->cuda->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->device);
+  m->cuda->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->device);
+  m->gpu_name = name;
+  m->capability = major * 10 + minor;
+  return true;
+}
+
+}  // namespace
+
+bool build_engine_plan(const BlobView& blob, const PartitionIo& io, const PartitionData& data, int device,
+                       const std::string& timing_cache_path, std::vector<uint8_t>* plan, EngineTarget* target,
+                       EngineError* error) {
+  // The C entry builds TensorRT engines (export records them as such);
+  // TensorRT for RTX engines are built at export by its Python builder.
+  Machine m;
+  if (!open_machine(*blob.root, device, /*only_tensorrt=*/true, &m, error)) return false;
+  if (blob.root->onnx() == nullptr || blob.root->onnx()->size() == 0) {
+    *error = failure(EngineError::Kind::kIncompatible, "the blob has no ONNX to build an engine from");
+    return false;
+  }
+  CUcontext context;
+  const CUresult r = m.cuda->cuDevicePrimaryCtxRetain(&context, m.device);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kFailed, m.cuda->describe("cuDevicePrimaryCtxRetain", r));
+    return false;
+  }
+  std::string message;
+  bool built;
+  {
+    ScopedContext scope(*m.cuda, context);
+    built = build_plan(*m.trt, blob, io, data, timing_cache_path, plan, &message);
+  }
+  m.cuda->cuDevicePrimaryCtxRelease(m.device);
+  if (!built) {
+    *error = failure(EngineError::Kind::kFailed, message);
+    return false;
+  }
+  *target = EngineTarget{m.trt->version(), m.gpu_name, m.capability};
+  return true;
+}
+
+std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const PartitionData& data,
+                                      const EngineOptions& options, EngineError* error) {
+  const blob::Blob& root = *blob.root;
+  const std::string part = root.part() ? root.part()->str() : "";
+  std::string message;
+  Machine m;
+  if (!open_machine(root, options.device, /*only_tensorrt=*/false, &m, error)) return nullptr;
+  TensorRTLibrary* trt = m.trt;
+  const CudaDriver* cuda = m.cuda;
+  const CUdevice device = m.device;
+  const std::string& gpu_name = m.gpu_name;
+  const int capability = m.capability;
+  CUcontext context;
+  const CUresult r = cuda->cuDevicePrimaryCtxRetain(&context, device);
+  if (r != CUDA_SUCCESS) {
+    *error = failure(EngineError::Kind::kFailed, cuda->describe("cuDevicePrimaryCtxRetain", r));
+    return nullptr;
+  }
+  // From here the engine owns the context reference (released in its destructor).
+  auto engine = std::make_unique<TensorRTEngine>(*cuda, device, context, io,
+                                                 register_kernel_images(root, data.kernel_images));
+
+  const Provider provider = trt->provider();
+  const std::string provider_text = std::string(provider_name(provider)) + " ";
+  // Engines and runtime caches built here are cached under this key.
+  const std::string key = engine_cache_key(blob.content_id_hex(), gpu_name, capability, provider, trt->version());
+
+  // 1. An engine embedded at export, if one was built by this provider and
+  // version for this GPU (TensorRT: this GPU model; TensorRT for RTX, built
+  // ahead of time: this compute capability).
+  const auto* embedded_engines = root.engines();
+  const blob::Provider wanted = provider == Provider::kTensorRT ? blob::Provider::TensorRT : blob::Provider::TensorRTRTX;
+  for (flatbuffers::uoffset_t i = 0; embedded_engines != nullptr && i < embedded_engines->size(); ++i) {
+    const blob::Engine* embedded = embedded_engines->Get(i);
+    if (embedded->provider() != wanted) continue;
+    const std::string built_for = embedded->gpu_name() ? embedded->gpu_name()->str() : "";
+    const bool gpu_fits = built_for == gpu_name || (provider == Provider::kTensorRTRTX && built_for.empty());
+    if (trt->same_version(embedded->tensorrt_version()->str()) && gpu_fits &&
+        embedded->compute_capability() == capability) {
+      const NamedBytes& embedded_plan = data.engine_plans[i];
+      if (engine->load(*trt, embedded_plan.data, embedded_plan.size, options.cache_dir, key, &message)) {
+        ET_LOG(Info, "et-trt: '%s' runs the engine embedded at export", part.c_str());
+        return engine;
+      }
+      ET_LOG(Info, "et-trt: '%s': the embedded engine does not load (%s); building from the ONNX", part.c_str(),
+             message.c_str());
+    } else {
+      ET_LOG(Info, "et-trt: '%s': the embedded engine is for %s (sm%d) with %s%s; this is %s (sm%d) with %s%s: "
+                   "not using it",
+             part.c_str(), built_for.empty() ? "any GPU" : built_for.c_str(), embedded->compute_capability(),
+             provider_text.c_str(), embedded->tensorrt_version()->str().c_str(), gpu_name.c_str(), capability,
+             provider_text.c_str(), trt->version().c_str());
+    }
+  }
+  if (root.onnx() == nullptr || root.onnx()->size() == 0) {
+    *error = failure(EngineError::Kind::kIncompatible,
+                     "part '" + part + "' has no ONNX to build an engine for " + gpu_name + " with " + provider_text +
+                         trt->version() + ", and its embedded engine does not fit: re-export for this machine");
+    return nullptr;
+  }
+
+  // 2. An engine built here before.
+  std::vector<uint8_t> plan;
+  if (read_cached_engine(options.cache_dir, key, &plan)) {
+    if (engine->load(*trt, plan.data(), plan.size(), options.cache_dir, key, &message)) {
+      ET_LOG(Info, "et-trt: '%s' runs the cached engine %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
+      return engine;
+    }
+    ET_LOG(Info, "et-trt: cached engine %s/%s does not load (%s); rebuilding", options.cache_dir.c_str(),
+           key.c_str(), message.c_str());
+  }
+
+  // 3. Build from the ONNX, then cache. No timing cache: the blob's names a
+  // path on the export machine (engines built here are cached whole).
+  {
+    ScopedContext scope(*cuda, context);
+    if (!build_plan(*trt, blob, io, data, "", &plan, &message)) {
+      *error = failure(EngineError::Kind::kFailed, message);
+      return nullptr;
+    }
+  }
+  if (options.cache_dir.empty()) {
+    ET_LOG(Info, "et-trt: no engine cache directory (set ET_TRT_ENGINE_CACHE): '%s' will be rebuilt next time",
+           part.c_str());
+  } else if (!write_cached_engine(options.cache_dir, key, plan.data(), plan.size(), &message)) {
+    ET_LOG(Info, "et-trt: cannot cache the engine of '%s': %s", part.c_str(), message.c_str());
+  } else {
+    ET_LOG(Info, "et-trt: cached the engine of '%s' as %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
+  }
+  if (!engine->load(*trt, plan.data(), plan.size(), options.cache_dir, key, &message)) {
+    *error = failure(EngineError::Kind::kFailed, "the engine just built does not load: " + message);
+    return nullptr;
+  }
+  return engine;
+}
+
+}  // namespace et_trt
