@@ -12,6 +12,7 @@ from onnx import helper, numpy_helper
 from et_trt_backend import preflight
 from et_trt_backend.preflight import PreflightError, check, enforce
 from et_trt_backend.preflight import tensorrt_onnx as trt
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 F, H, B, I32, I64 = TP.FLOAT, TP.FLOAT16, TP.BFLOAT16, TP.INT32, TP.INT64
 
@@ -223,9 +224,9 @@ def topk_model(k=None, rows=100, sorted_=1):
 
 
 def test_topk_k_limit():
-    assert check(topk_model(k=trt.TOPK_MAX_K, rows=70000)) == []
-    [violation] = check(topk_model(k=trt.TOPK_MAX_K + 1, rows=70000))
-    assert violation.rule == "topk" and f"K={trt.TOPK_MAX_K + 1}" in violation.message
+    assert check(topk_model(k=TOPK_MAX_K, rows=70000)) == []
+    [violation] = check(topk_model(k=TOPK_MAX_K + 1, rows=70000))
+    assert violation.rule == "topk" and f"K={TOPK_MAX_K + 1}" in violation.message
 
 
 def test_topk_runtime_k_needs_a_small_static_axis():

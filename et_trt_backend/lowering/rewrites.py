@@ -1,10 +1,10 @@
 """Graph rewrites that make MoE routing and grouped GEMMs TensorRT-parseable.
 
 Real MoE code routes with ops TensorRT's ONNX parser rejects: a stable argsort
-of T*k rows (TopK caps K at 3840 and needs K static), bincount (data-dependent
-output size) and index_add / scatter_add / index_put(accumulate) combines
-(ScatterND with a reduction). These passes rewrite the ATen graph in place,
-without any change to the user's model:
+of T*k rows (TopK caps K at TOPK_MAX_K and needs K static), bincount
+(data-dependent output size) and index_add / scatter_add /
+index_put(accumulate) combines (ScatterND with a reduction). These passes
+rewrite the ATen graph in place, without any change to the user's model:
 
 - sort/argsort of integers provably in [0, E) (they come from a top-k over E
   experts) -> `et_trt_lowering.counting_sort` (one-hot + cumsum + a scatter
@@ -29,7 +29,8 @@ import torch
 from torch._guards import detect_fake_mode
 
 from et_trt_backend.op_support import value_flow
-from et_trt_backend.op_support.routing import SORTS, TOPK_MAX_K, integer_key_bound, router_row_width
+from et_trt_backend.op_support.routing import SORTS, integer_key_bound, router_row_width
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError

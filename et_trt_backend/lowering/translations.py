@@ -4,7 +4,8 @@ topk, slice_scatter's ScatterND) or gets wrong (copy without its broadcast). Eve
 
 Every form here is built from ops TensorRT's ONNX parser takes, in the dtypes
 it takes them (its support matrix: CumSum only in FP32/FP16/BF16, ScatterND /
-ScatterElements only without reduction, TopK K <= 3840 and static).
+ScatterElements only without reduction, TopK K static and at most
+tensorrt_limits.TOPK_MAX_K).
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
+
 from . import value_flow
 from ._common import (
     BOOL_DTYPES,
@@ -46,8 +48,6 @@ from ._common import (
 )
 
 aten = torch.ops.aten
-
-TOPK_MAX_K = 3840  # TensorRT ITopKLayer's largest K
 
 SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
 _ARGSORTS = {aten.argsort.default, aten.argsort.stable}

@@ -4,7 +4,8 @@ Source: the support matrix of the ONNX-TensorRT parser (onnx/onnx-tensorrt,
 docs/operators.md, branch 10.1-GA) and, where the matrix is silent, that
 parser's importers (onnxOpImporters.cpp of the same branch). Encoded here as
 data; when a newer TensorRT is the oldest one robots run, update this module
-and its version line.
+and its version line. Limits the op support rules and the lowering respect too
+(TopK's K) are in et_trt_backend/tensorrt_limits.py.
 """
 
 from __future__ import annotations
@@ -135,9 +136,6 @@ STATIC_INPUTS: dict[str, list[tuple[int, str]]] = {
 }
 # Inputs whose shape must be fully static.
 STATIC_SHAPE_INPUTS: dict[str, list[tuple[int, str]]] = {"EyeLike": [(0, "input")]}
-
-# TopK: TensorRT's top-k layer handles K up to this; outputs must be sorted.
-TOPK_MAX_K = 3840
 
 # Supported ops whose output size depends on the input values (data-dependent
 # shapes); TensorRT sizes them while the engine runs.
