@@ -10,6 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 from et_trt_backend import preflight
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN
 from et_trt_backend.preflight import PreflightError, check, enforce
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
@@ -28,7 +29,7 @@ def const(name, values, dtype=np.int64):
 def model(nodes, inputs, outputs, initializers=(), opset=18, custom=True):
     opsets = [helper.make_opsetid("", opset)]
     if custom:
-        opsets.append(helper.make_opsetid(trt.GROUPED_MM_DOMAIN, 1))
+        opsets.append(helper.make_opsetid(GROUPED_MM_DOMAIN, 1))
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
     return helper.make_model(graph, opset_imports=opsets)
 

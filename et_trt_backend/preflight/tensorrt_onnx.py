@@ -141,12 +141,6 @@ STATIC_SHAPE_INPUTS: dict[str, list[tuple[int, str]]] = {"EyeLike": [(0, "input"
 # shapes); TensorRT sizes them while the engine runs.
 DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression"})
 
-# Our grouped-GEMM custom op (contract 4); the parser finds the plugin by
-# op_type plus the plugin_version / plugin_namespace attributes.
-GROUPED_MM_DOMAIN = "et_trt"
-GROUPED_MM_OP = "GroupedMM"
-GROUPED_MM_ATTRIBUTES = {"plugin_version": "1", "plugin_namespace": "et_trt"}
-
 # Attribute values the parser accepts: (op, attribute) -> (allowed values, ONNX default).
 ATTRIBUTE_VALUES: dict[tuple[str, str], tuple[frozenset, object]] = {
     ("Resize", "mode"): (frozenset({b"nearest", b"linear"}), b"nearest"),
