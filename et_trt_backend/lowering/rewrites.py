@@ -29,7 +29,7 @@ import torch
 from torch._guards import detect_fake_mode
 
 from et_trt_backend.op_support import value_flow
-from et_trt_backend.op_support.routing import SORTS, integer_key_bound, router_row_width
+from et_trt_backend.op_support.routing import ARGSORTS, SORTS, integer_key_bound, router_row_width
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
@@ -143,7 +143,7 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
             continue
         with ctx.graph.inserting_before(node):
             replacement = ctx.call(sort, args)
-            if node.target in (aten.argsort.default, aten.argsort.stable):
+            if node.target in ARGSORTS:
                 replacement = ctx.call(operator.getitem, (replacement, 1))
         node.replace_all_uses_with(replacement)
         ctx.graph.erase_node(node)

@@ -49,8 +49,13 @@ from ._common import (
 
 aten = torch.ops.aten
 
-SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
-_ARGSORTS = {aten.argsort.default, aten.argsort.stable}
+ARGSORTS = frozenset({aten.argsort.default, aten.argsort.stable})
+SORTS = ARGSORTS | {aten.sort.default, aten.sort.stable}
+
+# Ops that pick experts: their indices are expert ids. topk and max.dim return
+# (values, indices), argmax the indices alone.
+_ROUTERS_WITH_VALUES = frozenset({aten.topk.default, aten.max.dim})
+ROUTER_OPS = _ROUTERS_WITH_VALUES | {aten.argmax.default}
 
 
 def _target(node: object) -> object:
@@ -73,7 +78,7 @@ def _bound_args(node: Node, *names: str) -> tuple:
 def _router_indices(node: object) -> tuple[Node, int] | None:
     """(router op, dim) when `node` is the indices output of a top-k, max over a dim, or argmax."""
     target = _target(node)
-    if target is operator.getitem and node.args[1] == 1 and _target(node.args[0]) in (aten.topk.default, aten.max.dim):
+    if target is operator.getitem and node.args[1] == 1 and _target(node.args[0]) in _ROUTERS_WITH_VALUES:
         source = node.args[0]
         default_dim, dim_index = (-1, 2) if _target(source) is aten.topk.default else (0, 1)
         return source, _arg(source, dim_index, "dim", default_dim)
@@ -135,7 +140,7 @@ def router_row_width(key: object) -> int | None:
 
 def _sort_keys(perm: object) -> Node | None:
     """The keys a permutation sorts: `perm` is argsort(keys) or sort(keys)[1]."""
-    if _target(perm) in _ARGSORTS:
+    if _target(perm) in ARGSORTS:
         return perm.args[0]
     if _target(perm) is operator.getitem and perm.args[1] == 1 and _target(perm.args[0]) in SORTS:
         return perm.args[0].args[0]
