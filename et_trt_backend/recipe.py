@@ -85,6 +85,21 @@ class DynamicDim:
     def name(self) -> str:
         return self.names[0]
 
+    def shape_range(self, given: Mapping[str, ShapeRange]) -> ShapeRange:
+        """This dimension's TensorRT profile: the range `given` (shape_ranges) holds under any of its
+        names, else the exported program's, min .. max with opt = max. The partitioner (for each
+        partition's compile specs) and the lowering (for the ONNX it writes) both resolve it here."""
+        rng = next((given[n] for n in self.names if n in given), None)
+        if rng is not None:
+            return rng
+        if self.max is None:
+            raise RecipeError(
+                f"dynamic dimension {self.name!r} has no upper bound; TensorRT needs one. Give it in the "
+                f"recipe ([default.shape_ranges.{self.name}] min/opt/max) or export with "
+                f"torch.export.Dim({self.name!r}, max=...)"
+            )
+        return ShapeRange(self.min, self.max, self.max)
+
 
 def _bound(value: Any) -> int | None:
     try:
@@ -289,25 +304,12 @@ class Recipe:
     def resolve_shape_ranges(
         self, options: CompileOptions, dims: Mapping[str, DynamicDim], symbols: set[str]
     ) -> CompileOptions:
-        """`options` with a range for every dimension in `symbols`, keyed by the dimension's name.
-
-        Ranges the recipe gives (under any of the dimension's names) win;
-        the others come from the exported program.
-        """
-        given = dict(options.shape_ranges)
+        """`options` with a range for every dimension in `symbols` (DynamicDim.shape_range), keyed by
+        the dimension's name."""
         resolved: dict[str, ShapeRange] = {}
         for symbol in sorted(symbols):
             dim = dims.get(symbol)
             if dim is None:
                 continue  # a symbol that no input introduces (e.g. data-dependent); not a profile dimension
-            rng = next((given[n] for n in dim.names if n in given), None)
-            if rng is None:
-                if dim.max is None:
-                    raise RecipeError(
-                        f"dynamic dimension {dim.name!r} has no upper bound; TensorRT needs one. Give it in the "
-                        f"recipe ([default.shape_ranges.{dim.name}] min/opt/max) or export with "
-                        f"torch.export.Dim({dim.name!r}, max=...)"
-                    )
-                rng = ShapeRange(dim.min, dim.max, dim.max)
-            resolved[dim.name] = rng
+            resolved[dim.name] = dim.shape_range(options.shape_ranges)
         return dataclasses.replace(options, shape_ranges=resolved)

@@ -20,11 +20,9 @@ import torch
 from torch.fx import Graph, Node
 
 from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support.routing import ROUTER_OPS
 
 aten = torch.ops.aten
-
-# Ops that pick experts.
-ROUTER_OPS = frozenset({aten.topk.default, aten.max.dim, aten.argmax.default})
 
 
 @dataclasses.dataclass

@@ -32,7 +32,7 @@ class GroupedMoE(nn.Module):
     groups: (n_group, topk_group) | None   DeepSeek-V3 style group-limited routing
     counts: "histc" | "one_hot" | "bincount"  tokens per expert
     sort: "argsort_stable" | "sort" | "sort_stable"
-    combine: "index_put" | "index_add" | "scatter_add"
+    combine: "index_put" | "index_add" | "index_add_int32" (its token index cast to int32) | "scatter_add"
     shared: add a dense shared expert (DeepSeek/Qwen style)
     """
 
@@ -102,6 +102,8 @@ class GroupedMoE(nn.Module):
         rows = rows * weights.reshape(-1)[order].unsqueeze(-1)
         if self.combine == "index_add":
             out = torch.zeros_like(x).index_add_(0, token, rows)
+        elif self.combine == "index_add_int32":
+            out = torch.zeros_like(x).index_add_(0, token.to(torch.int32), rows)
         elif self.combine == "scatter_add":
             out = torch.zeros_like(x).scatter_add(0, token.unsqueeze(-1).expand(-1, x.shape[-1]), rows)
         else:

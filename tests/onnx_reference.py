@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from et_trt_backend.lowering.translations import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
 
 _LOW_PRECISION = (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16)
 

@@ -23,7 +23,7 @@ import pytest
 
 import moe_models
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
-from et_trt_backend.lowering.translations import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
+from et_trt_backend.plugin_names import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
 from et_trt_partitioner import TensorRTPartitioner
 from nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
 from test_lowering import lower_program

@@ -48,6 +48,7 @@ def _check(ep, recipe=DENSE, tokens=TOKENS):
 
 GROUPED_MOE = {
     "argsort-index_add-histc": dict(sort="argsort_stable", combine="index_add"),
+    "argsort-index_add_int32": dict(sort="argsort_stable", combine="index_add_int32"),
     "sort-scatter_add-one_hot": dict(sort="sort", combine="scatter_add", counts="one_hot"),
     "sort_stable-index_put": dict(sort="sort_stable", combine="index_put"),
     "sigmoid-grouped-shared": dict(experts=8, scoring="sigmoid", groups=(4, 2), shared=True),

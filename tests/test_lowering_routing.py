@@ -14,9 +14,11 @@ import pytest
 import torch
 
 import onnx_reference
+from et_trt_backend import op_support, preflight
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.lowering import ops as lowering_ops
 from et_trt_backend.options import CompileOptions
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 torch.manual_seed(0)
 
@@ -112,6 +114,27 @@ def test_short_float_sort_becomes_one_topk():
     assert [n.op_type for n in model.graph.node].count("TopK") == 1
     x = torch.randn(300)
     np.testing.assert_array_equal(_run(model, x.numpy())[0], torch.argsort(x).numpy())
+
+
+def test_op_support_lowering_and_preflight_share_the_topk_limit():
+    """The longest float sort op support claims becomes one TopK that pre-flight passes; one
+    element more, op support refuses it and so does the lowering."""
+    class SortScores(torch.nn.Module):
+        def forward(self, x):
+            return torch.argsort(x, stable=True)
+
+    def claimed(program):
+        (sort,) = [n for n in program.graph.nodes if n.target is torch.ops.aten.argsort.stable]
+        return op_support.unsupported_reason(sort) is None
+
+    longest = torch.export.export(SortScores(), (torch.randn(TOPK_MAX_K),))
+    assert claimed(longest)
+    model = lower_to_onnx(longest, CompileOptions()).onnx
+    assert [n.op_type for n in model.graph.node].count("TopK") == 1 and preflight.check(model) == []
+    too_long = torch.export.export(SortScores(), (torch.randn(TOPK_MAX_K + 1),))
+    assert not claimed(too_long)
+    with pytest.raises(LoweringError, match=f"sorts {TOPK_MAX_K + 1} rows"):
+        lower_to_onnx(too_long, CompileOptions())
 
 
 def test_long_sort_of_unknown_values_is_refused_with_its_source_line():

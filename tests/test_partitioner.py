@@ -183,6 +183,7 @@ VARIANTS = {
     "softmax-top2-index_put": dict(),
     "sigmoid-top1-max-router": dict(top_k=1, scoring="sigmoid"),
     "softmax-top8-index_add": dict(experts=8, top_k=8, combine="index_add"),
+    "int32-token-index_add": dict(combine="index_add_int32"),
     "group-limited-sigmoid-shared": dict(experts=8, groups=(4, 2), scoring="sigmoid", shared=True),
     "one_hot-counts-sort-scatter_add": dict(counts="one_hot", sort="sort", combine="scatter_add"),
     "sort-stable": dict(sort="sort_stable", shared=True),

@@ -40,8 +40,8 @@ def assert_close_bf16(actual, expected):
     "kwargs",
     [dict(), dict(combine="index_add", top_k=1), dict(experts=8, top_k=8, combine="scatter_add", sort="sort"),
      dict(experts=8, groups=(4, 2), scoring="sigmoid", counts="one_hot", sort="sort_stable"),
-     dict(counts="bincount")],
-    ids=["index_put", "top1-index_add", "top8-scatter_add", "group-limited", "bincount"],
+     dict(counts="bincount"), dict(combine="index_add_int32")],
+    ids=["index_put", "top1-index_add", "top8-scatter_add", "group-limited", "bincount", "index_add_int32"],
 )
 def test_grouped_moe_matches_per_token_reference(kwargs):
     module = moe_models.bf16(moe_models.GroupedMoE(**kwargs), seed=3)

@@ -10,8 +10,10 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 from et_trt_backend import preflight
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN
 from et_trt_backend.preflight import PreflightError, check, enforce
 from et_trt_backend.preflight import tensorrt_onnx as trt
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 F, H, B, I32, I64 = TP.FLOAT, TP.FLOAT16, TP.BFLOAT16, TP.INT32, TP.INT64
 
@@ -27,7 +29,7 @@ def const(name, values, dtype=np.int64):
 def model(nodes, inputs, outputs, initializers=(), opset=18, custom=True):
     opsets = [helper.make_opsetid("", opset)]
     if custom:
-        opsets.append(helper.make_opsetid(trt.GROUPED_MM_DOMAIN, 1))
+        opsets.append(helper.make_opsetid(GROUPED_MM_DOMAIN, 1))
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
     return helper.make_model(graph, opset_imports=opsets)
 
@@ -223,9 +225,9 @@ def topk_model(k=None, rows=100, sorted_=1):
 
 
 def test_topk_k_limit():
-    assert check(topk_model(k=trt.TOPK_MAX_K, rows=70000)) == []
-    [violation] = check(topk_model(k=trt.TOPK_MAX_K + 1, rows=70000))
-    assert violation.rule == "topk" and f"K={trt.TOPK_MAX_K + 1}" in violation.message
+    assert check(topk_model(k=TOPK_MAX_K, rows=70000)) == []
+    [violation] = check(topk_model(k=TOPK_MAX_K + 1, rows=70000))
+    assert violation.rule == "topk" and f"K={TOPK_MAX_K + 1}" in violation.message
 
 
 def test_topk_runtime_k_needs_a_small_static_axis():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from et_trt_backend.lowering import lower_to_onnx
 from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, RecipeError, dynamic_dims
 from et_trt_partitioner import TensorRTPartitioner
@@ -213,20 +214,42 @@ def test_every_matching_part_and_glob_is_accepted(program):
     recipe.check_parts(module_path(n) for n in program.graph.nodes)
 
 
-def test_unbounded_dims_need_a_range():
-    class Twice(torch.nn.Module):
-        def forward(self, x):
-            return x * 2
+class _Twice(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
 
-    exported = torch.export.export(Twice(), (torch.randn(4, 3),), dynamic_shapes=({0: torch.export.Dim("n")},))
+
+def _twice(dim: torch.export.Dim) -> torch.export.ExportedProgram:
+    return torch.export.export(_Twice(), (torch.randn(4, 3),), dynamic_shapes=({0: dim},))
+
+
+def test_unbounded_dims_need_a_range():
+    exported = _twice(torch.export.Dim("n"))
     dims = dynamic_dims(exported)
     (symbol,) = dims
     assert dims[symbol].max is None
-    with pytest.raises(RecipeError, match=r"'n' has no upper bound.*torch.export.Dim\('n', max=\.\.\.\)"):
+    unbounded = r"'n' has no upper bound.*torch.export.Dim\('n', max=\.\.\.\)"
+    with pytest.raises(RecipeError, match=unbounded):
         Recipe().resolve_shape_ranges(CompileOptions(), dims, {symbol})
+    with pytest.raises(RecipeError, match=unbounded):  # the lowering refuses it alike
+        lower_to_onnx(exported, CompileOptions())
     given = Recipe.from_dict({"default": {"shape_ranges": {"x:0": {"min": 1, "opt": 8, "max": 64}}}})
     resolved = given.resolve_shape_ranges(given.default, dims, {symbol})
     assert resolved.shape_ranges == {"n": ShapeRange(1, 8, 64)}  # keyed by the Dim name
+
+
+@pytest.mark.parametrize("dim, shape_ranges", [
+    (torch.export.Dim("n", min=2, max=64), {}),
+    (torch.export.Dim("n", min=2, max=64), {"x:0": {"min": 4, "opt": 8, "max": 32}}),
+    (torch.export.Dim("n"), {"n": {"min": 1, "opt": 16, "max": 128}}),
+], ids=["from-the-export", "by-input-axis", "by-dim-name"])
+def test_the_lowering_writes_the_ranges_the_partitioner_resolves(dim, shape_ranges):
+    exported = _twice(dim)
+    recipe = Recipe.from_dict({"default": {"shape_ranges": shape_ranges}})
+    dims = recipe.check_shape_ranges(exported)
+    resolved = recipe.resolve_shape_ranges(recipe.default, dims, set(dims)).shape_ranges
+    rows = lower_to_onnx(exported, recipe.default).inputs[0].dims[0]
+    assert {rows.name: ShapeRange(rows.min, rows.opt, rows.max)} == resolved
 
 
 @pytest.mark.parametrize("name", ["tokens", "observations:0"])

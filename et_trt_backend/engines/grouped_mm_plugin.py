@@ -1,9 +1,10 @@
 """The GroupedMM plugin's build phase in Python, for building engines at export with no C++ build.
 
 It is the C++ plugin (runtime/src/tensorrt/grouped_mm_plugin.cc) as the builder
-sees it: name "GroupedMM", version "1", namespace "et_trt"; inputs a [rows, K],
-b [G, K, N] (or [G, N, K] with trans_b), offs int32 [G]; output [rows, N] in a's
-dtype, bf16 or fp16 where the blob has kernel images of that dtype and layout.
+sees it: registered under the names of et_trt_backend/plugin_names.py; inputs
+a [rows, K], b [G, K, N] (or [G, N, K] with trans_b), offs int32 [G]; output
+[rows, N] in a's dtype, bf16 or fp16 where the blob has kernel images of that
+dtype and layout.
 It serializes the fields the C++ plugin reads back when the engine is loaded
 (schema.fbs, table Engine): `trans_b` (kINT32, 1) and `kernel_images_id`
 (kUNKNOWN, 32 bytes, the sha256 of the blob's concatenated kernel images).
@@ -26,7 +27,7 @@ from types import ModuleType
 import numpy as np
 
 from et_trt_backend.kernels import KernelImage
-from et_trt_backend.lowering.translations import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
+from et_trt_backend.plugin_names import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
 
 logger = logging.getLogger(__name__)
 

@@ -90,21 +90,13 @@ def _check_tensor_inputs(program: torch.export.ExportedProgram) -> None:
 def _ranges(program, options: CompileOptions) -> dict[str, _DynamicDim]:
     """Each input symbol's name and profile, by symbol name. Names as recipes name the symbol
     (recipe.dynamic_dims): its torch.export Dim name, then "input:axis" of the exported model's
-    inputs, then of this partition's."""
+    inputs, then of this partition's. Profiles as the partitioner resolves them
+    (DynamicDim.shape_range)."""
     dims = dynamic_dims(program)
     ranges = {}
     for symbol, dim in dims.items():
-        given = next((options.shape_ranges[a] for a in dim.names if a in options.shape_ranges), None)
-        if given is not None:
-            ranges[symbol] = _DynamicDim(dim.name, given.min, given.opt, given.max)
-            continue
-        if dim.max is None:
-            raise LoweringError(
-                f"dynamic dimension '{dim.name}' has no upper bound; give it one with "
-                f"torch.export.Dim('{dim.name}', max=...) or the recipe option shape_ranges.{dim.name} = "
-                "{min = ..., opt = ..., max = ...}"
-            )
-        ranges[symbol] = _DynamicDim(dim.name, dim.min, dim.max, dim.max)
+        rng = dim.shape_range(options.shape_ranges)
+        ranges[symbol] = _DynamicDim(dim.name, rng.min, rng.opt, rng.max)
     known = {a for dim in dims.values() for a in dim.names}
     unused = sorted(set(options.shape_ranges) - known)
     if unused:

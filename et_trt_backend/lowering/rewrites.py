@@ -1,10 +1,10 @@
 """Graph rewrites that make MoE routing and grouped GEMMs TensorRT-parseable.
 
 Real MoE code routes with ops TensorRT's ONNX parser rejects: a stable argsort
-of T*k rows (TopK caps K at 3840 and needs K static), bincount (data-dependent
-output size) and index_add / scatter_add / index_put(accumulate) combines
-(ScatterND with a reduction). These passes rewrite the ATen graph in place,
-without any change to the user's model:
+of T*k rows (TopK caps K at TOPK_MAX_K and needs K static), bincount
+(data-dependent output size) and index_add / scatter_add /
+index_put(accumulate) combines (ScatterND with a reduction). These passes
+rewrite the ATen graph in place, without any change to the user's model:
 
 - sort/argsort of integers provably in [0, E) (they come from a top-k over E
   experts) -> `et_trt_lowering.counting_sort` (one-hot + cumsum + a scatter
@@ -28,8 +28,15 @@ import re
 import torch
 from torch._guards import detect_fake_mode
 
-from et_trt_backend.op_support import value_flow
-from et_trt_backend.op_support.routing import SORTS, TOPK_MAX_K, integer_key_bound, router_row_width
+from et_trt_backend.op_support.routing import (
+    ARGSORTS,
+    SORTS,
+    as_floor_division,
+    integer_key_bound,
+    router_row_width,
+    scatter_row_index,
+)
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError
@@ -37,9 +44,6 @@ from .errors import LoweringError
 logger = logging.getLogger(__name__)
 aten = torch.ops.aten
 lowering_ops = torch.ops.et_trt_lowering
-
-_FLOOR_DIVS = {aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode}
-
 
 # Targets the rewrites replace (when their pattern matches; else LoweringError).
 REWRITTEN_TARGETS = frozenset(
@@ -142,7 +146,7 @@ def rewrite_sorts(ctx: RewriteContext) -> None:
             continue
         with ctx.graph.inserting_before(node):
             replacement = ctx.call(sort, args)
-            if node.target in (aten.argsort.default, aten.argsort.stable):
+            if node.target in ARGSORTS:
                 replacement = ctx.call(operator.getitem, (replacement, 1))
         node.replace_all_uses_with(replacement)
         ctx.graph.erase_node(node)
@@ -203,13 +207,10 @@ def _repropagate(ctx: RewriteContext) -> None:
 
 def _permutation_over_k(ctx: RewriteContext, index) -> tuple[torch.fx.Node, int] | None:
     """(perm, k) when `index` is `perm // k` and perm is the indices of a 1-D sort."""
-    while isinstance(index, torch.fx.Node) and index.target in value_flow.ROW_MAJOR:
-        index = index.args[0]
-    if not isinstance(index, torch.fx.Node) or index.target not in _FLOOR_DIVS:
+    found = as_floor_division(index)
+    if found is None:
         return None
-    if index.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and index.kwargs.get("rounding_mode") != "floor":
-        return None
-    perm, divisor = index.args[:2]
+    perm, divisor = found
     k = ctx.constant(divisor)
     if isinstance(k, torch.Tensor):
         k = int(k.item()) if k.numel() == 1 and not k.is_floating_point() else None
@@ -230,10 +231,7 @@ def _combine_args(node: torch.fx.Node):
         return (out, dim, index, src) if alpha == 1 else None
     if node.target is aten.scatter_add.default:
         out, dim, index, src = node.args
-        # scatter_add's index is the row index broadcast over the features.
-        while isinstance(index, torch.fx.Node) and index.target in value_flow.BROADCASTING:
-            index = index.args[0]
-        return out, dim, index, src
+        return out, dim, scatter_row_index(index), src
     if node.target is aten.index_put.default:
         out, indices, src = node.args[:3]
         accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)

@@ -4,7 +4,8 @@ topk, slice_scatter's ScatterND) or gets wrong (copy without its broadcast). Eve
 
 Every form here is built from ops TensorRT's ONNX parser takes, in the dtypes
 it takes them (its support matrix: CumSum only in FP32/FP16/BF16, ScatterND /
-ScatterElements only without reduction, TopK K <= 3840 and static).
+ScatterElements only without reduction, TopK K static and at most
+tensorrt_limits.TOPK_MAX_K).
 """
 
 from __future__ import annotations
@@ -16,15 +17,12 @@ from onnxscript import ir
 from onnxscript import opset18 as op
 from onnxscript import values
 
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 
-ONNX_OPSET = 18
-# Contract 4: the custom op TensorRT's ONNX parser maps to our plugin by name,
-# version and namespace.
-GROUPED_MM_DOMAIN = "et_trt"
-GROUPED_MM_OP = "GroupedMM"
-PLUGIN_VERSION = "1"
-PLUGIN_NAMESPACE = "et_trt"
+ONNX_OPSET = op.version  # the opset of the ops written here, and of the exported model
+_GROUPED_MM_DOMAIN_VERSION = 1  # the opset version of GROUPED_MM_DOMAIN, in which GroupedMM is defined
 KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -33,7 +31,7 @@ def _register_grouped_mm_schema() -> None:
         return
     types = ["tensor(bfloat16)", "tensor(float16)"]
     schema = onnx.defs.OpSchema(
-        GROUPED_MM_OP, GROUPED_MM_DOMAIN, 1,
+        GROUPED_MM_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
         doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero.",
         inputs=[
             onnx.defs.OpSchema.FormalParameter("a", "T"),
@@ -44,22 +42,20 @@ def _register_grouped_mm_schema() -> None:
         type_constraints=[("T", types, "bf16 or fp16")],
         attributes=[
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
-            onnx.defs.OpSchema.Attribute("plugin_version", onnx.defs.OpSchema.AttrType.STRING, ""),
-            onnx.defs.OpSchema.Attribute("plugin_namespace", onnx.defs.OpSchema.AttrType.STRING, ""),
+            *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")
+              for name in PLUGIN_ATTRIBUTES),
         ],
     )
     onnx.defs.register_schema(schema)
 
 
 _register_grouped_mm_schema()
-et_trt = values.Opset(GROUPED_MM_DOMAIN, 1)
+et_trt = values.Opset(GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION)
 
 
 def grouped_mm_kernel(a, b, offs, trans_b: bool):
     """`_grouped_mm` as the GroupedMM custom op (the plugin runs the embedded kernel)."""
-    return et_trt.GroupedMM(
-        a, b, offs, trans_b=int(trans_b), plugin_version=PLUGIN_VERSION, plugin_namespace=PLUGIN_NAMESPACE
-    )
+    return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):

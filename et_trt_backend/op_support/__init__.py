@@ -23,8 +23,10 @@ import operator
 import torch
 from torch.fx import Node
 
+from et_trt_backend.tensorrt_limits import MAX_RANK
+
 from . import activation, conversion, creation, elementwise, grouped_mm, indexing, matmul, reduction, routing, shape
-from ._common import MAX_RANK, TENSOR_DTYPES, Rule, aten_overload, dtype_name, input_tensors, output_tensors, names
+from ._common import TENSOR_DTYPES, Rule, aten_overload, dtype_name, input_tensors, output_tensors, names
 
 aten = torch.ops.aten
 

@@ -17,9 +17,6 @@ from torch.fx import Node
 
 Rule = Callable[[Node], "str | None"]
 
-# TensorRT's largest tensor rank (nvinfer1::Dims::MAX_DIMS).
-MAX_RANK = 8
-
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 INT_DTYPES = frozenset({torch.int32, torch.int64})
 INDEX_DTYPES = INT_DTYPES

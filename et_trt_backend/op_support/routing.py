@@ -13,9 +13,10 @@ et_trt_backend/lowering/rewrites.py, which they mirror):
 - TensorRT has no accumulating scatter (ScatterND takes no reduction, and
   ScatterElements with one is a plugin the runtime does not load). The MoE
   combine `out.index_add(0, perm // k, rows)` (or scatter_add /
-  index_put(accumulate=True) of that form) is rewritten as un-permute +
-  reshape + sum over k; `is_topk_combine` recognises it. Other accumulating
-  scatters are refused.
+  index_put(accumulate=True) of that form, its index perm // k also reshaped
+  or cast) is rewritten as un-permute + reshape + sum over k;
+  `is_topk_combine` recognises it, reading the index as the rewrite does
+  (`as_floor_division`). Other accumulating scatters are refused.
 - bincount is lowered for expert ids with minlength >= E (its size is then
   static); other data-dependent sizes (nonzero, unique) have no TensorRT form.
 """
@@ -27,6 +28,8 @@ import operator
 import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import value_flow
 from ._common import (
@@ -47,10 +50,19 @@ from ._common import (
 
 aten = torch.ops.aten
 
-TOPK_MAX_K = 3840  # TensorRT ITopKLayer's largest K
+ARGSORTS = frozenset({aten.argsort.default, aten.argsort.stable})
+SORTS = ARGSORTS | {aten.sort.default, aten.sort.stable}
 
-SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
-_ARGSORTS = {aten.argsort.default, aten.argsort.stable}
+# Ops that pick experts: their indices are expert ids. topk and max.dim return
+# (values, indices), argmax the indices alone.
+_ROUTERS_WITH_VALUES = frozenset({aten.topk.default, aten.max.dim})
+ROUTER_OPS = _ROUTERS_WITH_VALUES | {aten.argmax.default}
+
+# Floor divisions (ATen and edge forms; the *_mode ones only with rounding_mode="floor"):
+# a combine's `perm // k` turns positions among the sorted top-k rows into token rows.
+FLOOR_DIVISIONS = frozenset(
+    {aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode}
+)
 
 
 def _target(node: object) -> object:
@@ -73,7 +85,7 @@ def _bound_args(node: Node, *names: str) -> tuple:
 def _router_indices(node: object) -> tuple[Node, int] | None:
     """(router op, dim) when `node` is the indices output of a top-k, max over a dim, or argmax."""
     target = _target(node)
-    if target is operator.getitem and node.args[1] == 1 and _target(node.args[0]) in (aten.topk.default, aten.max.dim):
+    if target is operator.getitem and node.args[1] == 1 and _target(node.args[0]) in _ROUTERS_WITH_VALUES:
         source = node.args[0]
         default_dim, dim_index = (-1, 2) if _target(source) is aten.topk.default else (0, 1)
         return source, _arg(source, dim_index, "dim", default_dim)
@@ -133,9 +145,33 @@ def router_row_width(key: object) -> int | None:
     return width if is_static(width) else None
 
 
+def scatter_row_index(index: object) -> object:
+    """The row index that scatter_add's `index` broadcasts over the features."""
+    while _target(index) in value_flow.BROADCASTING:
+        index = index.args[0]
+    return index
+
+
+def as_floor_division(index: object) -> tuple[Node, object] | None:
+    """(perm, k) when `index` is `perm // k`, possibly reshaped or exactly cast (value_flow.ROW_MAJOR:
+    every element stays in its place); k as the graph holds it, an int or a constant's node.
+
+    The MoE combine's row index: the op support rules (what the partitioner claims) and the
+    lowering's combine rewrite both read perm and k through this, so they accept the same forms.
+    """
+    while _target(index) in value_flow.ROW_MAJOR:
+        if _target(index) in value_flow.CASTS and not value_flow.is_exact_cast(index):
+            return None
+        index = index.args[0]
+    # floor_divide has no rounding_mode; div's *_mode overloads must say "floor".
+    if _target(index) not in FLOOR_DIVISIONS or index.kwargs.get("rounding_mode", "floor") != "floor":
+        return None
+    return index.args[0], index.args[1]
+
+
 def _sort_keys(perm: object) -> Node | None:
     """The keys a permutation sorts: `perm` is argsort(keys) or sort(keys)[1]."""
-    if _target(perm) in _ARGSORTS:
+    if _target(perm) in ARGSORTS:
         return perm.args[0]
     if _target(perm) is operator.getitem and perm.args[1] == 1 and _target(perm.args[0]) in SORTS:
         return perm.args[0].args[0]
@@ -144,11 +180,10 @@ def _sort_keys(perm: object) -> Node | None:
 
 def is_topk_combine(out: Node, dim: int, index: Node, src: Node) -> bool:
     """True for the MoE combine out.index_add(0, perm // k, src), perm sorting top-k expert ids."""
-    while _target(index) in value_flow.BROADCASTING:
-        index = index.args[0]
-    if dim != 0 or _target(index) is not aten.div.Tensor_mode or index.kwargs.get("rounding_mode") != "floor":
+    found = as_floor_division(index)
+    if dim != 0 or found is None:
         return False
-    keys = _sort_keys(index.args[0])
+    keys = _sort_keys(found[0])
     k = router_row_width(keys) if keys is not None else None
     if k is None or integer_key_bound(keys) is None:
         return False
@@ -235,7 +270,8 @@ def _scatter(node: Node) -> str | None:
 
 def _scatter_add(node: Node) -> str | None:
     out, dim, index, src = node.args[:4]
-    return _scatter(node) or (None if is_topk_combine(out, dim, index, src) else _COMBINE_ADVICE)
+    combine = is_topk_combine(out, dim, scatter_row_index(index), src)
+    return _scatter(node) or (None if combine else _COMBINE_ADVICE)
 
 
 def _index_put(node: Node) -> str | None:

@@ -3,7 +3,9 @@
 Runs without TensorRT, at export (preprocess calls `enforce` with the
 partition's `preflight` option) and on a finished .pte (`et-trt check`).
 Each violation names the ONNX node and the PyTorch source line it came from.
-The facts are in tensorrt_onnx.py; the rules, one per module, in rules/.
+The facts are in tensorrt_onnx.py (and, shared with the op support rules and
+the lowering, et_trt_backend/tensorrt_limits.py); the rules, one per module, in
+rules/.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import onnx
 import onnx.inliner
 from onnx import numpy_helper, shape_inference
 
-from et_trt_backend.preflight import tensorrt_onnx as trt
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
 
 # Node metadata naming the PyTorch source a node came from. The lowering may
 # write SOURCE_KEY ("file:line (function): code"); otherwise the stack trace
@@ -163,7 +163,7 @@ def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:
         types.update({t.name: t.data_type for t in model.graph.initializer})
         added = False
         for node in model.graph.node:
-            if (node.domain, node.op_type) == (trt.GROUPED_MM_DOMAIN, trt.GROUPED_MM_OP) and node.output:
+            if (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP) and node.output:
                 out, a = node.output[0], node.input[0] if node.input else ""
                 if out not in known and types.get(a):
                     model.graph.value_info.append(onnx.helper.make_tensor_value_info(out, types[a], None))

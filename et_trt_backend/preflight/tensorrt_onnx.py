@@ -4,7 +4,8 @@ Source: the support matrix of the ONNX-TensorRT parser (onnx/onnx-tensorrt,
 docs/operators.md, branch 10.1-GA) and, where the matrix is silent, that
 parser's importers (onnxOpImporters.cpp of the same branch). Encoded here as
 data; when a newer TensorRT is the oldest one robots run, update this module
-and its version line.
+and its version line. Limits the op support rules and the lowering respect too
+(TopK's K) are in et_trt_backend/tensorrt_limits.py.
 """
 
 from __future__ import annotations
@@ -136,18 +137,9 @@ STATIC_INPUTS: dict[str, list[tuple[int, str]]] = {
 # Inputs whose shape must be fully static.
 STATIC_SHAPE_INPUTS: dict[str, list[tuple[int, str]]] = {"EyeLike": [(0, "input")]}
 
-# TopK: TensorRT's top-k layer handles K up to this; outputs must be sorted.
-TOPK_MAX_K = 3840
-
 # Supported ops whose output size depends on the input values (data-dependent
 # shapes); TensorRT sizes them while the engine runs.
 DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression"})
-
-# Our grouped-GEMM custom op (contract 4); the parser finds the plugin by
-# op_type plus the plugin_version / plugin_namespace attributes.
-GROUPED_MM_DOMAIN = "et_trt"
-GROUPED_MM_OP = "GroupedMM"
-GROUPED_MM_ATTRIBUTES = {"plugin_version": "1", "plugin_namespace": "et_trt"}
 
 # Attribute values the parser accepts: (op, attribute) -> (allowed values, ONNX default).
 ATTRIBUTE_VALUES: dict[tuple[str, str], tuple[frozenset, object]] = {

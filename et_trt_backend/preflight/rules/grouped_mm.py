@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from onnx import TensorProto
 
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
 from et_trt_backend.preflight.violation import Violation
@@ -19,7 +20,7 @@ _KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
 def check(view: ModelView) -> Iterator[Violation]:
     for ref in view:
         node = ref.node
-        if (node.domain, node.op_type) == (trt.GROUPED_MM_DOMAIN, trt.GROUPED_MM_OP):
+        if (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP):
             for problem in _problems(view, ref):
                 yield Violation.at(RULE, ref, problem)
 
@@ -27,7 +28,7 @@ def check(view: ModelView) -> Iterator[Violation]:
 def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     node = ref.node
     attrs = attributes_of(node)
-    for name, expected in trt.GROUPED_MM_ATTRIBUTES.items():
+    for name, expected in PLUGIN_ATTRIBUTES.items():
         if attrs.get(name) != expected.encode():
             yield f"attribute {name} must be the string {expected!r} (the plugin's registration), got {attrs.get(name)!r}"
     trans_b = attrs.get("trans_b")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView
 from et_trt_backend.preflight.violation import Violation
@@ -22,10 +23,10 @@ def check(view: ModelView) -> Iterator[Violation]:
             f"({trt.FACTS_FROM}); export with opset {trt.MAX_OPSET} or lower",
             "",
         )
-    if trt.GROUPED_MM_DOMAIN not in view.opsets and any(
-        ref.node.domain == trt.GROUPED_MM_DOMAIN for ref in view
+    if GROUPED_MM_DOMAIN not in view.opsets and any(
+        ref.node.domain == GROUPED_MM_DOMAIN for ref in view
     ):
         yield Violation(
             RULE, "(model)", "",
-            f"nodes use domain '{trt.GROUPED_MM_DOMAIN}' but the model does not import it (opset_import)", "",
+            f"nodes use domain '{GROUPED_MM_DOMAIN}' but the model does not import it (opset_import)", "",
         )

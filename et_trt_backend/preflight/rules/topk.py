@@ -1,4 +1,4 @@
-"""TopK: K at most 3840 (TensorRT's top-k layer), sorted outputs.
+"""TopK: K at most TOPK_MAX_K (TensorRT's top-k layer), sorted outputs.
 
 The MoE router's top-k (K = experts per token) passes; an argsort over all
 routed rows (T*k up to 70,000) lowered to TopK does not, unless the rows are
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, attributes_of, is_standard_op
 from et_trt_backend.preflight.violation import Violation
+from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 RULE = "topk"
 _FIX = "rewrite the sort (e.g. a counting sort from one-hot and cumsum over the expert ids)"
@@ -32,17 +32,17 @@ def check(view: ModelView) -> Iterator[Violation]:
             value = view.value(k_name)
             k = None if value is None else int(value.reshape(-1)[0])
         if k is not None:
-            if k > trt.TOPK_MAX_K:
-                yield Violation.at(RULE, ref, f"TopK with K={k}: TensorRT's limit is K <= {trt.TOPK_MAX_K}; {_FIX}")
+            if k > TOPK_MAX_K:
+                yield Violation.at(RULE, ref, f"TopK with K={k}: TensorRT's limit is K <= {TOPK_MAX_K}; {_FIX}")
             continue
         # K is computed at run time: safe only if the sorted axis is statically small.
         axis_size = _axis_size(view, node.input[0] if node.input else "", attrs.get("axis", -1))
-        if not isinstance(axis_size, int) or axis_size > trt.TOPK_MAX_K:
+        if not isinstance(axis_size, int) or axis_size > TOPK_MAX_K:
             size = {None: "unknown size", str: f"dynamic size {axis_size!r}"}.get(
                 axis_size if axis_size is None else type(axis_size), f"size {axis_size}")
             yield Violation.at(
                 RULE, ref, f"TopK with K computed at run time over an axis of {size}: TensorRT needs "
-                f"K <= {trt.TOPK_MAX_K}, which nothing in the model guarantees; {_FIX}",
+                f"K <= {TOPK_MAX_K}, which nothing in the model guarantees; {_FIX}",
             )
 
 
