@@ -142,14 +142,14 @@ def test_installed_eager_op_reaches_the_packaged_launcher(installed, exported):
         import ctypes.util
         import torch
         import et_trt_backend.kernels.op  # registers torch.ops.et_trt.grouped_mm
-        from et_trt_backend import runtime
+        import pathlib
         from et_trt_backend.kernels.launcher import GroupedMMLauncher, LauncherError
-        from et_trt_backend.serialization import blob
+        from et_trt_backend.serialization import pte
         print(hasattr(torch.ops.et_trt, "grouped_mm"))
-        images = blob.deserialize(runtime.delegate_blobs({str(exported)!r})[0][1]).kernels
+        images = pte.read_partitions(pathlib.Path({str(exported)!r}).read_bytes())[0].contents.kernels
         has_driver = ctypes.util.find_library("cuda") is not None
         try:
-            GroupedMMLauncher([i for i in images if i.dtype == "bf16" and i.kernel.endswith("_nk")])
+            GroupedMMLauncher([i for i in images if i.dtype == "bf16" and i.trans_b])
             print("created", has_driver)
         except LauncherError as e:
             print("refused", has_driver, e)
