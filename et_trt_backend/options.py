@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from executorch.exir.backend.compile_spec_schema import CompileSpec
+if TYPE_CHECKING:  # imported where specs are made: reading a blob's options needs no ExecuTorch
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 # Key of the one compile spec that carries a partition's options (JSON).
 OPTIONS_SPEC_KEY = "et_trt.options"
@@ -82,6 +83,8 @@ class CompileOptions:
         return out
 
     def to_compile_specs(self, part: str) -> list[CompileSpec]:
+        from executorch.exir.backend.compile_spec_schema import CompileSpec
+
         payload = json.dumps(self.to_json(), sort_keys=True).encode()
         return [CompileSpec(OPTIONS_SPEC_KEY, payload), CompileSpec(PART_SPEC_KEY, part.encode())]
 
