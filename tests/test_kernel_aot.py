@@ -52,7 +52,7 @@ def test_every_default_arch_compiles(arch):
         assert image.entry == ("grouped_mm_wgmma" if image.kernel in wgmma else "grouped_mm_kernel")
         assert image.dtype == "bf16" and image.persistent
         assert 0 < image.shared_bytes <= (227 if cap in ("90", "100", "110") else 163 if cap in ("80", "87") else 99) * 1024
-        if image.kernel.startswith("grouped_mm_tma"):
+        if image.variant in ("tma", "tma_small"):
             assert image.global_scratch_bytes > 0 and image.global_scratch_align >= 64  # device-side TMA descriptors
     # The portable fallback: PTX for sm_80, which any newer GPU's driver can JIT.
     ptx = [i for i in images if i.format == "ptx"]
@@ -198,6 +198,75 @@ def test_launcher_without_a_driver_says_so(launcher_library, monkeypatch):
     monkeypatch.setattr(launcher, "_lib", None)
     with pytest.raises(launcher.LauncherError, match="libcuda.so.1"):
         launcher.GroupedMMLauncher(aot.grouped_mm_images(["sm_90a"], "bf16", True))
+
+
+def test_the_launcher_binding_needs_neither_executorch_nor_triton(tmp_path):
+    """The device checks and benchmarks run the launcher where only torch is installed."""
+    images.save_images(tmp_path / "images.json", aot.grouped_mm_images(["sm_90a"], "bf16", True))
+    code = f"""
+import sys
+sys.modules["executorch"] = sys.modules["triton"] = None  # importing either now fails
+from et_trt_backend.kernels import launcher
+from et_trt_backend.kernels.images import load_images
+from et_trt_backend.serialization import blob
+print(len(blob.kernel_images_flatbuffer(load_images({str(tmp_path / "images.json")!r}))) > 0)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr[-3000:]
+
+
+def test_launcher_abi_refuses_what_is_not_the_schemas_kernel_images(launcher_library):
+    """The C ABI reads the images' fields through the blob schema: anything else is refused before the
+    driver is needed, naming what is wrong."""
+    from et_trt_backend.serialization import blob
+
+    lib = ctypes.CDLL(str(launcher_library / "libet_trt_grouped_mm.so"))
+    lib.et_trt_grouped_mm_create.restype = ctypes.c_void_p
+    images = aot.grouped_mm_images(["sm_90a"], "bf16", True)
+    kernels = blob.kernel_images_flatbuffer(images)
+    data = [i.image.bytes() for i in images]
+
+    def create(buffer: bytes, data: list[bytes], sizes: list[int]) -> str:
+        error = ctypes.create_string_buffer(1024)
+        handle = lib.et_trt_grouped_mm_create(
+            buffer, ctypes.c_size_t(len(buffer)), (ctypes.c_char_p * len(data))(*data),
+            (ctypes.c_size_t * len(sizes))(*sizes), ctypes.c_int32(len(data)), error, ctypes.c_size_t(len(error)))
+        assert not handle
+        return error.value.decode()
+
+    assert "not a flatbuffer of the blob schema" in create(kernels[:-8], data, [len(d) for d in data])
+    assert "not a flatbuffer of the blob schema" in create(b"ETRT" * 16, data, [len(d) for d in data])
+    assert f"{len(data) - 1} image byte strings for {len(data)} kernel images" in create(
+        kernels, data[:-1], [len(d) for d in data[:-1]])
+    wrong = [len(d) for d in data]
+    wrong[1] -= 1
+    assert f"({images[1].kernel}) has {wrong[1]} bytes; its record says {len(data[1])}" in create(kernels, data, wrong)
+
+
+def test_launcher_keeps_its_flatbuffers_apart_from_executorchs(launcher_library, tmp_path):
+    """A process that loaded ExecuTorch's XNNPACK backend (flatbuffers 24, symbols exported) first still
+    gets the launcher's own flatbuffers code: the images are read, and only the missing driver stops it."""
+    import executorch
+
+    xnnpack = pathlib.Path(list(executorch.__path__)[0]) / "lib" / "libexecutorch_backend_xnnpack.so"
+    if not xnnpack.exists():
+        pytest.skip(f"{xnnpack} is not in this ExecuTorch wheel")
+    if ctypes.util.find_library("cuda") is not None:
+        pytest.skip("a CUDA driver is installed here: the launcher would get past the driver")
+    images.save_images(tmp_path / "images.json", aot.grouped_mm_images(["sm_90a"], "bf16", True))
+    code = f"""
+import ctypes
+ctypes.CDLL({str(xnnpack)!r}, mode=ctypes.RTLD_GLOBAL)
+from et_trt_backend.kernels import launcher
+from et_trt_backend.kernels.images import load_images
+try:
+    launcher.GroupedMMLauncher(load_images({str(tmp_path / "images.json")!r}))
+except launcher.LauncherError as e:
+    print(e)
+"""
+    env = dict(os.environ, **{"ET_TRT_GROUPED_MM_LIB": str(launcher_library / "libet_trt_grouped_mm.so")})
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert "libcuda.so.1" in result.stdout, result.stdout + result.stderr[-3000:]
 
 
 def test_eager_op_fake_shapes_and_input_errors():

@@ -41,7 +41,7 @@ def _launcher(dtype, trans_b, variant=None):
     key = (dtype, trans_b, variant)
     if key not in _variant_launchers:
         images = op._images_for(device, op._DTYPES[dtype], trans_b)
-        chosen = [i for i in images if i.kernel.startswith(f"grouped_mm_{variant}_") and i.format == "cubin"]
+        chosen = [i for i in images if i.variant == variant and i.format == "cubin"]
         if not chosen:
             pytest.skip(f"no {variant} cubin for this GPU among the images")
         _variant_launchers[key] = launcher.GroupedMMLauncher(chosen)
@@ -224,7 +224,7 @@ def test_more_groups_than_the_wgmma_table_falls_back():
     _launcher(torch.bfloat16, True)  # skips like the others where nothing can run
     device = torch.device("cuda", torch.cuda.current_device())
     if torch.cuda.get_device_capability(device) != (9, 0) or not any(
-            i.kernel.startswith("grouped_mm_wgmma") for i in op._images_for(device, "bf16", True)):
+            i.variant == "wgmma" for i in op._images_for(device, "bf16", True)):
         pytest.skip("the wgmma kernel serves sm_90 only, and only where its image was built (nvcc)")
     for experts, picked_wgmma in ((sm90.MAX_GROUPS + 76, False), (sm90.MAX_GROUPS, True)):
         offs = _routed_offsets(9000, experts, 8, seed=9).cuda()  # 72,000 rows: >= 64 per group
@@ -297,7 +297,7 @@ def test_portable_ptx_runs_when_no_cubin_serves():
         pool = images.load_images(os.environ[op.IMAGES_ENV])
     else:
         pool = aot.grouped_mm_images([], "bf16", True)
-    ptx = [i for i in pool if i.format == "ptx" and i.dtype == "bf16" and i.kernel.endswith("_nk")]
+    ptx = [i for i in pool if i.format == "ptx" and i.dtype == "bf16" and i.trans_b]
     assert ptx, "no PTX image among the shipped images"
     launcher = GroupedMMLauncher(ptx)
     offs = torch.tensor([30, 30, 90, 120], dtype=torch.int32, device="cuda")

@@ -5,11 +5,14 @@
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX (tests)
 .device/bench_images.json  bf16, trans_b: ours, the 48 KiB baseline and tuning candidates
 .device/bench_images.groups.json  which of those each benchmark contender launches
+.device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
+                           fields through the blob schema's generated header, which the device cannot make
 """
 
 import json
 import logging
 import pathlib
+import shutil
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -30,8 +33,19 @@ CANDIDATES = {
 }
 
 
+def copy_flatbuffers() -> None:
+    """flatc and the headers of one release (Debian's flatbuffers-compiler and libflatbuffers-dev, which
+    scripts/system_packages.sh installs), laid out as runtime/cmake/blob_schema.cmake finds them."""
+    target = OUT / "flatbuffers"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree("/usr/include/flatbuffers", target / "include" / "flatbuffers")
+    (target / "bin").mkdir()
+    shutil.copy2("/usr/bin/flatc", target / "bin" / "flatc")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    copy_flatbuffers()
     tests = []
     for dtype in aot.DTYPES:
         for trans_b in (False, True):

@@ -14,7 +14,8 @@ export PYTHONPATH=/tmp/no_triton:$PWD PYTHONUNBUFFERED=1 ET_TRT_KERNEL_IMAGES=$P
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"
 
-cmake -S runtime/kernels -B build/kernels -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 \
+cmake -S runtime/kernels -B build/kernels -DCMAKE_BUILD_TYPE=Release \
+  -DET_TRT_FLATBUFFERS_INCLUDE_DIR=$PWD/.device/flatbuffers/include > "$OUT/build.log" 2>&1 \
   && cmake --build build/kernels -j 8 >> "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 echo "launcher built"
 

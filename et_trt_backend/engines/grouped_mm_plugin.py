@@ -52,9 +52,8 @@ def kernel_images_id(kernels: Sequence[KernelImage]) -> bytes:
 
 
 def kernel_dtypes(kernels: Sequence[KernelImage], trans_b: bool) -> frozenset[str]:
-    """The dtypes ("bf16", "fp16") there are images for in this layout (kernel names end in _nk for trans_b)."""
-    suffix = "_nk" if trans_b else "_kn"
-    return frozenset(k.dtype for k in kernels if k.kernel.endswith(suffix))
+    """The dtypes ("bf16", "fp16") there are images for in this layout."""
+    return frozenset(k.dtype for k in kernels if k.trans_b == trans_b)
 
 
 def read_fields(trt: ModuleType, fields) -> dict[str, object]:

@@ -12,8 +12,10 @@ import json
 import logging
 import os
 import pathlib
+import re
 from collections.abc import Callable, Sequence
 
+from et_trt_backend.serialization import schema_generated as fb
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
@@ -22,28 +24,23 @@ CACHE_ENV = "ET_TRT_KERNEL_CACHE"
 CACHE_FORMAT = 3  # bump when the cached record layout changes
 
 
-@dataclasses.dataclass(frozen=True)
-class KernelImage:
-    """One compiled kernel; the fields of table KernelImage in schema.fbs."""
+def _snake_case(name: str) -> str:
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
 
-    kernel: str  # kernel_name(variant, trans_b)
-    variant: str  # the launcher's choice among a blob's images (grouped_mm_launcher.h)
-    trans_b: bool  # b is [G, N, K]
-    arch: str
-    format: str  # "cubin" | "ptx"
-    image: NamedData  # the cubin or PTX bytes (attached where known)
-    entry: str
-    dtype: str  # "bf16" | "fp16"
-    num_warps: int
-    shared_bytes: int
-    global_scratch_bytes: int
-    global_scratch_align: int
-    profile_scratch_bytes: int
-    block_m: int
-    block_n: int
-    block_k: int
-    persistent: bool
-    ptx_version: str
+
+# The fields of table KernelImage in schema.fbs (their one definition), in its order: flatc's object API
+# (schema_generated.KernelImageT) names them in camelCase; here they are in snake_case.
+SCHEMA_NAMES: dict[str, str] = {_snake_case(name): name for name in vars(fb.KernelImageT())}
+
+KernelImage = dataclasses.make_dataclass("KernelImage", list(SCHEMA_NAMES), frozen=True)
+KernelImage.__module__ = __name__
+KernelImage.__doc__ = """One compiled kernel: the fields of table KernelImage in schema.fbs, in snake_case.
+
+Strings as str; `format` is "cubin" | "ptx" and `dtype` "bf16" | "fp16" (serialization/blob.py maps them to
+the schema's enums); `image` is a NamedData holding the cubin or PTX bytes where they are known. `kernel`
+is kernel_name(variant, trans_b); `variant` is the launcher's choice among a blob's images
+(runtime/kernels/grouped_mm_launcher.h).
+"""
 
 
 def kernel_name(variant: str, trans_b: bool) -> str:

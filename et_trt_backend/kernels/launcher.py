@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from et_trt_backend import libraries
 from et_trt_backend.kernels.images import KernelImage
+from et_trt_backend.serialization import blob
 
 LIBRARY_ENV = "ET_TRT_GROUPED_MM_LIB"
 _LIBRARY_NAME = "libet_trt_grouped_mm.so"
@@ -23,17 +24,6 @@ _BUILD_DIRS = ("runtime/build/kernels", "runtime/kernels/build", "build/kernels"
 
 class LauncherError(RuntimeError):
     """The launcher refused the images or a launch; the message says why."""
-
-
-class _Image(ctypes.Structure):
-    _fields_ = [
-        ("kernel", ctypes.c_char_p), ("arch", ctypes.c_char_p), ("format", ctypes.c_int32),
-        ("image", ctypes.c_void_p), ("image_size", ctypes.c_size_t), ("entry", ctypes.c_char_p),
-        ("dtype", ctypes.c_char_p), ("num_warps", ctypes.c_int32), ("shared_bytes", ctypes.c_int32),
-        ("global_scratch_bytes", ctypes.c_int32), ("global_scratch_align", ctypes.c_int32),
-        ("profile_scratch_bytes", ctypes.c_int32), ("block_m", ctypes.c_int32), ("block_n", ctypes.c_int32),
-        ("block_k", ctypes.c_int32), ("persistent", ctypes.c_int32), ("ptx_version", ctypes.c_char_p),
-    ]
 
 
 def library_path() -> pathlib.Path:
@@ -59,7 +49,9 @@ def _library() -> ctypes.CDLL:
     if _lib is None:
         lib = ctypes.CDLL(str(library_path()))
         lib.et_trt_grouped_mm_create.restype = ctypes.c_void_p
-        lib.et_trt_grouped_mm_create.argtypes = [ctypes.POINTER(_Image), ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t]
+        lib.et_trt_grouped_mm_create.argtypes = [
+            ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t),
+            ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t]
         lib.et_trt_grouped_mm_launch.restype = ctypes.c_int32
         lib.et_trt_grouped_mm_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
             ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
@@ -76,16 +68,13 @@ class GroupedMMLauncher:
     def __init__(self, images: Sequence[KernelImage]):
         lib = _library()
         self.trans_b = bool(images) and images[0].trans_b
-        self._keep = [i.image.bytes() for i in images]  # the C side borrows the bytes during create
-        array = (_Image * len(images))(*[
-            _Image(i.kernel.encode(), i.arch.encode(), 1 if i.format == "ptx" else 0,
-                   ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p), len(data), i.entry.encode(),
-                   i.dtype.encode(), i.num_warps, i.shared_bytes, i.global_scratch_bytes, i.global_scratch_align,
-                   i.profile_scratch_bytes, i.block_m, i.block_n, i.block_k, int(i.persistent), i.ptx_version.encode())
-            for i, data in zip(images, self._keep)
-        ])
+        kernels = blob.kernel_images_flatbuffer(images)
+        data = [i.image.bytes() for i in images]  # the C side reads them during create only
+        pointers = (ctypes.c_char_p * len(data))(*data)
+        sizes = (ctypes.c_size_t * len(data))(*(len(d) for d in data))
         error = ctypes.create_string_buffer(4096)
-        self._handle = lib.et_trt_grouped_mm_create(array, len(images), error, len(error))
+        self._handle = lib.et_trt_grouped_mm_create(kernels, len(kernels), pointers, sizes, len(data), error,
+                                                    len(error))
         if not self._handle:
             raise LauncherError(error.value.decode())
 

@@ -36,8 +36,7 @@ def _images_for(device: torch.device, dtype: str, trans_b: bool) -> list[KernelI
         arch = f"sm_{major}{minor}"
         logger.info("compiling grouped_mm kernel images for %s with Triton", arch)
         pool = aot.grouped_mm_images([arch], dtype, trans_b)
-    layout = "_nk" if trans_b else "_kn"
-    return [i for i in pool if i.dtype == dtype and i.kernel.endswith(layout)]
+    return [i for i in pool if i.dtype == dtype and i.trans_b == trans_b]
 
 
 def _launcher(device: torch.device, dtype: str, trans_b: bool) -> GroupedMMLauncher:

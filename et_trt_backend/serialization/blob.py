@@ -23,12 +23,14 @@ import hashlib
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 from typing import Any, Callable, TypeVar
 
 import flatbuffers
 import torch
 
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.kernels.images import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
+from et_trt_backend.kernels.images import KernelImage
 from et_trt_backend.serialization.named_data import NAMED_DATA_PREFIX, NamedData
 from et_trt_backend.options import CompileOptions, OptionsError, parse_options
 from et_trt_backend.serialization import schema_generated as fb
@@ -316,17 +318,17 @@ def _export_options(options: CompileOptions) -> dict[str, Any]:
     return {key: value for key, value in options.to_json().items() if key in EXPORT_ONLY_OPTIONS}
 
 
-def _build_named_data(builder: flatbuffers.Builder, data: NamedData) -> int:
+def _named_data_table(data: NamedData) -> fb.NamedDataT:
     if not data.key.startswith(NAMED_DATA_PREFIX) or len(data.sha256) != 32:
         raise BlobError(f"named data {data.key!r}: the key must start with {NAMED_DATA_PREFIX!r} and the sha256 "
                         f"be 32 bytes, got {len(data.sha256)}")
-    key = builder.CreateString(data.key)
-    digest = builder.CreateByteVector(data.sha256)
-    fb.NamedDataStart(builder)
-    fb.NamedDataAddKey(builder, key)
-    fb.NamedDataAddSize(builder, data.size)
-    fb.NamedDataAddSha256(builder, digest)
-    return fb.NamedDataEnd(builder)
+    table = fb.NamedDataT()
+    table.key, table.size, table.sha256 = data.key, data.size, list(data.sha256)
+    return table
+
+
+def _build_named_data(builder: flatbuffers.Builder, data: NamedData) -> int:
+    return _named_data_table(data).Pack(builder)
 
 
 def _build_weight(builder: flatbuffers.Builder, weight: WeightRecord) -> int:
@@ -344,32 +346,24 @@ def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
         raise BlobError(f"{where}: format must be one of {', '.join(_IMAGE_FORMAT_TO_FB)}")
     if k.dtype not in _KERNEL_DTYPE_TO_FB:
         raise BlobError(f"{where}: dtype must be one of {', '.join(_KERNEL_DTYPE_TO_FB)}, got {k.dtype!r}")
-    kernel = builder.CreateString(k.kernel)
-    variant = builder.CreateString(k.variant)
-    arch = builder.CreateString(k.arch)
-    image = _build_named_data(builder, k.image)
-    entry = builder.CreateString(k.entry)
-    ptx_version = builder.CreateString(k.ptx_version)
-    fb.KernelImageStart(builder)
-    fb.KernelImageAddKernel(builder, kernel)
-    fb.KernelImageAddVariant(builder, variant)
-    fb.KernelImageAddTransB(builder, k.trans_b)
-    fb.KernelImageAddArch(builder, arch)
-    fb.KernelImageAddFormat(builder, _IMAGE_FORMAT_TO_FB[k.format])
-    fb.KernelImageAddImage(builder, image)
-    fb.KernelImageAddEntry(builder, entry)
-    fb.KernelImageAddDtype(builder, _KERNEL_DTYPE_TO_FB[k.dtype])
-    fb.KernelImageAddNumWarps(builder, k.num_warps)
-    fb.KernelImageAddSharedBytes(builder, k.shared_bytes)
-    fb.KernelImageAddGlobalScratchBytes(builder, k.global_scratch_bytes)
-    fb.KernelImageAddGlobalScratchAlign(builder, k.global_scratch_align)
-    fb.KernelImageAddProfileScratchBytes(builder, k.profile_scratch_bytes)
-    fb.KernelImageAddBlockM(builder, k.block_m)
-    fb.KernelImageAddBlockN(builder, k.block_n)
-    fb.KernelImageAddBlockK(builder, k.block_k)
-    fb.KernelImageAddPersistent(builder, k.persistent)
-    fb.KernelImageAddPtxVersion(builder, ptx_version)
-    return fb.KernelImageEnd(builder)
+    table = fb.KernelImageT()
+    for field, name in KERNEL_IMAGE_SCHEMA_NAMES.items():
+        setattr(table, name, getattr(k, field))
+    table.format = _IMAGE_FORMAT_TO_FB[k.format]
+    table.dtype = _KERNEL_DTYPE_TO_FB[k.dtype]
+    table.image = _named_data_table(k.image)
+    return table.Pack(builder)
+
+
+def kernel_images_flatbuffer(images: Sequence[KernelImage]) -> bytes:
+    """A flatbuffer whose root Blob holds only `images` (no blob header): how the launcher's C ABI
+    takes kernel images (runtime/kernels/grouped_mm_capi.h)."""
+    builder = flatbuffers.Builder(1024)
+    kernels = _build_vector(builder, [_build_kernel(builder, k) for k in images], fb.BlobStartKernelsVector)
+    fb.BlobStart(builder)
+    fb.BlobAddKernels(builder, kernels)
+    builder.Finish(fb.BlobEnd(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
 
 
 def _build_engine(builder: flatbuffers.Builder, engine: EngineRecord) -> int:
@@ -557,26 +551,15 @@ def _read_engine(table: fb.Engine, where: str, payload: bytes) -> EngineRecord:
 
 
 def _read_kernel(table: fb.KernelImage, where: str, payload: bytes) -> KernelImage:
-    return KernelImage(
-        kernel=_str(table.Kernel(), f"{where}.kernel"),
-        variant=_str(table.Variant(), f"{where}.variant"),
-        trans_b=table.TransB(),
-        arch=_str(table.Arch(), f"{where}.arch"),
-        format=_enum(table.Format(), _FB_TO_IMAGE_FORMAT, f"{where}.format"),
-        image=_read_named_data(table.Image(), f"{where}.image", payload),
-        entry=_str(table.Entry(), f"{where}.entry"),
-        dtype=_enum(table.Dtype(), _FB_TO_KERNEL_DTYPE, f"{where}.dtype"),
-        num_warps=table.NumWarps(),
-        shared_bytes=table.SharedBytes(),
-        global_scratch_bytes=table.GlobalScratchBytes(),
-        global_scratch_align=table.GlobalScratchAlign(),
-        profile_scratch_bytes=table.ProfileScratchBytes(),
-        block_m=table.BlockM(),
-        block_n=table.BlockN(),
-        block_k=table.BlockK(),
-        persistent=table.Persistent(),
-        ptx_version=_str(table.PtxVersion(), f"{where}.ptx_version"),
-    )
+    # The reader's accessors are the object API's names, capitalized: NumWarps(), PtxVersion().
+    values = {field: getattr(table, name[0].upper() + name[1:])() for field, name in KERNEL_IMAGE_SCHEMA_NAMES.items()}
+    for field, value in values.items():
+        if value is None or isinstance(value, bytes):  # a string (or the image table, read below)
+            values[field] = _str(value, f"{where}.{field}")
+    values["format"] = _enum(table.Format(), _FB_TO_IMAGE_FORMAT, f"{where}.format")
+    values["dtype"] = _enum(table.Dtype(), _FB_TO_KERNEL_DTYPE, f"{where}.dtype")
+    values["image"] = _read_named_data(table.Image(), f"{where}.image", payload)
+    return KernelImage(**values)
 
 
 def _read_producer(table: fb.Producer | None) -> dict[str, str | int]:

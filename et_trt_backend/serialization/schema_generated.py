@@ -95,6 +95,53 @@ def DimAddMax(builder, max): builder.PrependInt64Slot(4, max, 0)
 def DimEnd(builder): return builder.EndObject()
 
 
+class DimT(object):
+
+    # DimT
+    def __init__(self):
+        self.size = -1  # type: int
+        self.name = None  # type: str
+        self.min = 0  # type: int
+        self.opt = 0  # type: int
+        self.max = 0  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        dim = Dim()
+        dim.Init(buf, pos)
+        return cls.InitFromObj(dim)
+
+    @classmethod
+    def InitFromObj(cls, dim):
+        x = DimT()
+        x._UnPack(dim)
+        return x
+
+    # DimT
+    def _UnPack(self, dim):
+        if dim is None:
+            return
+        self.size = dim.Size()
+        self.name = dim.Name()
+        self.min = dim.Min()
+        self.opt = dim.Opt()
+        self.max = dim.Max()
+
+    # DimT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        DimStart(builder)
+        DimAddSize(builder, self.size)
+        if self.name is not None:
+            DimAddName(builder, name)
+        DimAddMin(builder, self.min)
+        DimAddOpt(builder, self.opt)
+        DimAddMax(builder, self.max)
+        dim = DimEnd(builder)
+        return dim
+
+
 class TensorSpec(object):
     __slots__ = ['_tab']
 
@@ -161,6 +208,67 @@ def TensorSpecAddDtype(builder, dtype): builder.PrependInt8Slot(1, dtype, 0)
 def TensorSpecAddDims(builder, dims): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(dims), 0)
 def TensorSpecStartDimsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def TensorSpecEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List
+except:
+    pass
+
+class TensorSpecT(object):
+
+    # TensorSpecT
+    def __init__(self):
+        self.name = None  # type: str
+        self.dtype = 0  # type: int
+        self.dims = None  # type: List[DimT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        tensorSpec = TensorSpec()
+        tensorSpec.Init(buf, pos)
+        return cls.InitFromObj(tensorSpec)
+
+    @classmethod
+    def InitFromObj(cls, tensorSpec):
+        x = TensorSpecT()
+        x._UnPack(tensorSpec)
+        return x
+
+    # TensorSpecT
+    def _UnPack(self, tensorSpec):
+        if tensorSpec is None:
+            return
+        self.name = tensorSpec.Name()
+        self.dtype = tensorSpec.Dtype()
+        if not tensorSpec.DimsIsNone():
+            self.dims = []
+            for i in range(tensorSpec.DimsLength()):
+                if tensorSpec.Dims(i) is None:
+                    self.dims.append(None)
+                else:
+                    dim_ = DimT.InitFromObj(tensorSpec.Dims(i))
+                    self.dims.append(dim_)
+
+    # TensorSpecT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.dims is not None:
+            dimslist = []
+            for i in range(len(self.dims)):
+                dimslist.append(self.dims[i].Pack(builder))
+            TensorSpecStartDimsVector(builder, len(self.dims))
+            for i in reversed(range(len(self.dims))):
+                builder.PrependUOffsetTRelative(dimslist[i])
+            dims = builder.EndVector()
+        TensorSpecStart(builder)
+        if self.name is not None:
+            TensorSpecAddName(builder, name)
+        TensorSpecAddDtype(builder, self.dtype)
+        if self.dims is not None:
+            TensorSpecAddDims(builder, dims)
+        tensorSpec = TensorSpecEnd(builder)
+        return tensorSpec
 
 
 class Producer(object):
@@ -237,6 +345,68 @@ def ProducerAddTensorrt(builder, tensorrt): builder.PrependUOffsetTRelativeSlot(
 def ProducerEnd(builder): return builder.EndObject()
 
 
+class ProducerT(object):
+
+    # ProducerT
+    def __init__(self):
+        self.etTrt = None  # type: str
+        self.torch = None  # type: str
+        self.executorch = None  # type: str
+        self.onnxOpset = 0  # type: int
+        self.triton = None  # type: str
+        self.tensorrt = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        producer = Producer()
+        producer.Init(buf, pos)
+        return cls.InitFromObj(producer)
+
+    @classmethod
+    def InitFromObj(cls, producer):
+        x = ProducerT()
+        x._UnPack(producer)
+        return x
+
+    # ProducerT
+    def _UnPack(self, producer):
+        if producer is None:
+            return
+        self.etTrt = producer.EtTrt()
+        self.torch = producer.Torch()
+        self.executorch = producer.Executorch()
+        self.onnxOpset = producer.OnnxOpset()
+        self.triton = producer.Triton()
+        self.tensorrt = producer.Tensorrt()
+
+    # ProducerT
+    def Pack(self, builder):
+        if self.etTrt is not None:
+            etTrt = builder.CreateString(self.etTrt)
+        if self.torch is not None:
+            torch = builder.CreateString(self.torch)
+        if self.executorch is not None:
+            executorch = builder.CreateString(self.executorch)
+        if self.triton is not None:
+            triton = builder.CreateString(self.triton)
+        if self.tensorrt is not None:
+            tensorrt = builder.CreateString(self.tensorrt)
+        ProducerStart(builder)
+        if self.etTrt is not None:
+            ProducerAddEtTrt(builder, etTrt)
+        if self.torch is not None:
+            ProducerAddTorch(builder, torch)
+        if self.executorch is not None:
+            ProducerAddExecutorch(builder, executorch)
+        ProducerAddOnnxOpset(builder, self.onnxOpset)
+        if self.triton is not None:
+            ProducerAddTriton(builder, triton)
+        if self.tensorrt is not None:
+            ProducerAddTensorrt(builder, tensorrt)
+        producer = ProducerEnd(builder)
+        return producer
+
+
 class BuildOptions(object):
     __slots__ = ['_tab']
 
@@ -285,6 +455,44 @@ def BuildOptionsAddTf32(builder, tf32): builder.PrependBoolSlot(0, tf32, 1)
 def BuildOptionsAddWorkspaceBytes(builder, workspaceBytes): builder.PrependUint64Slot(1, workspaceBytes, 0)
 def BuildOptionsAddOptimizationLevel(builder, optimizationLevel): builder.PrependInt32Slot(2, optimizationLevel, 3)
 def BuildOptionsEnd(builder): return builder.EndObject()
+
+
+class BuildOptionsT(object):
+
+    # BuildOptionsT
+    def __init__(self):
+        self.tf32 = True  # type: bool
+        self.workspaceBytes = 0  # type: int
+        self.optimizationLevel = 3  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        buildOptions = BuildOptions()
+        buildOptions.Init(buf, pos)
+        return cls.InitFromObj(buildOptions)
+
+    @classmethod
+    def InitFromObj(cls, buildOptions):
+        x = BuildOptionsT()
+        x._UnPack(buildOptions)
+        return x
+
+    # BuildOptionsT
+    def _UnPack(self, buildOptions):
+        if buildOptions is None:
+            return
+        self.tf32 = buildOptions.Tf32()
+        self.workspaceBytes = buildOptions.WorkspaceBytes()
+        self.optimizationLevel = buildOptions.OptimizationLevel()
+
+    # BuildOptionsT
+    def Pack(self, builder):
+        BuildOptionsStart(builder)
+        BuildOptionsAddTf32(builder, self.tf32)
+        BuildOptionsAddWorkspaceBytes(builder, self.workspaceBytes)
+        BuildOptionsAddOptimizationLevel(builder, self.optimizationLevel)
+        buildOptions = BuildOptionsEnd(builder)
+        return buildOptions
 
 
 class KernelImage(object):
@@ -459,6 +667,112 @@ def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(16, p
 def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
 def KernelImageEnd(builder): return builder.EndObject()
 
+try:
+    from typing import Optional
+except:
+    pass
+
+class KernelImageT(object):
+
+    # KernelImageT
+    def __init__(self):
+        self.kernel = None  # type: str
+        self.variant = None  # type: str
+        self.transB = False  # type: bool
+        self.arch = None  # type: str
+        self.format = 0  # type: int
+        self.image = None  # type: Optional[NamedDataT]
+        self.entry = None  # type: str
+        self.dtype = 0  # type: int
+        self.numWarps = 0  # type: int
+        self.sharedBytes = 0  # type: int
+        self.globalScratchBytes = 0  # type: int
+        self.globalScratchAlign = 0  # type: int
+        self.profileScratchBytes = 0  # type: int
+        self.blockM = 0  # type: int
+        self.blockN = 0  # type: int
+        self.blockK = 0  # type: int
+        self.persistent = False  # type: bool
+        self.ptxVersion = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        kernelImage = KernelImage()
+        kernelImage.Init(buf, pos)
+        return cls.InitFromObj(kernelImage)
+
+    @classmethod
+    def InitFromObj(cls, kernelImage):
+        x = KernelImageT()
+        x._UnPack(kernelImage)
+        return x
+
+    # KernelImageT
+    def _UnPack(self, kernelImage):
+        if kernelImage is None:
+            return
+        self.kernel = kernelImage.Kernel()
+        self.variant = kernelImage.Variant()
+        self.transB = kernelImage.TransB()
+        self.arch = kernelImage.Arch()
+        self.format = kernelImage.Format()
+        if kernelImage.Image() is not None:
+            self.image = NamedDataT.InitFromObj(kernelImage.Image())
+        self.entry = kernelImage.Entry()
+        self.dtype = kernelImage.Dtype()
+        self.numWarps = kernelImage.NumWarps()
+        self.sharedBytes = kernelImage.SharedBytes()
+        self.globalScratchBytes = kernelImage.GlobalScratchBytes()
+        self.globalScratchAlign = kernelImage.GlobalScratchAlign()
+        self.profileScratchBytes = kernelImage.ProfileScratchBytes()
+        self.blockM = kernelImage.BlockM()
+        self.blockN = kernelImage.BlockN()
+        self.blockK = kernelImage.BlockK()
+        self.persistent = kernelImage.Persistent()
+        self.ptxVersion = kernelImage.PtxVersion()
+
+    # KernelImageT
+    def Pack(self, builder):
+        if self.kernel is not None:
+            kernel = builder.CreateString(self.kernel)
+        if self.variant is not None:
+            variant = builder.CreateString(self.variant)
+        if self.arch is not None:
+            arch = builder.CreateString(self.arch)
+        if self.image is not None:
+            image = self.image.Pack(builder)
+        if self.entry is not None:
+            entry = builder.CreateString(self.entry)
+        if self.ptxVersion is not None:
+            ptxVersion = builder.CreateString(self.ptxVersion)
+        KernelImageStart(builder)
+        if self.kernel is not None:
+            KernelImageAddKernel(builder, kernel)
+        if self.variant is not None:
+            KernelImageAddVariant(builder, variant)
+        KernelImageAddTransB(builder, self.transB)
+        if self.arch is not None:
+            KernelImageAddArch(builder, arch)
+        KernelImageAddFormat(builder, self.format)
+        if self.image is not None:
+            KernelImageAddImage(builder, image)
+        if self.entry is not None:
+            KernelImageAddEntry(builder, entry)
+        KernelImageAddDtype(builder, self.dtype)
+        KernelImageAddNumWarps(builder, self.numWarps)
+        KernelImageAddSharedBytes(builder, self.sharedBytes)
+        KernelImageAddGlobalScratchBytes(builder, self.globalScratchBytes)
+        KernelImageAddGlobalScratchAlign(builder, self.globalScratchAlign)
+        KernelImageAddProfileScratchBytes(builder, self.profileScratchBytes)
+        KernelImageAddBlockM(builder, self.blockM)
+        KernelImageAddBlockN(builder, self.blockN)
+        KernelImageAddBlockK(builder, self.blockK)
+        KernelImageAddPersistent(builder, self.persistent)
+        if self.ptxVersion is not None:
+            KernelImageAddPtxVersion(builder, ptxVersion)
+        kernelImage = KernelImageEnd(builder)
+        return kernelImage
+
 
 class NamedData(object):
     __slots__ = ['_tab']
@@ -530,6 +844,66 @@ def NamedDataAddSha256(builder, sha256): builder.PrependUOffsetTRelativeSlot(2, 
 def NamedDataStartSha256Vector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def NamedDataEnd(builder): return builder.EndObject()
 
+try:
+    from typing import List
+except:
+    pass
+
+class NamedDataT(object):
+
+    # NamedDataT
+    def __init__(self):
+        self.key = None  # type: str
+        self.size = 0  # type: int
+        self.sha256 = None  # type: List[int]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        namedData = NamedData()
+        namedData.Init(buf, pos)
+        return cls.InitFromObj(namedData)
+
+    @classmethod
+    def InitFromObj(cls, namedData):
+        x = NamedDataT()
+        x._UnPack(namedData)
+        return x
+
+    # NamedDataT
+    def _UnPack(self, namedData):
+        if namedData is None:
+            return
+        self.key = namedData.Key()
+        self.size = namedData.Size()
+        if not namedData.Sha256IsNone():
+            if np is None:
+                self.sha256 = []
+                for i in range(namedData.Sha256Length()):
+                    self.sha256.append(namedData.Sha256(i))
+            else:
+                self.sha256 = namedData.Sha256AsNumpy()
+
+    # NamedDataT
+    def Pack(self, builder):
+        if self.key is not None:
+            key = builder.CreateString(self.key)
+        if self.sha256 is not None:
+            if np is not None and type(self.sha256) is np.ndarray:
+                sha256 = builder.CreateNumpyVector(self.sha256)
+            else:
+                NamedDataStartSha256Vector(builder, len(self.sha256))
+                for i in reversed(range(len(self.sha256))):
+                    builder.PrependUint8(self.sha256[i])
+                sha256 = builder.EndVector()
+        NamedDataStart(builder)
+        if self.key is not None:
+            NamedDataAddKey(builder, key)
+        NamedDataAddSize(builder, self.size)
+        if self.sha256 is not None:
+            NamedDataAddSha256(builder, sha256)
+        namedData = NamedDataEnd(builder)
+        return namedData
+
 
 class Weight(object):
     __slots__ = ['_tab']
@@ -574,6 +948,52 @@ def WeightStart(builder): builder.StartObject(2)
 def WeightAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
 def WeightAddData(builder, data): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(data), 0)
 def WeightEnd(builder): return builder.EndObject()
+
+try:
+    from typing import Optional
+except:
+    pass
+
+class WeightT(object):
+
+    # WeightT
+    def __init__(self):
+        self.name = None  # type: str
+        self.data = None  # type: Optional[NamedDataT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        weight = Weight()
+        weight.Init(buf, pos)
+        return cls.InitFromObj(weight)
+
+    @classmethod
+    def InitFromObj(cls, weight):
+        x = WeightT()
+        x._UnPack(weight)
+        return x
+
+    # WeightT
+    def _UnPack(self, weight):
+        if weight is None:
+            return
+        self.name = weight.Name()
+        if weight.Data() is not None:
+            self.data = NamedDataT.InitFromObj(weight.Data())
+
+    # WeightT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.data is not None:
+            data = self.data.Pack(builder)
+        WeightStart(builder)
+        if self.name is not None:
+            WeightAddName(builder, name)
+        if self.data is not None:
+            WeightAddData(builder, data)
+        weight = WeightEnd(builder)
+        return weight
 
 
 class Engine(object):
@@ -665,6 +1085,79 @@ def EngineAddComputeCapability(builder, computeCapability): builder.PrependInt32
 def EngineAddOptionsNotApplied(builder, optionsNotApplied): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(optionsNotApplied), 0)
 def EngineStartOptionsNotAppliedVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def EngineEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List, Optional
+except:
+    pass
+
+class EngineT(object):
+
+    # EngineT
+    def __init__(self):
+        self.plan = None  # type: Optional[NamedDataT]
+        self.provider = 0  # type: int
+        self.tensorrtVersion = None  # type: str
+        self.gpuName = None  # type: str
+        self.computeCapability = 0  # type: int
+        self.optionsNotApplied = None  # type: List[str]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        engine = Engine()
+        engine.Init(buf, pos)
+        return cls.InitFromObj(engine)
+
+    @classmethod
+    def InitFromObj(cls, engine):
+        x = EngineT()
+        x._UnPack(engine)
+        return x
+
+    # EngineT
+    def _UnPack(self, engine):
+        if engine is None:
+            return
+        if engine.Plan() is not None:
+            self.plan = NamedDataT.InitFromObj(engine.Plan())
+        self.provider = engine.Provider()
+        self.tensorrtVersion = engine.TensorrtVersion()
+        self.gpuName = engine.GpuName()
+        self.computeCapability = engine.ComputeCapability()
+        if not engine.OptionsNotAppliedIsNone():
+            self.optionsNotApplied = []
+            for i in range(engine.OptionsNotAppliedLength()):
+                self.optionsNotApplied.append(engine.OptionsNotApplied(i))
+
+    # EngineT
+    def Pack(self, builder):
+        if self.plan is not None:
+            plan = self.plan.Pack(builder)
+        if self.tensorrtVersion is not None:
+            tensorrtVersion = builder.CreateString(self.tensorrtVersion)
+        if self.gpuName is not None:
+            gpuName = builder.CreateString(self.gpuName)
+        if self.optionsNotApplied is not None:
+            optionsNotAppliedlist = []
+            for i in range(len(self.optionsNotApplied)):
+                optionsNotAppliedlist.append(builder.CreateString(self.optionsNotApplied[i]))
+            EngineStartOptionsNotAppliedVector(builder, len(self.optionsNotApplied))
+            for i in reversed(range(len(self.optionsNotApplied))):
+                builder.PrependUOffsetTRelative(optionsNotAppliedlist[i])
+            optionsNotApplied = builder.EndVector()
+        EngineStart(builder)
+        if self.plan is not None:
+            EngineAddPlan(builder, plan)
+        EngineAddProvider(builder, self.provider)
+        if self.tensorrtVersion is not None:
+            EngineAddTensorrtVersion(builder, tensorrtVersion)
+        if self.gpuName is not None:
+            EngineAddGpuName(builder, gpuName)
+        EngineAddComputeCapability(builder, self.computeCapability)
+        if self.optionsNotApplied is not None:
+            EngineAddOptionsNotApplied(builder, optionsNotApplied)
+        engine = EngineEnd(builder)
+        return engine
 
 
 class Blob(object):
@@ -896,5 +1389,183 @@ def BlobAddEngines(builder, engines): builder.PrependUOffsetTRelativeSlot(9, fla
 def BlobStartEnginesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobAddDataFile(builder, dataFile): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(dataFile), 0)
 def BlobEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List, Optional
+except:
+    pass
+
+class BlobT(object):
+
+    # BlobT
+    def __init__(self):
+        self.part = None  # type: str
+        self.producer = None  # type: Optional[ProducerT]
+        self.inputs = None  # type: List[TensorSpecT]
+        self.outputs = None  # type: List[TensorSpecT]
+        self.buildOptions = None  # type: Optional[BuildOptionsT]
+        self.exportOptions = None  # type: str
+        self.onnx = None  # type: List[int]
+        self.weights = None  # type: List[WeightT]
+        self.kernels = None  # type: List[KernelImageT]
+        self.engines = None  # type: List[EngineT]
+        self.dataFile = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        blob = Blob()
+        blob.Init(buf, pos)
+        return cls.InitFromObj(blob)
+
+    @classmethod
+    def InitFromObj(cls, blob):
+        x = BlobT()
+        x._UnPack(blob)
+        return x
+
+    # BlobT
+    def _UnPack(self, blob):
+        if blob is None:
+            return
+        self.part = blob.Part()
+        if blob.Producer() is not None:
+            self.producer = ProducerT.InitFromObj(blob.Producer())
+        if not blob.InputsIsNone():
+            self.inputs = []
+            for i in range(blob.InputsLength()):
+                if blob.Inputs(i) is None:
+                    self.inputs.append(None)
+                else:
+                    tensorSpec_ = TensorSpecT.InitFromObj(blob.Inputs(i))
+                    self.inputs.append(tensorSpec_)
+        if not blob.OutputsIsNone():
+            self.outputs = []
+            for i in range(blob.OutputsLength()):
+                if blob.Outputs(i) is None:
+                    self.outputs.append(None)
+                else:
+                    tensorSpec_ = TensorSpecT.InitFromObj(blob.Outputs(i))
+                    self.outputs.append(tensorSpec_)
+        if blob.BuildOptions() is not None:
+            self.buildOptions = BuildOptionsT.InitFromObj(blob.BuildOptions())
+        self.exportOptions = blob.ExportOptions()
+        if not blob.OnnxIsNone():
+            if np is None:
+                self.onnx = []
+                for i in range(blob.OnnxLength()):
+                    self.onnx.append(blob.Onnx(i))
+            else:
+                self.onnx = blob.OnnxAsNumpy()
+        if not blob.WeightsIsNone():
+            self.weights = []
+            for i in range(blob.WeightsLength()):
+                if blob.Weights(i) is None:
+                    self.weights.append(None)
+                else:
+                    weight_ = WeightT.InitFromObj(blob.Weights(i))
+                    self.weights.append(weight_)
+        if not blob.KernelsIsNone():
+            self.kernels = []
+            for i in range(blob.KernelsLength()):
+                if blob.Kernels(i) is None:
+                    self.kernels.append(None)
+                else:
+                    kernelImage_ = KernelImageT.InitFromObj(blob.Kernels(i))
+                    self.kernels.append(kernelImage_)
+        if not blob.EnginesIsNone():
+            self.engines = []
+            for i in range(blob.EnginesLength()):
+                if blob.Engines(i) is None:
+                    self.engines.append(None)
+                else:
+                    engine_ = EngineT.InitFromObj(blob.Engines(i))
+                    self.engines.append(engine_)
+        self.dataFile = blob.DataFile()
+
+    # BlobT
+    def Pack(self, builder):
+        if self.part is not None:
+            part = builder.CreateString(self.part)
+        if self.producer is not None:
+            producer = self.producer.Pack(builder)
+        if self.inputs is not None:
+            inputslist = []
+            for i in range(len(self.inputs)):
+                inputslist.append(self.inputs[i].Pack(builder))
+            BlobStartInputsVector(builder, len(self.inputs))
+            for i in reversed(range(len(self.inputs))):
+                builder.PrependUOffsetTRelative(inputslist[i])
+            inputs = builder.EndVector()
+        if self.outputs is not None:
+            outputslist = []
+            for i in range(len(self.outputs)):
+                outputslist.append(self.outputs[i].Pack(builder))
+            BlobStartOutputsVector(builder, len(self.outputs))
+            for i in reversed(range(len(self.outputs))):
+                builder.PrependUOffsetTRelative(outputslist[i])
+            outputs = builder.EndVector()
+        if self.buildOptions is not None:
+            buildOptions = self.buildOptions.Pack(builder)
+        if self.exportOptions is not None:
+            exportOptions = builder.CreateString(self.exportOptions)
+        if self.onnx is not None:
+            if np is not None and type(self.onnx) is np.ndarray:
+                onnx = builder.CreateNumpyVector(self.onnx)
+            else:
+                BlobStartOnnxVector(builder, len(self.onnx))
+                for i in reversed(range(len(self.onnx))):
+                    builder.PrependUint8(self.onnx[i])
+                onnx = builder.EndVector()
+        if self.weights is not None:
+            weightslist = []
+            for i in range(len(self.weights)):
+                weightslist.append(self.weights[i].Pack(builder))
+            BlobStartWeightsVector(builder, len(self.weights))
+            for i in reversed(range(len(self.weights))):
+                builder.PrependUOffsetTRelative(weightslist[i])
+            weights = builder.EndVector()
+        if self.kernels is not None:
+            kernelslist = []
+            for i in range(len(self.kernels)):
+                kernelslist.append(self.kernels[i].Pack(builder))
+            BlobStartKernelsVector(builder, len(self.kernels))
+            for i in reversed(range(len(self.kernels))):
+                builder.PrependUOffsetTRelative(kernelslist[i])
+            kernels = builder.EndVector()
+        if self.engines is not None:
+            engineslist = []
+            for i in range(len(self.engines)):
+                engineslist.append(self.engines[i].Pack(builder))
+            BlobStartEnginesVector(builder, len(self.engines))
+            for i in reversed(range(len(self.engines))):
+                builder.PrependUOffsetTRelative(engineslist[i])
+            engines = builder.EndVector()
+        if self.dataFile is not None:
+            dataFile = builder.CreateString(self.dataFile)
+        BlobStart(builder)
+        if self.part is not None:
+            BlobAddPart(builder, part)
+        if self.producer is not None:
+            BlobAddProducer(builder, producer)
+        if self.inputs is not None:
+            BlobAddInputs(builder, inputs)
+        if self.outputs is not None:
+            BlobAddOutputs(builder, outputs)
+        if self.buildOptions is not None:
+            BlobAddBuildOptions(builder, buildOptions)
+        if self.exportOptions is not None:
+            BlobAddExportOptions(builder, exportOptions)
+        if self.onnx is not None:
+            BlobAddOnnx(builder, onnx)
+        if self.weights is not None:
+            BlobAddWeights(builder, weights)
+        if self.kernels is not None:
+            BlobAddKernels(builder, kernels)
+        if self.engines is not None:
+            BlobAddEngines(builder, engines)
+        if self.dataFile is not None:
+            BlobAddDataFile(builder, dataFile)
+        blob = BlobEnd(builder)
+        return blob
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,37 +23,36 @@ void copy_error(const std::string& message, char* error, size_t error_size) {
   error[n] = '\0';
 }
 
-const char* or_empty(const char* s) { return s ? s : ""; }
-
 }  // namespace
 
-extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const EtTrtKernelImage* images, int32_t count, char* error,
-                                          size_t error_size) {
-  std::vector<et_trt::kernels::KernelImageView> views;
+extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const uint8_t* kernels, size_t kernels_size,
+                                                        const uint8_t* const* images, const size_t* image_sizes,
+                                                        int32_t count, char* error, size_t error_size) {
+  const auto refuse = [&](const std::string& message) -> void* {
+    copy_error("grouped_mm: " + message, error, error_size);
+    return nullptr;
+  };
+  flatbuffers::Verifier verifier(kernels, kernels_size);
+  if (kernels == nullptr || !et_trt::blob::VerifyBlobBuffer(verifier))
+    return refuse("the kernel images are not a flatbuffer of the blob schema (root Blob, identifier ETRT)");
+  const auto* fields = et_trt::blob::GetBlob(kernels)->kernels();
+  const int32_t kernel_count = fields ? static_cast<int32_t>(fields->size()) : 0;
+  if (count != kernel_count)
+    return refuse(std::to_string(count) + " image byte strings for " + std::to_string(kernel_count) + " kernel images");
+  if (count > 0 && (images == nullptr || image_sizes == nullptr)) return refuse("no image bytes were given");
+  std::vector<std::unique_ptr<et_trt::blob::KernelImageT>> unpacked;
+  std::vector<et_trt::kernels::KernelImageRef> refs;
   for (int32_t i = 0; i < count; ++i) {
-    const EtTrtKernelImage& image = images[i];
-    et_trt::kernels::KernelImageView view;
-    view.kernel = or_empty(image.kernel);
-    view.arch = or_empty(image.arch);
-    view.format = image.format == 1 ? et_trt::kernels::ImageFormat::kPtx : et_trt::kernels::ImageFormat::kCubin;
-    view.image = image.image;
-    view.image_size = image.image_size;
-    view.entry = or_empty(image.entry);
-    view.dtype = or_empty(image.dtype);
-    view.num_warps = image.num_warps;
-    view.shared_bytes = image.shared_bytes;
-    view.global_scratch_bytes = image.global_scratch_bytes;
-    view.global_scratch_align = image.global_scratch_align;
-    view.profile_scratch_bytes = image.profile_scratch_bytes;
-    view.block_m = image.block_m;
-    view.block_n = image.block_n;
-    view.block_k = image.block_k;
-    view.persistent = image.persistent != 0;
-    view.ptx_version = or_empty(image.ptx_version);
-    views.push_back(std::move(view));
+    unpacked.emplace_back(fields->Get(static_cast<flatbuffers::uoffset_t>(i))->UnPack());
+    const et_trt::blob::KernelImageT& image = *unpacked.back();
+    if (image.image == nullptr || image.image->size != image_sizes[i])
+      return refuse("kernel image " + std::to_string(i) + " (" + image.kernel + ") has " +
+                    std::to_string(image_sizes[i]) + " bytes; its record says " +
+                    (image.image ? std::to_string(image.image->size) : std::string("none")));
+    refs.push_back({&image, images[i], image_sizes[i]});
   }
   std::string message;
-  std::unique_ptr<GroupedMMLauncher> launcher = GroupedMMLauncher::create(views, &message);
+  std::unique_ptr<GroupedMMLauncher> launcher = GroupedMMLauncher::create(refs, &message);
   if (!launcher) {
     copy_error(message, error, error_size);
     return nullptr;

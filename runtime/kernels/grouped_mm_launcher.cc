@@ -30,11 +30,11 @@ std::pair<int, bool> parse_arch(const std::string& arch) {
 // Whether an image made for `arch` runs on a device of compute capability `cc`
 // (major * 10 + minor): "a" targets only on their own; cubins on the same major
 // with an equal or higher minor; PTX (JIT) on any equal or newer device.
-bool serves(const KernelImageView& image, int cc) {
+bool serves(const blob::KernelImageT& image, int cc) {
   auto [cap, specific] = parse_arch(image.arch);
   if (cap < 0) return false;
   if (specific) return cap == cc;
-  if (image.format == ImageFormat::kCubin) return cap / 10 == cc / 10 && cap <= cc;
+  if (image.format == blob::ImageFormat::Cubin) return cap / 10 == cc / 10 && cap <= cc;
   return cap <= cc;
 }
 
@@ -137,10 +137,14 @@ struct WgmmaMaps {
 
 }  // namespace
 
+const char* kernel_dtype_name(blob::DType dtype) {
+  return dtype == blob::DType::BFloat16 ? "bf16" : dtype == blob::DType::Float16 ? "fp16" : nullptr;
+}
+
 struct GroupedMMLauncher::State {
   const CudaDriver* cu = nullptr;
   CUcontext context = nullptr;
-  std::string dtype;
+  blob::DType dtype = blob::DType::BFloat16;
   bool trans_b = false;
   std::vector<LoadedKernel> kernels;  // in preference order
   size_t workspace_bytes = 0;
@@ -165,7 +169,7 @@ GroupedMMLauncher::~GroupedMMLauncher() {
   cu.cuCtxPopCurrent(&popped);
 }
 
-std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageView>& images,
+std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageRef>& images,
                                                              std::string* error) {
   const CudaDriver* cu_ptr = CudaDriver::get(error);
   if (cu_ptr == nullptr) return nullptr;
@@ -179,23 +183,28 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   };
 
   if (images.empty()) return failed("no kernel images were given");
-  state->dtype = images.front().dtype;
-  const std::string& first = images.front().kernel;
-  state->trans_b = first.size() > 3 && first.compare(first.size() - 3, 3, "_nk") == 0;
-  for (const auto& image : images) {
-    bool image_trans_b = image.kernel.size() > 3 && image.kernel.compare(image.kernel.size() - 3, 3, "_nk") == 0;
-    bool image_plain_b = image.kernel.size() > 3 && image.kernel.compare(image.kernel.size() - 3, 3, "_kn") == 0;
-    if (image.kernel.rfind("grouped_mm_", 0) != 0 || !(image_trans_b || image_plain_b))
-      return failed("kernel name '" + image.kernel + "' is not of the form grouped_mm_<variant>_<kn|nk>");
-    if (image.dtype != state->dtype || image_trans_b != state->trans_b)
-      return failed("all images of one launcher must share dtype and layout; got " + first + " (" + state->dtype +
-                    ") and " + image.kernel + " (" + image.dtype + ")");
-    if (image.image == nullptr || image.image_size == 0) return failed("image " + image.kernel + " is empty");
+  for (const KernelImageRef& ref : images) {
+    if (ref.fields == nullptr) return failed("a kernel image has no fields");
+  }
+  const blob::KernelImageT& first = *images.front().fields;
+  state->dtype = first.dtype;
+  state->trans_b = first.trans_b;
+  const auto described = [](const blob::KernelImageT& image) {
+    const char* dtype = kernel_dtype_name(image.dtype);
+    return image.kernel + " (" + (dtype ? dtype : "unsupported dtype") + ", " + (image.trans_b ? "nk" : "kn") + ")";
+  };
+  for (const KernelImageRef& ref : images) {
+    const blob::KernelImageT& image = *ref.fields;
+    if (image.variant.empty()) return failed("image " + image.kernel + " names no variant");
+    if (image.dtype != state->dtype || image.trans_b != state->trans_b)
+      return failed("all images of one launcher must share dtype and layout; got " + described(first) + " and " +
+                    described(image));
+    if (ref.bytes == nullptr || ref.size == 0) return failed("image " + image.kernel + " is empty");
     if (image.block_m <= 0 || image.block_n <= 0 || image.num_warps <= 0)
       return failed("image " + image.kernel + " has no tile sizes or warp count");
   }
-  if (state->dtype != "bf16" && state->dtype != "fp16")
-    return failed("unsupported dtype '" + state->dtype + "' (bf16 or fp16)");
+  if (kernel_dtype_name(state->dtype) == nullptr)
+    return failed("unsupported dtype in " + described(first) + " (bf16 or fp16)");
 
   CUresult status = cu.cuCtxGetCurrent(&state->context);
   if (status != CUDA_SUCCESS || state->context == nullptr)
@@ -215,32 +224,34 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
 
   // For each variant, the image that serves this GPU best: a cubin for the
   // closest architecture, else PTX.
-  std::vector<const KernelImageView*> chosen;
+  std::vector<const KernelImageRef*> chosen;
   std::string offered;
-  for (const auto& image : images) {
+  for (const KernelImageRef& ref : images) {
+    const blob::KernelImageT& image = *ref.fields;
     offered += (offered.empty() ? "" : ", ") + image.kernel + "@" + image.arch +
-               (image.format == ImageFormat::kPtx ? "(ptx)" : "");
+               (image.format == blob::ImageFormat::Ptx ? "(ptx)" : "");
     if (!serves(image, cc)) continue;
-    auto same = std::find_if(chosen.begin(), chosen.end(), [&](const KernelImageView* c) { return c->kernel == image.kernel; });
+    auto same = std::find_if(chosen.begin(), chosen.end(),
+                             [&](const KernelImageRef* c) { return c->fields->variant == image.variant; });
     if (same == chosen.end()) {
-      chosen.push_back(&image);
+      chosen.push_back(&ref);
       continue;
     }
-    const KernelImageView* current = *same;
-    bool better = (image.format == ImageFormat::kCubin && current->format == ImageFormat::kPtx) ||
-                  (image.format == current->format && parse_arch(image.arch).first > parse_arch(current->arch).first);
-    if (better) *same = &image;
+    const blob::KernelImageT& current = *(*same)->fields;
+    bool better = (image.format == blob::ImageFormat::Cubin && current.format == blob::ImageFormat::Ptx) ||
+                  (image.format == current.format && parse_arch(image.arch).first > parse_arch(current.arch).first);
+    if (better) *same = &ref;
   }
   if (chosen.empty())
     return failed("no kernel image serves this GPU, " + gpu + "; images offered: " + offered +
                   ". Re-export with this architecture in the recipe's kernel_archs (e.g. \"sm_" + std::to_string(cc) +
                   (cc >= 90 ? "a" : "") + "\")");
 
-  for (const KernelImageView* image : chosen) {
+  for (const KernelImageRef* ref : chosen) {
+    const blob::KernelImageT* image = ref->fields;
     LoadedKernel kernel;
     kernel.name = image->kernel;
-    std::string rest = image->kernel.substr(std::string("grouped_mm_").size());
-    kernel.variant = rest.substr(0, rest.size() - 3);
+    kernel.variant = image->variant;
     kernel.threads = image->num_warps * 32;
     kernel.shared_bytes = image->shared_bytes;
     kernel.block_m = image->block_m;
@@ -261,9 +272,9 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
 
     // PTX must be NUL-terminated for the driver's JIT.
     std::string ptx;
-    const void* data = image->image;
-    if (image->format == ImageFormat::kPtx) {
-      ptx.assign(reinterpret_cast<const char*>(image->image), image->image_size);
+    const void* data = ref->bytes;
+    if (image->format == blob::ImageFormat::Ptx) {
+      ptx.assign(reinterpret_cast<const char*>(ref->bytes), ref->size);
       data = ptx.c_str();
     }
     char jit_log[4096] = {0};
@@ -423,7 +434,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
       }
     if (maps == nullptr) {
       WgmmaMaps& slot = state_->wgmma_maps[state_->next_maps_slot++ % state_->wgmma_maps.size()];
-      CUresult encoded = slot.encode(cu, state_->dtype == "bf16", kernel, a, b, rows, k, n, groups);
+      CUresult encoded = slot.encode(cu, state_->dtype == blob::DType::BFloat16, kernel, a, b, rows, k, n, groups);
       if (encoded != CUDA_SUCCESS)
         return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
       maps = &slot;

@@ -18,50 +18,40 @@
 #include <string>
 #include <vector>
 
+#include "schema_generated.h"
+
 namespace et_trt::kernels {
 
-enum class ImageFormat : int { kCubin = 0, kPtx = 1 };
-
-// One compiled kernel image; mirrors table KernelImage in
-// et_trt_backend/serialization/schema.fbs. The image bytes are borrowed: they
-// only need to live until GroupedMMLauncher::create returns.
+// One compiled kernel image: its fields as the blob schema defines them (table
+// KernelImage in et_trt_backend/serialization/schema.fbs, as flatc's object
+// API holds them) and its bytes (the cubin, or PTX text with or without a NUL
+// terminator). Both are borrowed: they only need to live until
+// GroupedMMLauncher::create returns.
 //
-// Kernel names follow "grouped_mm_<variant>_<layout>":
-//   layout  "kn": b is [G, K, N] (trans_b = false); "nk": b is [G, N, K] (trans_b = true)
-//   variant "wgmma":     hand-written sm_90a kernel (et_trt_backend/kernels/grouped_mm_sm90.cu): rows
-//                        as wgmma's N in steps of 8; layout nk only; needs K % 8 == 0, N % 8 == 0
-//                        and at most 1024 groups (else the next variant serves); takes TMA
-//                        descriptors, which the launcher encodes (and keeps for calls on the
-//                        same a, b and sizes)
-//           "tma":       TMA + wgmma/tcgen05, large tiles; needs K % 8 == 0, N % 8 == 0
-//           "tma_small": the same with small tiles, for launches with few rows per group
-//           "tile":      pointer loads (cp.async); needs K % 16 == 0, N % 16 == 0
-//           "any":       pointer loads; any K and N
-//           other names (e.g. benchmark baselines) are treated like "tile"
-//   Every variant needs 16-byte aligned pointers.
+// The variant says which kernel it is:
+//   "wgmma":     hand-written sm_90a kernel (et_trt_backend/kernels/grouped_mm_sm90.cu): rows
+//                as wgmma's N in steps of 8; layout nk (trans_b) only; needs K % 8 == 0, N % 8 == 0
+//                and at most 1024 groups (else the next variant serves); takes TMA
+//                descriptors, which the launcher encodes (and keeps for calls on the
+//                same a, b and sizes)
+//   "tma":       TMA + wgmma/tcgen05, large tiles; needs K % 8 == 0, N % 8 == 0
+//   "tma_small": the same with small tiles, for launches with few rows per group
+//   "tile":      pointer loads (cp.async); needs K % 16 == 0, N % 16 == 0
+//   "any":       pointer loads; any K and N
+//   other variants (e.g. benchmark baselines) are treated like "tile"
+// Every variant needs 16-byte aligned pointers.
 // For each call the launcher takes the first variant, among the images loaded for
 // this GPU, that accepts K and N, in the order wgmma, tma, tile, others, any; it
 // takes tma_small instead of wgmma or tma when rows < 64 * groups or when their
 // tiles would not fill every multiprocessor once.
-struct KernelImageView {
-  std::string kernel;
-  std::string arch;  // "sm_90a", "sm_80", ...; for PTX the lowest target it serves
-  ImageFormat format = ImageFormat::kCubin;
-  const uint8_t* image = nullptr;  // cubin bytes or PTX text (NUL terminator optional)
-  size_t image_size = 0;
-  std::string entry;  // symbol for cuModuleGetFunction
-  std::string dtype;  // "bf16" or "fp16"
-  int num_warps = 4;
-  int shared_bytes = 0;  // dynamic shared memory per CTA
-  int global_scratch_bytes = 0;  // per CTA; the launcher allocates grid * this
-  int global_scratch_align = 1;
-  int profile_scratch_bytes = 0;
-  int block_m = 0;
-  int block_n = 0;
-  int block_k = 0;
-  bool persistent = false;  // grid = resident CTAs (SMs x occupancy), else one CTA per tile
-  std::string ptx_version;  // e.g. "8.7"
+struct KernelImageRef {
+  const blob::KernelImageT* fields = nullptr;
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
 };
+
+// "bf16" or "fp16" (the kernels' element types, as et-trt names them); nullptr for any other.
+const char* kernel_dtype_name(blob::DType dtype);
 
 class GroupedMMLauncher {
  public:
@@ -74,7 +64,7 @@ class GroupedMMLauncher {
   // images offered and the fix) when: libcuda cannot be loaded, there is no
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
-  static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageView>& images,
+  static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
                                                    std::string* error);
   ~GroupedMMLauncher();
   GroupedMMLauncher(const GroupedMMLauncher&) = delete;

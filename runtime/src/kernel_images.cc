@@ -8,12 +8,6 @@
 namespace et_trt {
 namespace {
 
-std::string str(const flatbuffers::String* s) { return s ? s->str() : ""; }
-
-std::string dtype_of(const blob::KernelImage& k) {
-  return k.dtype() == blob::DType::BFloat16 ? "bf16" : k.dtype() == blob::DType::Float16 ? "fp16" : "";
-}
-
 struct Registry {
   std::mutex mutex;
   std::map<KernelImagesId, std::weak_ptr<const KernelPack>> packs;
@@ -51,38 +45,17 @@ KernelPack::KernelPack(const blob::Blob& blob, const std::vector<NamedBytes>& im
     : id_(kernel_images_id(images)) {
   const auto* kernels = blob.kernels();
   for (flatbuffers::uoffset_t i = 0; kernels != nullptr && i < kernels->size() && i < images.size(); ++i) {
+    fields_.emplace_back(kernels->Get(i)->UnPack());
     const auto* bytes = static_cast<const uint8_t*>(images[i].data);
     bytes_.emplace_back(bytes, bytes + images[i].size);
   }
-  for (size_t i = 0; i < bytes_.size(); ++i) {
-    const blob::KernelImage* k = kernels->Get(static_cast<flatbuffers::uoffset_t>(i));
-    kernels::KernelImageView v;
-    v.kernel = str(k->kernel());
-    v.arch = str(k->arch());
-    v.format = k->format() == blob::ImageFormat::Ptx ? kernels::ImageFormat::kPtx : kernels::ImageFormat::kCubin;
-    v.image = bytes_[i].data();
-    v.image_size = bytes_[i].size();
-    v.entry = str(k->entry());
-    v.dtype = dtype_of(*k);
-    v.num_warps = k->num_warps();
-    v.shared_bytes = k->shared_bytes();
-    v.global_scratch_bytes = k->global_scratch_bytes();
-    v.global_scratch_align = k->global_scratch_align();
-    v.profile_scratch_bytes = k->profile_scratch_bytes();
-    v.block_m = k->block_m();
-    v.block_n = k->block_n();
-    v.block_k = k->block_k();
-    v.persistent = k->persistent();
-    v.ptx_version = str(k->ptx_version());
-    images_.push_back(std::move(v));
-    trans_b_.push_back(k->trans_b());
-  }
 }
 
-std::vector<kernels::KernelImageView> KernelPack::views(const std::string& dtype, bool trans_b) const {
-  std::vector<kernels::KernelImageView> selected;
-  for (size_t i = 0; i < images_.size(); ++i) {
-    if (images_[i].dtype == dtype && trans_b_[i] == trans_b) selected.push_back(images_[i]);
+std::vector<kernels::KernelImageRef> KernelPack::images(blob::DType dtype, bool trans_b) const {
+  std::vector<kernels::KernelImageRef> selected;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (fields_[i]->dtype == dtype && fields_[i]->trans_b == trans_b)
+      selected.push_back({fields_[i].get(), bytes_[i].data(), bytes_[i].size()});
   }
   return selected;
 }

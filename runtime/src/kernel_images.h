@@ -34,14 +34,13 @@ class KernelPack {
   // `images`: the bytes of blob.kernels(), in order (PartitionData::kernel_images).
   KernelPack(const blob::Blob& blob, const std::vector<NamedBytes>& images);
   const KernelImagesId& id() const { return id_; }
-  // The images of one dtype ("bf16"/"fp16") and layout; they borrow this pack's bytes.
-  std::vector<kernels::KernelImageView> views(const std::string& dtype, bool trans_b) const;
+  // The images of one dtype and layout (trans_b); they borrow this pack's fields and bytes.
+  std::vector<kernels::KernelImageRef> images(blob::DType dtype, bool trans_b) const;
 
  private:
   KernelImagesId id_;
-  std::vector<kernels::KernelImageView> images_;  // each image points into bytes_
-  std::vector<bool> trans_b_;                      // each image's layout
-  std::vector<std::vector<uint8_t>> bytes_;
+  std::vector<std::unique_ptr<blob::KernelImageT>> fields_;  // blob.kernels(), unpacked
+  std::vector<std::vector<uint8_t>> bytes_;                   // their bytes, in the same order
 };
 
 // Registers `blob`'s kernel images (a copy of `images`, their bytes) and returns

@@ -1,4 +1,4 @@
-// The GroupedMM plugin's view of a blob's kernel images: selection by dtype
+// The GroupedMM plugin's copy of a blob's kernel images: selection by dtype
 // and layout, the id its engines reference them by, and the registry.
 #include <gtest/gtest.h>
 
@@ -48,23 +48,26 @@ Kernels blob_with_kernels() {
 TEST(KernelImages, SelectsByDtypeAndLayout) {
   const Kernels k = blob_with_kernels();
   const KernelPack pack(*blob::GetBlob(k.blob.data()), k.images());
-  const auto views = pack.views("bf16", true);
-  ASSERT_EQ(views.size(), 2u);
-  EXPECT_EQ(views[0].entry, "k_tma");
-  EXPECT_EQ(views[0].kernel, "grouped_mm_tma_nk");
-  EXPECT_EQ(views[0].format, kernels::ImageFormat::kCubin);
-  EXPECT_EQ(views[0].shared_bytes, 196608);
-  EXPECT_EQ(views[0].global_scratch_bytes, 384);
-  EXPECT_EQ(views[0].global_scratch_align, 128);
-  EXPECT_EQ(views[0].block_n, 256);
-  EXPECT_TRUE(views[0].persistent);
-  EXPECT_EQ(views[0].dtype, "bf16");
-  EXPECT_EQ(std::vector<uint8_t>(views[0].image, views[0].image + views[0].image_size), k.bytes[0]);
-  EXPECT_EQ(views[1].format, kernels::ImageFormat::kPtx);
-  EXPECT_EQ(views[1].ptx_version, "8.0");
-  EXPECT_EQ(pack.views("bf16", false).size(), 1u);
-  EXPECT_EQ(pack.views("fp16", true).at(0).entry, "k_fp16");
-  EXPECT_TRUE(pack.views("fp16", false).empty());
+  const auto images = pack.images(blob::DType::BFloat16, true);
+  ASSERT_EQ(images.size(), 2u);
+  const blob::KernelImageT& tma = *images[0].fields;
+  EXPECT_EQ(tma.entry, "k_tma");
+  EXPECT_EQ(tma.kernel, "grouped_mm_tma_nk");
+  EXPECT_EQ(tma.variant, "tma");
+  EXPECT_TRUE(tma.trans_b);
+  EXPECT_EQ(tma.format, blob::ImageFormat::Cubin);
+  EXPECT_EQ(tma.shared_bytes, 196608);
+  EXPECT_EQ(tma.global_scratch_bytes, 384);
+  EXPECT_EQ(tma.global_scratch_align, 128);
+  EXPECT_EQ(tma.block_n, 256);
+  EXPECT_TRUE(tma.persistent);
+  EXPECT_EQ(tma.dtype, blob::DType::BFloat16);
+  EXPECT_EQ(std::vector<uint8_t>(images[0].bytes, images[0].bytes + images[0].size), k.bytes[0]);
+  EXPECT_EQ(images[1].fields->format, blob::ImageFormat::Ptx);
+  EXPECT_EQ(images[1].fields->ptx_version, "8.0");
+  EXPECT_EQ(pack.images(blob::DType::BFloat16, false).size(), 1u);
+  EXPECT_EQ(pack.images(blob::DType::Float16, true).at(0).fields->entry, "k_fp16");
+  EXPECT_TRUE(pack.images(blob::DType::Float16, false).empty());
 }
 
 // The id is the schema's contract: sha256 of the image bytes, concatenated in blob order.
@@ -90,10 +93,10 @@ TEST(KernelImages, RegistryResolvesByIdWhileHeld) {
   // The registered pack holds a copy: the caller's bytes may go.
   const std::vector<std::vector<uint8_t>> original = k.bytes;
   for (auto& b : k.bytes) std::fill(b.begin(), b.end(), 0xff);
-  const auto after = found->views("bf16", true);
+  const auto after = found->images(blob::DType::BFloat16, true);
   ASSERT_EQ(after.size(), 2u);
-  EXPECT_EQ(std::vector<uint8_t>(after[0].image, after[0].image + after[0].image_size), original[0]);
-  EXPECT_EQ(std::vector<uint8_t>(after[1].image, after[1].image + after[1].image_size), original[1]);
+  EXPECT_EQ(std::vector<uint8_t>(after[0].bytes, after[0].bytes + after[0].size), original[0]);
+  EXPECT_EQ(std::vector<uint8_t>(after[1].bytes, after[1].bytes + after[1].size), original[1]);
   KernelImagesId unknown = images->id();
   unknown[0] ^= 1;
   EXPECT_EQ(find_kernel_images(unknown), nullptr);

@@ -51,13 +51,16 @@ __attribute__((visibility("default"))) void* et_trt_launch_check_create(const ui
   }
   auto check = std::make_unique<LaunchCheck>();
   check->images = et_trt::register_kernel_images(*view.root, named.kernel_images);
-  const auto views = check->images->views(dtype, trans_b != 0);
-  if (views.empty()) {
+  const std::string name = dtype != nullptr ? dtype : "";
+  const auto dtype_code = name == "bf16" ? et_trt::blob::DType::BFloat16 : et_trt::blob::DType::Float16;
+  const auto images = name == "bf16" || name == "fp16" ? check->images->images(dtype_code, trans_b != 0)
+                                                       : std::vector<et_trt::kernels::KernelImageRef>{};
+  if (images.empty()) {
     copy_error(std::string("the blob has no ") + dtype + (trans_b ? " _nk" : " _kn") + " kernel images", error,
                error_size);
     return nullptr;
   }
-  check->launcher = et_trt::kernels::GroupedMMLauncher::create(views, &message);
+  check->launcher = et_trt::kernels::GroupedMMLauncher::create(images, &message);
   if (check->launcher == nullptr) {
     copy_error(message, error, error_size);
     return nullptr;

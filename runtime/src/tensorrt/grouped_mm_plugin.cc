@@ -39,8 +39,10 @@ void refuse(const std::string& message) {
   log(ILogger::Severity::kERROR, message);
 }
 
-const char* dtype_of(DataType type) {
-  return type == DataType::kBF16 ? "bf16" : type == DataType::kHALF ? "fp16" : nullptr;
+// The kernel images' element type for a TensorRT type; UInt8 (no kernel) for any other.
+blob::DType kernel_dtype_of(DataType type) {
+  return type == DataType::kBF16 ? blob::DType::BFloat16 : type == DataType::kHALF ? blob::DType::Float16
+                                                                                    : blob::DType::UInt8;
 }
 
 class GroupedMMPlugin final : public nvinfer1::IPluginV3,
@@ -51,8 +53,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> images)
       : trans_b_(trans_b ? 1 : 0), images_(std::move(images)) {
     // Offer TensorRT only the dtypes there are images for.
-    has_bf16_ = !images_->views("bf16", trans_b).empty();
-    has_fp16_ = !images_->views("fp16", trans_b).empty();
+    has_bf16_ = !images_->images(blob::DType::BFloat16, trans_b).empty();
+    has_fp16_ = !images_->images(blob::DType::Float16, trans_b).empty();
   }
 
   // ---- IPluginV3 ----
@@ -161,18 +163,18 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
  private:
   bool create_launcher(DataType type, std::string* error) {
-    const char* dtype = dtype_of(type);
-    if (dtype == nullptr) {
+    const blob::DType dtype = kernel_dtype_of(type);
+    if (kernels::kernel_dtype_name(dtype) == nullptr) {
       *error = "a must be bf16 or fp16";
       return false;
     }
-    const auto views = images_->views(dtype, trans_b_ != 0);
-    if (views.empty()) {
-      *error = std::string("the blob has no ") + dtype + " kernel image for trans_b=" + std::to_string(trans_b_) +
-               "; re-export with grouped_gemm_kernel on and this dtype";
+    const auto images = images_->images(dtype, trans_b_ != 0);
+    if (images.empty()) {
+      *error = std::string("the blob has no ") + kernels::kernel_dtype_name(dtype) + " kernel image for trans_b=" +
+               std::to_string(trans_b_) + "; re-export with grouped_gemm_kernel on and this dtype";
       return false;
     }
-    launcher_ = kernels::GroupedMMLauncher::create(views, error);
+    launcher_ = kernels::GroupedMMLauncher::create(images, error);
     return launcher_ != nullptr;
   }
 
