@@ -56,7 +56,7 @@ __attribute__((visibility("default"))) void* et_trt_launch_check_create(const ui
   const auto images = name == "bf16" || name == "fp16" ? check->images->images(dtype_code, trans_b != 0)
                                                        : std::vector<et_trt::kernels::KernelImageRef>{};
   if (images.empty()) {
-    copy_error(std::string("the blob has no ") + dtype + (trans_b ? " _nk" : " _kn") + " kernel images", error,
+    copy_error("the blob has no " + name + (trans_b ? " nk" : " kn") + " kernel images (bf16 or fp16)", error,
                error_size);
     return nullptr;
   }
