@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from et_trt_backend import cli
 from et_trt_backend.serialization import blob, external_data
 from et_trt_backend.serialization.pte import read_partitions
 from test_lowering import _shape, lower_program, run_reference_evaluator
-from test_runtime import NOT_BUILT, RUNNER, _run, joined_log
+from test_runtime import NOT_BUILT, RUNNER, _run, joined_log, load_method_refused
 
 TAG = "policy"
 
@@ -78,21 +77,8 @@ def test_the_weights_are_stored_once_by_content(external):
 
 # ---- through ExecuTorch's runtime ---------------------------------------------------------------------------
 def _load_in_python(pte: pathlib.Path, ptd: pathlib.Path | None) -> str:
-    """stderr of loading `pte` (with `ptd`) through ExecuTorch's Python runtime and its method."""
-    script = (
-        "import sys\n"
-        "from executorch.runtime import Runtime\n"
-        "from et_trt_backend import runtime\n"
-        "runtime.load()\n"
-        f"program = Runtime.get().load_program({str(pte)!r}, data_path={str(ptd) if ptd else None!r})\n"
-        "try:\n"
-        "    program.load_method('forward')\n"
-        "except Exception:\n"
-        "    sys.exit(3)\n"
-    )
-    result = _run([sys.executable, "-c", script])
-    assert result.returncode == 3, (result.returncode, result.stderr[-3000:])  # refused, not crashed
-    return joined_log(result.stderr)
+    """The joined log of loading `pte` (with `ptd`) through ExecuTorch's Python runtime, refused."""
+    return joined_log(load_method_refused(pte, ptd).stderr)
 
 
 def test_the_delegate_reads_its_named_data_through_the_python_runtime(built_runtime, external):

@@ -48,6 +48,25 @@ def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
                           **kwargs)
 
 
+def load_method_refused(pte: pathlib.Path, ptd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    """Loads `pte` (with the data file `ptd`) through ExecuTorch's Python runtime in a fresh process and
+    asserts that its method is refused with an exception, not by a crash."""
+    script = (
+        "import sys\n"
+        "from executorch.runtime import Runtime\n"
+        "from et_trt_backend import runtime\n"
+        "runtime.load()\n"
+        f"program = Runtime.get().load_program({str(pte)!r}, data_path={str(ptd) if ptd else None!r})\n"
+        "try:\n"
+        "    program.load_method('forward')\n"
+        "except Exception:\n"
+        "    sys.exit(3)\n"
+    )
+    result = _run([sys.executable, "-c", script])
+    assert result.returncode == 3, (result.returncode, result.stderr[-3000:])  # refused, not crashed
+    return result
+
+
 # ---- the C++ tests ---------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_ctest_suite(built_runtime, example_pte):
@@ -307,17 +326,5 @@ def test_python_runtime_survives_a_part_name_that_is_not_utf8(built_runtime, exa
     data[at:at + len(blob)] = bad_blob
     bad = tmp_path / "bad_part.pte"
     bad.write_bytes(bytes(data))
-    script = (
-        "import sys\n"
-        "from executorch.runtime import Runtime\n"
-        "from et_trt_backend import runtime\n"
-        "runtime.load()\n"
-        f"program = Runtime.get().load_program({str(bad)!r})\n"
-        "try:\n"
-        "    program.load_method('forward')\n"
-        "except Exception:\n"
-        "    sys.exit(3)\n"
-    )
-    result = _run([sys.executable, "-c", script])
-    assert result.returncode == 3, (result.returncode, result.stderr[-3000:])  # refused, not aborted
+    result = load_method_refused(bad)
     assert "blob field part is not UTF-8 text" in result.stderr, result.stderr[-3000:]

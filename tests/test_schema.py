@@ -66,7 +66,8 @@ def test_kernel_image_fields_are_declared_once_in_the_schema():
         for path in sorted((ROOT / folder).rglob("*")):
             if path.suffix not in {".py", ".h", ".cc", ".cu"} or "schema_generated" in path.name:
                 continue
-            declared = [f for f in fields if _declarations(path.read_text(), f)]
+            text = path.read_text()
+            declared = [f for f in fields if _declarations(text, f)]
             if len(declared) > len(fields) // 2:
                 copies[str(path.relative_to(ROOT))] = declared
     assert not copies, f"the kernel image's fields are declared again outside schema.fbs: {copies}"
