@@ -97,6 +97,54 @@ def test_blackwell_cubins(tmp_path):
     assert ops["HMMA"] > 0 and ops["UTMALDG"] > 0  # consumer Blackwell: mma.sync fed by TMA
 
 
+# FP8 tensor cores in each architecture's SASS: QMMA (mma.sync e4m3, Ada and consumer Blackwell),
+# QGMMA (wgmma e4m3, Hopper), UTCQMMA (tcgen05 e4m3, Blackwell and Thor).
+_FP8_MMA = {"sm_89": "QMMA", "sm_90a": "QGMMA", "sm_100a": "UTCQMMA", "sm_110a": "UTCQMMA", "sm_120a": "QMMA"}
+
+
+@pytest.mark.parametrize("arch", sorted(_FP8_MMA))
+def test_fp8_images_use_fp8_tensor_cores(arch, tmp_path):
+    fp8 = aot.grouped_mm_images([arch], "bf16", True, weight_format="fp8")
+    gemms = [i for i in fp8 if not i.variant.startswith("quantize_rows")]
+    assert [i.variant for i in gemms if i.variant != "wgmma"] == [c.variant for c in aot.configs_for(arch, "fp8")]
+    assert sorted(i.variant for i in fp8 if i.variant.startswith("quantize_rows")) == sorted(aot.QUANTIZE_VARIANTS)
+    for image in fp8:
+        assert image.weight_format == "fp8" and image.dtype == "bf16" and image.trans_b
+        assert image.format == "cubin" and image.arch == arch  # no PTX fallback: sm_80 has no FP8 MMA
+    for image in gemms:
+        if image.variant == "wgmma":
+            continue  # the hand-written kernel: tests/test_kernel_sm90.py
+        ops = sass_ops(image, tmp_path)
+        assert ops[_FP8_MMA[arch]] > 0, f"{image.variant}: no FP8 MMA ({_FP8_MMA[arch]}) in the {arch} SASS"
+        assert ops["LDL"] == ops["STL"] == 0, f"{image.variant}: registers spill to local memory"
+    if arch == "sm_89":
+        assert {i.ptx_version for i in fp8} == {"8.4"}  # sm_89's FP8 mma needs PTX ISA 8.4
+
+
+def test_fp8_row_quantization_is_vectorized_where_k_allows(tmp_path):
+    quantize = {i.variant: i for i in aot.quantize_rows_images("sm_90a", "fp16")}
+    assert quantize["quantize_rows"].block_m == aot.QUANTIZE.block_m and not quantize["quantize_rows"].persistent
+    for variant, aligned in aot.QUANTIZE_VARIANTS.items():
+        path = tmp_path / f"{variant}.cubin"
+        path.write_bytes(quantize[variant].image.bytes())
+        sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+        assert "quantize_rows_kernel" in sass and "F2FP" in sass  # float32 -> e4m3 pairs
+        assert ("LDG.E.128" in sass) == aligned, f"{variant}: 16-byte loads only when K % 16 == 0"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_87"])
+def test_fp8_refuses_architectures_without_fp8_tensor_cores(arch):
+    with pytest.raises(ValueError, match=rf"{arch} has no FP8 tensor cores.*kernel_archs"):
+        aot.grouped_mm_images(["sm_90a", arch], "bf16", True, weight_format="fp8")
+
+
+def test_fp8_form_needs_weights_stored_n_by_k():
+    with pytest.raises(ValueError, match=r"\[G, N, K\] only \(trans_b = True\)"):
+        aot.grouped_mm_images(["sm_90a"], "bf16", False, weight_format="fp8")
+    with pytest.raises(ValueError, match="'int4'"):
+        aot.grouped_mm_images(["sm_90a"], "bf16", True, weight_format="int4")
+
+
 def test_images_come_from_the_disk_cache(monkeypatch):
     first = aot.grouped_mm_images(["sm_90a"], "fp16", True)
 
@@ -149,12 +197,37 @@ _INTERPRETER_CHECK = textwrap.dedent("""
                 b = torch.randn((g, n, k) if trans_b else (g, k, n)).half()
                 offs_t = torch.tensor(offs, dtype=torch.int32)
                 out = torch.full((rows, n), float("nan")).half()
-                grouped_mm_kernel[(3,)](a, b, offs_t, out, rows, k, n, g, TRANS_B=trans_b, USE_TMA=use_tma,
-                                        BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_CHUNK=4)
+                grouped_mm_kernel[(3,)](a, b, offs_t, out, rows, k, n, g, None, None, FP8=False, TRANS_B=trans_b,
+                                        USE_TMA=use_tma, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_CHUNK=4)
                 ref = reference(a, b, offs_t, trans_b)
                 assert not out.isnan().any(), (rows, offs, trans_b, use_tma, "unwritten outputs")
                 err = float((out.float() - ref).norm() / ref.norm())
                 assert err < 1e-2, (rows, offs, trans_b, use_tma, err)
+
+    # The FP8 form: operands quantized as et_trt_backend/quantization.py does, scales applied in the
+    # epilogue; against the float32 products of the same quantized operands. (The interpreter's own
+    # float32 -> e4m3 conversion rounds some values wrongly, so the operands are quantized by torch.)
+    def quantized(x, dim):
+        amax = x.abs().amax(dim, keepdim=True)
+        scale = torch.where(amax > 0, amax / 448, torch.ones(()))
+        return (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale.squeeze(dim)
+
+    for rows, k, n, offs in cases:
+        for use_tma in (False, True):
+            k = k if not use_tma else (k + 15) // 16 * 16  # TMA needs 16-byte rows
+            g = len(offs)
+            a = torch.randn(rows, k)
+            a[1] = 0  # an all-zero row has scale 1
+            a_q, a_scale = quantized(a, 1)
+            b_q, b_scale = quantized(torch.randn(g, n, k), 2)
+            offs_t = torch.tensor(offs, dtype=torch.int32)
+            out = torch.full((rows, n), float("nan")).bfloat16()
+            grouped_mm_kernel[(3,)](a_q, b_q, offs_t, out, rows, k, n, g, a_scale, b_scale, FP8=True, TRANS_B=True,
+                                    USE_TMA=use_tma, BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_CHUNK=4)
+            ref = reference(a_q.float() * a_scale[:, None], b_q.float() * b_scale[:, :, None], offs_t, True)
+            assert not out.isnan().any(), (rows, offs, use_tma, "unwritten outputs (fp8)")
+            err = float((out.float() - ref).norm() / ref.norm())
+            assert err < 1e-2, (rows, offs, use_tma, err, "fp8")
     print("interpreter ok")
 """)
 

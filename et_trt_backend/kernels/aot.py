@@ -20,6 +20,7 @@ from et_trt_backend.serialization.named_data import NamedData
 logger = logging.getLogger(__name__)
 
 DTYPES = ("bf16", "fp16")
+WEIGHT_FORMATS = ("dense", "fp8")  # KernelImage.weight_format: "fp8" is et_trt_backend/quantization.py's form
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +66,51 @@ _AMPERE_CONFIGS = (  # cp.async + mma.sync; sized for sm_86/sm_89's 99 KiB
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
 
+# The FP8 form (weights [G, N, K] only): operands are 1 byte, so BLOCK_K doubles for the same bytes per stage.
+# "tma" and "tile" need K and N multiples of 16 (16-byte rows of a and b); "any" takes every K and N.
+_FP8_HOPPER_CONFIGS = (
+    TileConfig("tma", 128, 256, 128, 4, 8, True, 16),
+    TileConfig("tma_small", 64, 128, 128, 4, 4, True, 16),
+    TileConfig("any", 64, 64, 64, 3, 4, False, 1),
+)
+_FP8_BLACKWELL_CONFIGS = (
+    TileConfig("tma", 128, 256, 128, 3, 8, True, 16),
+    TileConfig("tma_small", 64, 128, 128, 3, 4, True, 16),
+    TileConfig("any", 64, 64, 64, 3, 4, False, 1),
+)
+_FP8_SMALL_SMEM_CONFIGS = (  # sm_120: 99 KiB
+    TileConfig("tma", 128, 128, 128, 3, 8, True, 16),
+    TileConfig("tma_small", 64, 64, 128, 3, 4, True, 16),
+    TileConfig("any", 64, 64, 64, 3, 4, False, 1),
+)
+_FP8_ADA_CONFIGS = (  # sm_89: no TMA, 99 KiB
+    TileConfig("tile", 128, 128, 64, 4, 8, False, 16),
+    TileConfig("any", 64, 64, 64, 3, 4, False, 1),
+)
+# Capabilities with FP8 tensor cores. sm_80, sm_86 and sm_87 (Ampere, Jetson Orin) have none.
+FP8_CAPS = (89, 90, 100, 110, 120)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+    """How the row quantization (quantize_rows.py) is compiled: the same for every architecture."""
+
+    block_m: int = 4
+    block_k: int = 1024
+    num_warps: int = 4
+
+
+QUANTIZE = QuantizeConfig()
+# The row quantization's variants: for K % 16 == 0 (vectorized) and for any K.
+QUANTIZE_VARIANTS = {"quantize_rows": True, "quantize_rows_any": False}
+
 # PTX ISA version each target is emitted with: the lowest that has the target,
 # so older drivers JIT it (a CUDA 13.0 driver accepts up to 9.0; Triton 3.9's
 # default, 9.4, is refused; JetPack 6 drivers stop at 8.5). Triton's TMA code
 # needs 8.6 (cp.async.bulk.tensor into .shared::cta).
 _PTX_VERSION = {80: 80, 86: 80, 87: 80, 89: 80, 90: 86, 100: 86, 110: 90, 120: 87}
+# FP8 on sm_89: its mma needs PTX ISA 8.4. FP8 images are cubins only, so no driver JITs that PTX.
+_FP8_PTX_VERSION = {89: 84}
 # Portable PTX: the sm_80 kernels as PTX, JIT-compiled by the driver on any newer GPU.
 PTX_FALLBACK_ARCH = "sm_80"
 
@@ -84,8 +125,12 @@ def _capability(arch: str) -> int:
     return int(match.group(1))
 
 
-def configs_for(arch: str) -> tuple[TileConfig, ...]:
+def configs_for(arch: str, weight_format: str = "dense") -> tuple[TileConfig, ...]:
     cap = _capability(arch)
+    if weight_format == "fp8":
+        _check_fp8_arch(arch, cap)
+        return {89: _FP8_ADA_CONFIGS, 90: _FP8_HOPPER_CONFIGS, 120: _FP8_SMALL_SMEM_CONFIGS}.get(
+            cap, _FP8_BLACKWELL_CONFIGS)
     if cap == 90:
         return _HOPPER_CONFIGS
     if cap in (100, 110):
@@ -95,65 +140,77 @@ def configs_for(arch: str) -> tuple[TileConfig, ...]:
     return _AMPERE_CONFIGS
 
 
-def _source_hash() -> str:
-    from et_trt_backend.kernels import grouped_mm  # imports Triton
+def _check_fp8_arch(arch: str, cap: int) -> None:
+    if cap not in FP8_CAPS:
+        raise ValueError(
+            f"kernel architecture {arch} has no FP8 tensor cores, so expert_precision = \"fp8\" cannot run there "
+            "(sm_80, sm_86 and sm_87 have none; FP8 needs sm_89, sm_90a, sm_100a, sm_110a or sm_120a). Drop it "
+            "from kernel_archs, or leave expert_precision unset for this part"
+        )
 
-    return hashlib.sha256(inspect.getsource(grouped_mm).encode()).hexdigest()[:16]
+
+def _check_form(dtype: str, trans_b: bool, weight_format: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"unsupported weight format {weight_format!r}; use one of {WEIGHT_FORMATS}")
+    if weight_format == "fp8" and not trans_b:
+        raise ValueError("FP8 kernels take weights stored [G, N, K] only (trans_b = True); the lowering "
+                         "transposes the weights when it quantizes them")
+
+
+def _source_hash(module: str) -> str:
+    import importlib
+
+    source = inspect.getsource(importlib.import_module(f"et_trt_backend.kernels.{module}"))  # imports Triton
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _arch_name(cap: int) -> str:
+    return f"sm_{cap}a" if cap >= 90 else f"sm_{cap}"  # Triton targets sm_90+ as "a" (arch-specific)
 
 
 def compile_image(
-    arch: str, dtype: str, trans_b: bool, config: TileConfig, fmt: str = "cubin"
+    arch: str, dtype: str, trans_b: bool, config: TileConfig, fmt: str = "cubin", weight_format: str = "dense"
 ) -> KernelImage:
     """Compiles (or reads from the disk cache) one variant for one architecture."""
     import triton
 
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
+    _check_form(dtype, trans_b, weight_format)
     if fmt not in ("cubin", "ptx"):
         raise ValueError(f"image format must be 'cubin' or 'ptx', not {fmt!r}")
     cap = _capability(arch)
     ptx_version = _PTX_VERSION[cap]
-    key = [_source_hash(), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config), ptx_version,
-           "no line info"]
-    return cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version))
+    if weight_format == "fp8":
+        _check_fp8_arch(arch, cap)
+        ptx_version = _FP8_PTX_VERSION.get(cap, ptx_version)
+    key = [_source_hash("grouped_mm"), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config),
+           ptx_version, weight_format, "no line info"]
+    return cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version, weight_format))
 
 
-def _compile(
-    arch: str, cap: int, dtype: str, trans_b: bool, config: TileConfig, fmt: str, ptx_version: int
-) -> KernelImage:
+def _triton_compile(kernel, signature: dict, constexprs: dict, attrs: dict, cap: int, num_warps: int,
+                    num_stages: int, ptx_version: int):
     import triton
 
-    from et_trt_backend.kernels import grouped_mm
-
-    name = kernel_name(config.variant, trans_b)
-    logger.info("compiling %s for %s (%s, %s): %dx%dx%d tiles, %d stages, %d warps", name, arch, dtype, fmt,
-                config.block_m, config.block_n, config.block_k, config.num_stages, config.num_warps)
-    elem = "*" + dtype
-    signature = {"a_ptr": elem, "b_ptr": elem, "offs_ptr": "*i32", "out_ptr": elem,
-                 "rows": "i32", "K": "i32", "N": "i32", "G": "i32",
-                 "TRANS_B": "constexpr", "USE_TMA": "constexpr", "BLOCK_M": "constexpr",
-                 "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_CHUNK": "constexpr"}
-    constexprs = {"TRANS_B": trans_b, "USE_TMA": config.use_tma, "BLOCK_M": config.block_m,
-                  "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_CHUNK": 32}
-    # Pointers are 16-byte aligned (the launcher checks); K and N multiples as the variant requires.
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
-    if config.k_n_multiple > 1:
-        attrs[(5,)] = attrs[(6,)] = [["tt.divisibility", config.k_n_multiple]]
-    source = triton.compiler.ASTSource(grouped_mm.grouped_mm_kernel, signature, constexprs, attrs)
+    source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
     target = triton.backends.compiler.GPUTarget("cuda", cap, 32)
-    # No line info: it holds this checkout's path to grouped_mm.py, and an export must not depend
+    # No line info: it holds this checkout's path to the kernel's source, and an export must not depend
     # on where it ran (same model and options, same bytes). The SASS is the same without it.
     with triton.knobs.compilation.scope():
         triton.knobs.compilation.disable_line_info = True
-        compiled = triton.compile(source, target=target, options={
-            "num_warps": config.num_warps, "num_stages": config.num_stages, "ptx_version": ptx_version,
-            "enable_fp_fusion": True})
+        return triton.compile(source, target=target, options={
+            "num_warps": num_warps, "num_stages": num_stages, "ptx_version": ptx_version, "enable_fp_fusion": True})
+
+
+def _image(compiled, *, variant: str, trans_b: bool, cap: int, fmt: str, dtype: str, block_m: int, block_n: int,
+           block_k: int, persistent: bool, ptx_version: int, weight_format: str) -> KernelImage:
     meta = compiled.metadata
-    image = KernelImage(
-        kernel=name,
-        variant=config.variant,
+    return KernelImage(
+        kernel=kernel_name(variant, trans_b),
+        variant=variant,
         trans_b=trans_b,
-        arch=f"sm_{cap}a" if cap >= 90 else f"sm_{cap}",  # Triton targets sm_90+ as "a" (arch-specific)
+        arch=_arch_name(cap),
         format=fmt,
         image=NamedData.of(compiled.asm["cubin"] if fmt == "cubin" else compiled.asm["ptx"].encode()),
         entry=meta.name,
@@ -163,13 +220,80 @@ def _compile(
         global_scratch_bytes=meta.global_scratch_size,
         global_scratch_align=meta.global_scratch_align,
         profile_scratch_bytes=meta.profile_scratch_size,
-        block_m=config.block_m,
-        block_n=config.block_n,
-        block_k=config.block_k,
-        persistent=True,
+        block_m=block_m,
+        block_n=block_n,
+        block_k=block_k,
+        persistent=persistent,
         ptx_version=f"{ptx_version // 10}.{ptx_version % 10}",
+        weight_format=weight_format,
     )
-    return image
+
+
+def _compile(
+    arch: str, cap: int, dtype: str, trans_b: bool, config: TileConfig, fmt: str, ptx_version: int,
+    weight_format: str,
+) -> KernelImage:
+    from et_trt_backend.kernels import grouped_mm
+
+    fp8 = weight_format == "fp8"
+    logger.info("compiling %s for %s (%s, %s%s): %dx%dx%d tiles, %d stages, %d warps",
+                kernel_name(config.variant, trans_b), arch, dtype, fmt, ", fp8" if fp8 else "",
+                config.block_m, config.block_n, config.block_k, config.num_stages, config.num_warps)
+    operand = "*fp8e4nv" if fp8 else "*" + dtype
+    signature = {"a_ptr": operand, "b_ptr": operand, "offs_ptr": "*i32", "out_ptr": "*" + dtype,
+                 "rows": "i32", "K": "i32", "N": "i32", "G": "i32",
+                 "a_scale_ptr": "*fp32" if fp8 else "constexpr", "b_scale_ptr": "*fp32" if fp8 else "constexpr",
+                 "FP8": "constexpr", "TRANS_B": "constexpr", "USE_TMA": "constexpr", "BLOCK_M": "constexpr",
+                 "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_CHUNK": "constexpr"}
+    constexprs = {"FP8": fp8, "TRANS_B": trans_b, "USE_TMA": config.use_tma, "BLOCK_M": config.block_m,
+                  "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_CHUNK": 32}
+    if not fp8:  # dense images have no scale parameters
+        constexprs.update(a_scale_ptr=None, b_scale_ptr=None)
+    # Pointers are 16-byte aligned (the launcher checks); K and N multiples as the variant requires.
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    if config.k_n_multiple > 1:
+        attrs[(5,)] = attrs[(6,)] = [["tt.divisibility", config.k_n_multiple]]
+    compiled = _triton_compile(grouped_mm.grouped_mm_kernel, signature, constexprs, attrs, cap, config.num_warps,
+                               config.num_stages, ptx_version)
+    return _image(compiled, variant=config.variant, trans_b=trans_b, cap=cap, fmt=fmt, dtype=dtype,
+                  block_m=config.block_m, block_n=config.block_n, block_k=config.block_k, persistent=True,
+                  ptx_version=ptx_version, weight_format=weight_format)
+
+
+def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
+    """The row quantization before an FP8 GEMM (quantize_rows.py) for one FP8 architecture, each variant, from the
+    disk cache where there."""
+    import triton
+
+    _check_form(dtype, True, "fp8")
+    cap = _capability(arch)
+    _check_fp8_arch(arch, cap)
+    ptx_version = _FP8_PTX_VERSION.get(cap, _PTX_VERSION[cap])
+    images = []
+    for variant, k_aligned in QUANTIZE_VARIANTS.items():
+        key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(QUANTIZE),
+               k_aligned, ptx_version, "no line info"]
+        images.append(cached_image(
+            key, lambda variant=variant, k_aligned=k_aligned: _compile_quantize(arch, cap, dtype, variant, k_aligned,
+                                                                                ptx_version)))
+    return images
+
+
+def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int) -> KernelImage:
+    from et_trt_backend.kernels import quantize_rows
+
+    logger.info("compiling %s for %s (%s)", kernel_name(variant, True), arch, dtype)
+    signature = {"a_ptr": "*" + dtype, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "rows": "i32", "K": "i32",
+                 "BLOCK_M": "constexpr", "BLOCK_K": "constexpr"}
+    constexprs = {"BLOCK_M": QUANTIZE.block_m, "BLOCK_K": QUANTIZE.block_k}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+    if k_aligned:
+        attrs[(4,)] = [["tt.divisibility", 16]]
+    compiled = _triton_compile(quantize_rows.quantize_rows_kernel, signature, constexprs, attrs, cap,
+                               QUANTIZE.num_warps, 1, ptx_version)
+    return _image(compiled, variant=variant, trans_b=True, cap=cap, fmt="cubin", dtype=dtype,
+                  block_m=QUANTIZE.block_m, block_n=1, block_k=QUANTIZE.block_k, persistent=False,
+                  ptx_version=ptx_version, weight_format="fp8")
 
 
 def _compiler_targets() -> set[int]:
@@ -186,28 +310,39 @@ def _compiler_targets() -> set[int]:
     return supported
 
 
-def grouped_mm_images(archs: Sequence[str], dtype: str, trans_b: bool) -> list[KernelImage]:
+def grouped_mm_images(
+    archs: Sequence[str], dtype: str, trans_b: bool, weight_format: str = "dense"
+) -> list[KernelImage]:
     """Cubins for each architecture (every variant, launcher's preference order) plus portable PTX.
 
     For sm_90a with weights [G, N, K] the hand-written wgmma kernel comes first (needs
     nvcc; sm90.py). Architectures the installed compiler cannot target are skipped
-    with a warning.
+    with a warning. weight_format "fp8": the FP8 GEMMs and each architecture's row
+    quantization; every architecture must have FP8 tensor cores, and there is no PTX
+    fallback (its sm_80 has none).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
+    _check_form(dtype, trans_b, weight_format)
+    fp8 = weight_format == "fp8"
     caps = [_capability(a) for a in archs]  # validates every name first
+    if fp8:
+        for arch, cap in zip(archs, caps):
+            _check_fp8_arch(arch, cap)
     supported = _compiler_targets()
     images = []
     for arch, cap in zip(archs, caps):
         if cap not in supported:
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
-        logger.info("grouped_mm kernels for %s (%s, trans_b=%s)", arch, dtype, trans_b)
-        if cap == 90 and trans_b:
+        logger.info("grouped_mm kernels for %s (%s, trans_b=%s, %s weights)", arch, dtype, trans_b, weight_format)
+        if cap == 90 and trans_b and not fp8:
             images += _sm90_wgmma_image(dtype)
-        images += [compile_image(arch, dtype, trans_b, config) for config in configs_for(arch)]
-    for config in configs_for(PTX_FALLBACK_ARCH):
-        images.append(compile_image(PTX_FALLBACK_ARCH, dtype, trans_b, config, fmt="ptx"))
+        images += [compile_image(arch, dtype, trans_b, config, weight_format=weight_format)
+                   for config in configs_for(arch, weight_format)]
+        if fp8:
+            images += quantize_rows_images(arch, dtype)
+    if not fp8:
+        for config in configs_for(PTX_FALLBACK_ARCH):
+            images.append(compile_image(PTX_FALLBACK_ARCH, dtype, trans_b, config, fmt="ptx"))
     return images
 
 

@@ -9,6 +9,11 @@ weights as stored), out [rows, N]: dense row-major, bf16 or fp16, float32
 accumulation. The offsets are read on the GPU; nothing is read or written out of
 bounds whatever they hold.
 
+FP8 (the FP8 expert form, et_trt_backend/quantization.py): a and b are float8 e4m3,
+quantized per row of a (a_scale [rows]) and per weight row (b_scale [G, N], TRANS_B
+only); the epilogue scales the float32 products by both before rounding to out's
+dtype. Dense images take the two scale pointers as None (they are not parameters).
+
 Schedule: a persistent grid walks one global list of output tiles. Tiles are
 numbered group by group, and within a group with the row block changing fastest,
 so CTAs running at the same time share the group's weight tiles in L2. The rows
@@ -42,6 +47,9 @@ def grouped_mm_kernel(
     K,
     N,
     G,
+    a_scale_ptr,
+    b_scale_ptr,
+    FP8: tl.constexpr,
     TRANS_B: tl.constexpr,
     USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -131,6 +139,12 @@ def grouped_mm_kernel(
                     else:
                         b_ptrs += BLOCK_K * N
 
+            if FP8:
+                a_scale = tl.load(a_scale_ptr + rm, mask=rm < end, other=0.0)
+                # The tail group (g == G) has no weights and no scales: its products are zeros.
+                scaled_columns = tl.where(g < G, N, 0)
+                b_scale = tl.load(b_scale_ptr + g.to(tl.int64) * N + rn, mask=rn < scaled_columns, other=0.0)
+                acc = acc * a_scale[:, None] * b_scale[None, :]
             out_ptrs = out_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :]
             tl.store(out_ptrs, acc.to(dtype), mask=(rm < end)[:, None] & (rn < N)[None, :])
             tile += num_programs
