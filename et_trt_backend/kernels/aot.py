@@ -346,10 +346,11 @@ def grouped_mm_images(
     return images
 
 
-def _sm90_wgmma_image(dtype: str) -> list[KernelImage]:
-    """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; [] without nvcc."""
+def _sm90_wgmma_image(dtype: str, weight_format: str = "dense") -> list[KernelImage]:
+    """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; [] without nvcc.
+    weight_format "fp8": its e4m3 build (`dtype` is the activations' and output's)."""
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a images lack the wgmma kernel (Triton's variants still serve; "
                        "install the CUDA toolkit for the faster MoE path)")
         return []
-    return [sm90.image(dtype)]
+    return [sm90.image(dtype, weight_format=weight_format)]

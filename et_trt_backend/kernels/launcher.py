@@ -10,6 +10,7 @@ import ctypes
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from et_trt_backend import libraries
 from et_trt_backend.kernels.images import KernelImage
@@ -55,11 +56,30 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_grouped_mm_launch.restype = ctypes.c_int32
         lib.et_trt_grouped_mm_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
             ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.et_trt_grouped_mm_launch_fp8.restype = ctypes.c_int32
+        lib.et_trt_grouped_mm_launch_fp8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
+            ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p,
+            ctypes.c_size_t]
+        lib.et_trt_grouped_mm_fp8_workspace_bytes.restype = ctypes.c_size_t
+        lib.et_trt_grouped_mm_fp8_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
         lib.et_trt_grouped_mm_last_kernel.restype = ctypes.c_char_p
         lib.et_trt_grouped_mm_last_kernel.argtypes = [ctypes.c_void_p]
         lib.et_trt_grouped_mm_destroy.argtypes = [ctypes.c_void_p]
         _lib = lib
     return _lib
+
+
+class Fp8Operands(NamedTuple):
+    """What a launch with fp8 weights needs beside the dense arguments (grouped_mm_launcher.h)."""
+
+    b_scale: int  # device pointer, float32 [G, N]
+    workspace: int  # device pointer, 256-byte aligned, >= fp8_workspace_bytes(rows, k) bytes
+    workspace_bytes: int
+
+
+def fp8_workspace_bytes(rows: int, k: int) -> int:
+    """round_up(rows * k, 256) + 4 * rows: quantized rows, then their float32 scales."""
+    return _library().et_trt_grouped_mm_fp8_workspace_bytes(rows, k)
 
 
 class GroupedMMLauncher:
@@ -79,10 +99,16 @@ class GroupedMMLauncher:
             raise LauncherError(error.value.decode())
 
     def launch(self, a: int, b: int, offs: int, out: int, rows: int, k: int, n: int, groups: int,
-               trans_b: bool, stream: int) -> None:
+               trans_b: bool, stream: int, fp8: Fp8Operands | None = None) -> None:
+        """Raw device pointers; `fp8` (b_scale and workspace pointers, workspace size) for fp8 weights."""
         error = ctypes.create_string_buffer(2048)
-        status = _library().et_trt_grouped_mm_launch(
-            self._handle, a, b, offs, out, rows, k, n, groups, int(trans_b), stream, error, len(error))
+        if fp8 is None:
+            status = _library().et_trt_grouped_mm_launch(
+                self._handle, a, b, offs, out, rows, k, n, groups, int(trans_b), stream, error, len(error))
+        else:
+            status = _library().et_trt_grouped_mm_launch_fp8(
+                self._handle, a, b, offs, out, rows, k, n, groups, int(trans_b), fp8.b_scale, fp8.workspace,
+                fp8.workspace_bytes, stream, error, len(error))
         if status != 0:
             raise LauncherError(error.value.decode())
 

@@ -60,7 +60,8 @@ struct LoadedKernel {
   int cluster = 1;  // CTAs per cluster, from the kernel's required cluster width
   size_t scratch_stride = 0;  // global scratch bytes per CTA, aligned
   size_t profile_stride = 0;
-  int k_n_multiple = 1;  // K and N must be multiples of this
+  int k_multiple = 1;  // K must be a multiple of this
+  int n_multiple = 1;  // and N of this
   // Takes TMA descriptors instead of a and b, and no scratch (grouped_mm_sm90.cu).
   bool tensor_maps = false;
 };
@@ -71,19 +72,18 @@ struct LoadedKernel {
 constexpr int64_t kWgmmaMaxGroups = 1024;
 constexpr int kWgmmaMaxWidth = 256, kWgmmaWidthStep = 8, kWgmmaTileFeatures = 128;
 
-// A TMA descriptor over a row-major tensor of 16-bit elements, dims innermost first,
-// with 128-byte swizzle and zero fill past the edges.
-CUresult encode_tensor_map(const CudaDriver& cu, CUtensorMap* map, bool bf16, const void* base, int rank,
-                           const cuuint64_t* dims, const cuuint32_t* box) {
+// A TMA descriptor over a row-major tensor of `type` (16-bit floats, or UINT8 for e4m3 bits),
+// dims innermost first, with 128-byte swizzle and zero fill past the edges.
+CUresult encode_tensor_map(const CudaDriver& cu, CUtensorMap* map, CUtensorMapDataType type, const void* base,
+                           int rank, const cuuint64_t* dims, const cuuint32_t* box) {
   cuuint64_t strides[2];  // bytes between consecutive indices of dims 1..rank-1
-  cuuint64_t stride = dims[0] * 2;
+  cuuint64_t stride = dims[0] * (type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2);
   for (int i = 1; i < rank; ++i) {
     strides[i - 1] = stride;
     stride *= dims[i];
   }
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  return cu.cuTensorMapEncodeTiled(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                   rank, const_cast<void*>(base), dims, strides, box, element_strides,
+  return cu.cuTensorMapEncodeTiled(map, type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -91,9 +91,10 @@ CUresult encode_tensor_map(const CudaDriver& cu, CUtensorMap* map, bool bf16, co
 size_t round_up(size_t value, size_t align) { return align <= 1 ? value : (value + align - 1) / align * align; }
 
 // The TMA descriptors of one wgmma launch (grouped_mm_sm90.cu's first two parameters: a as
-// [rows, K] in boxes of 8, 16, ..., 256 / cluster rows by 64, passed as one array of which
-// the kernel reads as many as its cluster size makes; b as [G, N, K] in boxes of 1 x 128 x 64)
-// and what they were encoded for: they depend on nothing else.
+// [rows, K] in boxes of 8, 16, ..., 256 / cluster rows by 128 bytes, passed as one array of
+// which the kernel reads as many as its cluster size makes; b as [G, N, K] in boxes of
+// 1 x 128 x 128 bytes) and what they were encoded for: they depend on nothing else. With fp8
+// weights `a` is the quantized copy in the workspace.
 struct WgmmaMaps {
   const LoadedKernel* kernel = nullptr;  // null: the slot holds nothing valid
   const void* a = nullptr;
@@ -110,18 +111,19 @@ struct WgmmaMaps {
   }
 
   // Encodes every descriptor for these arguments; on failure the slot holds nothing valid.
-  CUresult encode(const CudaDriver& cu, bool bf16, const LoadedKernel* kernel_, const void* a_, const void* b_,
-                  int64_t rows_, int64_t k_, int64_t n_, int64_t groups_) {
+  CUresult encode(const CudaDriver& cu, CUtensorMapDataType type, const LoadedKernel* kernel_, const void* a_,
+                  const void* b_, int64_t rows_, int64_t k_, int64_t n_, int64_t groups_) {
     kernel = nullptr;
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k_), static_cast<cuuint64_t>(rows_)};
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k_), static_cast<cuuint64_t>(n_),
                                   static_cast<cuuint64_t>(groups_)};
-    const cuuint32_t b_box[3] = {64, kWgmmaTileFeatures, 1};
-    CUresult status = encode_tensor_map(cu, &b_map, bf16, b_, 3, b_dims, b_box);
+    const cuuint32_t box_k = type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 128 : 64;  // one 128-byte swizzled row
+    const cuuint32_t b_box[3] = {box_k, kWgmmaTileFeatures, 1};
+    CUresult status = encode_tensor_map(cu, &b_map, type, b_, 3, b_dims, b_box);
     const int heights = kWgmmaMaxWidth / kernel_->cluster / kWgmmaWidthStep;
     for (int i = 0; i < heights && status == CUDA_SUCCESS; ++i) {
-      const cuuint32_t a_box[2] = {64, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
-      status = encode_tensor_map(cu, &a_maps.by_height[i], bf16, a_, 2, a_dims, a_box);
+      const cuuint32_t a_box[2] = {box_k, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+      status = encode_tensor_map(cu, &a_maps.by_height[i], type, a_, 2, a_dims, a_box);
     }
     if (status != CUDA_SUCCESS) return status;
     kernel = kernel_;
@@ -146,7 +148,9 @@ struct GroupedMMLauncher::State {
   CUcontext context = nullptr;
   blob::DType dtype = blob::DType::BFloat16;
   bool trans_b = false;
-  std::vector<LoadedKernel> kernels;  // in preference order
+  bool fp8 = false;                   // weight_format Float8RowScaled
+  std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
+  LoadedKernel quantize;              // fp8: the "quantize_rows" kernel run before each GEMM
   size_t workspace_bytes = 0;
   CUdeviceptr workspace = 0;
   std::string last_kernel;
@@ -165,6 +169,7 @@ GroupedMMLauncher::~GroupedMMLauncher() {
   if (cu.cuCtxPushCurrent(state_->context) != CUDA_SUCCESS) return;
   if (state_->workspace) cu.cuMemFree(state_->workspace);
   for (auto& kernel : state_->kernels) cu.cuModuleUnload(kernel.module);
+  if (state_->quantize.module) cu.cuModuleUnload(state_->quantize.module);
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent(&popped);
 }
@@ -189,16 +194,26 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   const blob::KernelImageT& first = *images.front().fields;
   state->dtype = first.dtype;
   state->trans_b = first.trans_b;
+  state->fp8 = first.weight_format == blob::WeightFormat::Float8RowScaled;
   const auto described = [](const blob::KernelImageT& image) {
     const char* dtype = kernel_dtype_name(image.dtype);
-    return image.kernel + " (" + (dtype ? dtype : "unsupported dtype") + ", " + (image.trans_b ? "nk" : "kn") + ")";
+    return image.kernel + " (" + (dtype ? dtype : "unsupported dtype") + ", " + (image.trans_b ? "nk" : "kn") +
+           (image.weight_format == blob::WeightFormat::Float8RowScaled ? ", fp8 weights" : "") + ")";
   };
   for (const KernelImageRef& ref : images) {
     const blob::KernelImageT& image = *ref.fields;
     if (image.variant.empty()) return failed("image " + image.kernel + " names no variant");
-    if (image.dtype != state->dtype || image.trans_b != state->trans_b)
-      return failed("all images of one launcher must share dtype and layout; got " + described(first) + " and " +
-                    described(image));
+    if (image.dtype != state->dtype || image.trans_b != state->trans_b || image.weight_format != first.weight_format)
+      return failed("all images of one launcher must share dtype, layout and weight format; got " + described(first) +
+                    " and " + described(image));
+    if (image.weight_format != blob::WeightFormat::Dense && image.weight_format != blob::WeightFormat::Float8RowScaled)
+      return failed("image " + image.kernel + " has an unknown weight format; rebuild the images and launcher from "
+                    "one release");
+    if (state->fp8 && !image.trans_b)
+      return failed("image " + described(image) + " takes fp8 weights stored [G, K, N]; fp8 weights are [G, N, K] "
+                    "(trans_b) only");
+    if (!state->fp8 && image.variant == "quantize_rows")
+      return failed("image " + described(image) + " is a row quantization for fp8 weights among dense images");
     if (ref.bytes == nullptr || ref.size == 0) return failed("image " + image.kernel + " is empty");
     if (image.block_m <= 0 || image.block_n <= 0 || image.num_warps <= 0)
       return failed("image " + image.kernel + " has no tile sizes or warp count");
@@ -257,8 +272,13 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.block_m = image->block_m;
     kernel.block_n = image->block_n;
     kernel.tensor_maps = kernel.variant == "wgmma";
-    kernel.k_n_multiple =
-        kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps ? 8 : kernel.variant == "any" ? 1 : 16;
+    const bool tma = kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps;
+    if (!state->fp8) {
+      kernel.k_multiple = kernel.n_multiple = tma ? 8 : kernel.variant == "any" ? 1 : 16;
+    } else {  // 1-byte operands: TMA's 16-byte strides need K % 16; wgmma's epilogue stores 8 outputs
+      kernel.k_multiple = tma ? 16 : 1;
+      kernel.n_multiple = kernel.tensor_maps ? 8 : tma ? 16 : 1;
+    }
     if (kernel.tensor_maps && !state->trans_b)
       return failed("kernel " + image->kernel + " takes weights stored [G, N, K] only (layout nk)");
     if (kernel.tensor_maps && (image->block_m != kWgmmaMaxWidth || image->block_n != kWgmmaTileFeatures))
@@ -341,6 +361,20 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     size_t need = round_up(loaded.scratch_stride * loaded.max_grid, 256) + loaded.profile_stride * loaded.max_grid;
     state->workspace_bytes = std::max(state->workspace_bytes, need);
   }
+  auto quantize = std::find_if(state->kernels.begin(), state->kernels.end(),
+                               [](const LoadedKernel& k) { return k.variant == "quantize_rows"; });
+  if (quantize != state->kernels.end()) {
+    if (quantize->max_grid > 0)
+      return failed("kernel " + quantize->name + " is persistent; the row quantization runs one CTA per block_m rows");
+    state->quantize = *quantize;
+    state->kernels.erase(quantize);
+  }
+  if (state->fp8 && state->quantize.module == nullptr)
+    return failed("the fp8 images have no \"quantize_rows\" image serving " + gpu +
+                  " (the activations' row quantization); images offered: " + offered +
+                  ". Export them together (aot.grouped_mm_images(..., weight_format=\"fp8\"))");
+  if (state->kernels.empty())
+    return failed("no grouped GEMM image serves " + gpu + " beside the row quantization; images offered: " + offered);
   std::stable_sort(state->kernels.begin(), state->kernels.end(), [](const LoadedKernel& x, const LoadedKernel& y) {
     return variant_rank(x.variant) < variant_rank(y.variant);
   });
@@ -353,8 +387,15 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   return std::unique_ptr<GroupedMMLauncher>(new GroupedMMLauncher(std::move(state)));
 }
 
+size_t GroupedMMLauncher::fp8_workspace_bytes(int64_t rows, int64_t k) {
+  if (rows <= 0) return 0;
+  return round_up(static_cast<size_t>(rows) * static_cast<size_t>(std::max<int64_t>(k, 0)), 256) +
+         4 * static_cast<size_t>(rows);
+}
+
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
-                               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error) {
+                               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
+                               const Fp8Operands* fp8) {
   const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
@@ -369,6 +410,12 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return fail(error, std::string("grouped_mm: called with trans_b=") + (trans_b ? "true" : "false") +
                            " but the kernel images are for trans_b=" + (state_->trans_b ? "true" : "false") +
                            "; compile images for this layout");
+  if (state_->fp8 && fp8 == nullptr)
+    return fail(error, "grouped_mm: the kernel images take fp8 weights; pass b as float8 e4m3 [G, N, K] with its "
+                       "Fp8Operands (b_scale and a workspace of fp8_workspace_bytes(rows, k) bytes)");
+  if (!state_->fp8 && fp8 != nullptr)
+    return fail(error, "grouped_mm: fp8 operands were given but the kernel images take dense weights; load the fp8 "
+                       "images (weight_format \"fp8\") for fp8 weights");
   if (rows == 0 || n == 0) return true;
   if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
   if (k == 0 || groups == 0) {  // no products (a, b, offs may be empty): every row is zero
@@ -382,6 +429,17 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (misaligned(a) || misaligned(b) || misaligned(offs) || misaligned(out))
     return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
+  if (fp8) {
+    if (fp8->b_scale == nullptr || misaligned(fp8->b_scale))
+      return fail(error, "grouped_mm: fp8 weights need b_scale, float32 [G, N] in a 16-byte aligned device buffer");
+    const size_t need = fp8_workspace_bytes(rows, k);
+    if (fp8->workspace == nullptr || fp8->workspace_bytes < need)
+      return fail(error, "grouped_mm: fp8 weights need a workspace of fp8_workspace_bytes(rows, k) = " +
+                             std::to_string(need) + " bytes " + shape + "; got " +
+                             (fp8->workspace ? std::to_string(fp8->workspace_bytes) : std::string("none")));
+    if ((reinterpret_cast<uintptr_t>(fp8->workspace) & 255) != 0)
+      return fail(error, "grouped_mm: the fp8 workspace must be 256-byte aligned");
+  }
 
   // Upper bound on output tiles: every non-empty group adds at most one partial
   // row block, and the tail group one more. A cluster's tile spans `cluster` column blocks.
@@ -393,7 +451,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   const LoadedKernel* kernel = nullptr;
   const LoadedKernel* small = nullptr;
   for (const auto& candidate : state_->kernels) {
-    if (k % candidate.k_n_multiple != 0 || n % candidate.k_n_multiple != 0) continue;
+    if (k % candidate.k_multiple != 0 || n % candidate.n_multiple != 0) continue;
     if (candidate.tensor_maps && groups > kWgmmaMaxGroups) continue;
     if (candidate.variant == "tma_small") {
       if (!small) small = &candidate;
@@ -422,9 +480,31 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUdeviceptr base = state_->workspace;
   CUdeviceptr scratch_arg = kernel->scratch_stride ? base : 0;
   CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
-  // Triton's signature: the user arguments, then the global and profile scratch pointers.
+  CUdeviceptr a_scale_arg = 0, b_scale_arg = 0;
+  if (fp8) {
+    // The activations' row quantization into the workspace first, on the same stream: (a, a_q, a_scale,
+    // rows, K, global scratch, profile scratch), one CTA per block_m rows.
+    const CUdeviceptr a_q = reinterpret_cast<CUdeviceptr>(fp8->workspace);
+    a_scale_arg = a_q + round_up(static_cast<size_t>(rows * k), 256);
+    b_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->b_scale);
+    CUdeviceptr a_q_arg = a_q, no_scratch = 0;
+    void* quantize_args[] = {&a_arg, &a_q_arg, &a_scale_arg, &rows_arg, &k_arg, &no_scratch, &no_scratch};
+    const LoadedKernel& quantize = state_->quantize;
+    const int64_t blocks = (rows + quantize.block_m - 1) / quantize.block_m;
+    CUresult status = cu.cuLaunchKernel(quantize.function, static_cast<unsigned>(blocks), 1, 1,
+                                        static_cast<unsigned>(quantize.threads), 1, 1,
+                                        static_cast<unsigned>(quantize.shared_bytes), stream, quantize_args, nullptr);
+    if (status != CUDA_SUCCESS)
+      return fail(error, "grouped_mm: launching " + quantize.name + " " + shape + " failed: " + cu.describe(status));
+    a_arg = a_q;  // the GEMM reads the quantized rows
+    a = fp8->workspace;
+  }
+  // Triton's signature: the user arguments, then the global and profile scratch pointers; with fp8
+  // weights a_scale and b_scale follow out.
   void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
+  void* triton_fp8_args[] = {&a_arg,    &b_arg,     &offs_arg,   &out_arg,     &a_scale_arg, &b_scale_arg,
+                             &rows_arg, &k_arg,     &n_arg,      &groups_arg,  &scratch_arg, &profile_arg};
   WgmmaMaps* maps = nullptr;
   if (kernel->tensor_maps) {
     for (auto& cached : state_->wgmma_maps)
@@ -434,7 +514,10 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
       }
     if (maps == nullptr) {
       WgmmaMaps& slot = state_->wgmma_maps[state_->next_maps_slot++ % state_->wgmma_maps.size()];
-      CUresult encoded = slot.encode(cu, state_->dtype == blob::DType::BFloat16, kernel, a, b, rows, k, n, groups);
+      const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                       : state_->dtype == blob::DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+      CUresult encoded = slot.encode(cu, type, kernel, a, b, rows, k, n, groups);
       if (encoded != CUDA_SUCCESS)
         return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
       maps = &slot;
@@ -443,9 +526,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   // cuLaunchKernel copies the parameters: the descriptors may be replaced after it returns.
   void* map_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                       &rows_arg, &k_arg, &n_arg, &groups_arg};
+  void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
+                          &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
+  void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : map_args) : (fp8 ? triton_fp8_args : triton_args);
   CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
-                                      static_cast<unsigned>(kernel->shared_bytes), stream,
-                                      kernel->tensor_maps ? map_args : triton_args, nullptr);
+                                      static_cast<unsigned>(kernel->shared_bytes), stream, args, nullptr);
   if (status != CUDA_SUCCESS)
     return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + cu.describe(status));
   state_->last_kernel = kernel->name;

@@ -8,6 +8,13 @@
 // with B_g = b[g] ([K, N], trans_b = false) or b[g]^T (b[g] is [N, K], trans_b = true).
 // a [rows, K], b and out are dense row-major (contiguous) in one dtype (bf16 or
 // fp16); offs is int32 [groups] in device memory and is read by the kernel only.
+//
+// FP8 weights (images of weight_format Float8RowScaled): b is float8 e4m3 [G, N, K]
+// (trans_b only) with float32 b_scale [G, N]; a and out are in the images' dtype. Each
+// launch first quantizes a per row into the caller's workspace (the "quantize_rows"
+// image: a_scale[r] = amax_k |a[r, k]| / 448, 1 where 0; a_q = e4m3(a / a_scale)), then
+//   out[r, n] = (sum_k a_q[r, k] * b[g, n, k]) * a_scale[r] * b_scale[g, n]
+// with the same group semantics. Both kernels run on the stream; nothing synchronizes.
 #pragma once
 
 #include <cuda.h>
@@ -39,7 +46,10 @@ namespace et_trt::kernels {
 //   "tile":      pointer loads (cp.async); needs K % 16 == 0, N % 16 == 0
 //   "any":       pointer loads; any K and N
 //   other variants (e.g. benchmark baselines) are treated like "tile"
-// Every variant needs 16-byte aligned pointers.
+//   "quantize_rows": fp8 images only, the row quantization that runs before the GEMM
+// Every variant needs 16-byte aligned pointers. With fp8 weights the GEMM variants are
+// wgmma (K % 16 == 0, N % 8 == 0, at most 1024 groups), tma (K % 16 == 0, N % 16 == 0)
+// and any.
 // For each call the launcher takes the first variant, among the images loaded for
 // this GPU, that accepts K and N, in the order wgmma, tma, tile, others, any; it
 // takes tma_small instead of wgmma or tma when rows < 64 * groups or when their
@@ -53,8 +63,21 @@ struct KernelImageRef {
 // "bf16" or "fp16" (the kernels' element types, as et-trt names them); nullptr for any other.
 const char* kernel_dtype_name(blob::DType dtype);
 
+// What a launch with fp8 weights needs beside launch()'s arguments. `workspace` is device
+// memory of at least fp8_workspace_bytes(rows, k) bytes, 256-byte aligned, that no other
+// work on another stream uses during the launch: a_q [rows, K] at offset 0, a_scale
+// float32 [rows] at round_up(rows * k, 256).
+struct Fp8Operands {
+  const float* b_scale = nullptr;  // [G, N], 16-byte aligned
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
 class GroupedMMLauncher {
  public:
+  // round_up(rows * k, 256) + 4 * rows: the workspace a launch with fp8 weights needs.
+  static size_t fp8_workspace_bytes(int64_t rows, int64_t k);
+
   // Loads, for the device of the calling thread's current CUDA context, every
   // image that serves it: a cubin for exactly its architecture ("sm_90a" serves
   // compute capability 9.0), else PTX for an equal or lower architecture (JIT
@@ -64,6 +87,7 @@ class GroupedMMLauncher {
   // images offered and the fix) when: libcuda cannot be loaded, there is no
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
+  // The images must also share one weight format; fp8 ones need a quantize_rows image.
   static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
                                                    std::string* error);
   ~GroupedMMLauncher();
@@ -73,7 +97,8 @@ class GroupedMMLauncher {
   // Enqueues out = grouped_mm(a, b, offs) on `stream`. Never blocks. Returns
   // false and sets *error on: negative sizes, trans_b or dtype other than the
   // images', sizes the kernels cannot index (rows, K, N or K*N >= 2^31 - 1024), unaligned
-  // pointers, or a failed launch. rows == 0 or n == 0 is a no-op; k == 0 or
+  // pointers, or a failed launch. `fp8` must be given iff the images are fp8 (with a
+  // b_scale and a large enough, 256-byte aligned workspace); refused otherwise. rows == 0 or n == 0 is a no-op; k == 0 or
   // groups == 0 writes zeros. Scratch memory the kernels need is owned by the
   // launcher (allocated at create), so one launcher must not run on two streams
   // at once: use one launcher per stream.
@@ -81,9 +106,11 @@ class GroupedMMLauncher {
   // descriptors of recent calls, reused when a, b and the sizes repeat): one
   // launcher per thread, as the TensorRT plugin has one per execution context.
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
-              int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error);
+              int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
+              const Fp8Operands* fp8 = nullptr);
 
-  // Kernel name the last successful launch used (for the device checks and benchmarks).
+  // Kernel name the last successful launch used (for the device checks and benchmarks); with fp8
+  // weights the GEMM's (the row quantization ran before it).
   const std::string& last_kernel() const;
 
  private:
