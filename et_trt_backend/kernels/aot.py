@@ -14,13 +14,12 @@ import re
 from collections.abc import Sequence
 
 from et_trt_backend.kernels import sm90
-from et_trt_backend.kernels.images import KernelImage, cached_image, kernel_name
+from et_trt_backend.kernels.images import WEIGHT_FORMATS, KernelImage, cached_image, kernel_name
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
 
 DTYPES = ("bf16", "fp16")
-WEIGHT_FORMATS = ("dense", "fp8")  # KernelImage.weight_format: "fp8" is et_trt_backend/quantization.py's form
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,11 +202,11 @@ def _triton_compile(kernel, signature: dict, constexprs: dict, attrs: dict, cap:
             "num_warps": num_warps, "num_stages": num_stages, "ptx_version": ptx_version, "enable_fp_fusion": True})
 
 
-def _image(compiled, *, variant: str, trans_b: bool, cap: int, fmt: str, dtype: str, block_m: int, block_n: int,
-           block_k: int, persistent: bool, ptx_version: int, weight_format: str) -> KernelImage:
+def _image(compiled, *, kernel: str, variant: str, trans_b: bool, cap: int, fmt: str, dtype: str, block_m: int,
+           block_n: int, block_k: int, persistent: bool, ptx_version: int, weight_format: str) -> KernelImage:
     meta = compiled.metadata
     return KernelImage(
-        kernel=kernel_name(variant, trans_b),
+        kernel=kernel,
         variant=variant,
         trans_b=trans_b,
         arch=_arch_name(cap),
@@ -237,7 +236,7 @@ def _compile(
 
     fp8 = weight_format == "fp8"
     logger.info("compiling %s for %s (%s, %s%s): %dx%dx%d tiles, %d stages, %d warps",
-                kernel_name(config.variant, trans_b), arch, dtype, fmt, ", fp8" if fp8 else "",
+                kernel_name(config.variant, trans_b, weight_format), arch, dtype, fmt, ", fp8" if fp8 else "",
                 config.block_m, config.block_n, config.block_k, config.num_stages, config.num_warps)
     operand = "*fp8e4nv" if fp8 else "*" + dtype
     signature = {"a_ptr": operand, "b_ptr": operand, "offs_ptr": "*i32", "out_ptr": "*" + dtype,
@@ -255,7 +254,8 @@ def _compile(
         attrs[(5,)] = attrs[(6,)] = [["tt.divisibility", config.k_n_multiple]]
     compiled = _triton_compile(grouped_mm.grouped_mm_kernel, signature, constexprs, attrs, cap, config.num_warps,
                                config.num_stages, ptx_version)
-    return _image(compiled, variant=config.variant, trans_b=trans_b, cap=cap, fmt=fmt, dtype=dtype,
+    return _image(compiled, kernel=kernel_name(config.variant, trans_b, weight_format), variant=config.variant,
+                  trans_b=trans_b, cap=cap, fmt=fmt, dtype=dtype,
                   block_m=config.block_m, block_n=config.block_n, block_k=config.block_k, persistent=True,
                   ptx_version=ptx_version, weight_format=weight_format)
 
@@ -282,7 +282,7 @@ def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
 def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int) -> KernelImage:
     from et_trt_backend.kernels import quantize_rows
 
-    logger.info("compiling %s for %s (%s)", kernel_name(variant, True), arch, dtype)
+    logger.info("compiling %s for %s (%s)", variant, arch, dtype)
     signature = {"a_ptr": "*" + dtype, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "rows": "i32", "K": "i32",
                  "BLOCK_M": "constexpr", "BLOCK_K": "constexpr"}
     constexprs = {"BLOCK_M": QUANTIZE.block_m, "BLOCK_K": QUANTIZE.block_k}
@@ -291,7 +291,7 @@ def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: 
         attrs[(4,)] = [["tt.divisibility", 16]]
     compiled = _triton_compile(quantize_rows.quantize_rows_kernel, signature, constexprs, attrs, cap,
                                QUANTIZE.num_warps, 1, ptx_version)
-    return _image(compiled, variant=variant, trans_b=True, cap=cap, fmt="cubin", dtype=dtype,
+    return _image(compiled, kernel=variant, variant=variant, trans_b=True, cap=cap, fmt="cubin", dtype=dtype,
                   block_m=QUANTIZE.block_m, block_n=1, block_k=QUANTIZE.block_k, persistent=False,
                   ptx_version=ptx_version, weight_format="fp8")
 
@@ -334,8 +334,8 @@ def grouped_mm_images(
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
         logger.info("grouped_mm kernels for %s (%s, trans_b=%s, %s weights)", arch, dtype, trans_b, weight_format)
-        if cap == 90 and trans_b and not fp8:
-            images += _sm90_wgmma_image(dtype)
+        if cap == 90 and trans_b:
+            images += _sm90_wgmma_image(dtype, weight_format)
         images += [compile_image(arch, dtype, trans_b, config, weight_format=weight_format)
                    for config in configs_for(arch, weight_format)]
         if fp8:

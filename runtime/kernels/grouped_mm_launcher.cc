@@ -150,7 +150,7 @@ struct GroupedMMLauncher::State {
   bool trans_b = false;
   bool fp8 = false;                   // weight_format Float8RowScaled
   std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
-  LoadedKernel quantize;              // fp8: the "quantize_rows" kernel run before each GEMM
+  std::vector<LoadedKernel> quantize;  // fp8: the row quantizations run before each GEMM, preferred first
   size_t workspace_bytes = 0;
   CUdeviceptr workspace = 0;
   std::string last_kernel;
@@ -169,7 +169,7 @@ GroupedMMLauncher::~GroupedMMLauncher() {
   if (cu.cuCtxPushCurrent(state_->context) != CUDA_SUCCESS) return;
   if (state_->workspace) cu.cuMemFree(state_->workspace);
   for (auto& kernel : state_->kernels) cu.cuModuleUnload(kernel.module);
-  if (state_->quantize.module) cu.cuModuleUnload(state_->quantize.module);
+  for (auto& kernel : state_->quantize) cu.cuModuleUnload(kernel.module);
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent(&popped);
 }
@@ -212,7 +212,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     if (state->fp8 && !image.trans_b)
       return failed("image " + described(image) + " takes fp8 weights stored [G, K, N]; fp8 weights are [G, N, K] "
                     "(trans_b) only");
-    if (!state->fp8 && image.variant == "quantize_rows")
+    if (!state->fp8 && image.variant.rfind("quantize_rows", 0) == 0)
       return failed("image " + described(image) + " is a row quantization for fp8 weights among dense images");
     if (ref.bytes == nullptr || ref.size == 0) return failed("image " + image.kernel + " is empty");
     if (image.block_m <= 0 || image.block_n <= 0 || image.num_warps <= 0)
@@ -273,11 +273,15 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.block_n = image->block_n;
     kernel.tensor_maps = kernel.variant == "wgmma";
     const bool tma = kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps;
-    if (!state->fp8) {
-      kernel.k_multiple = kernel.n_multiple = tma ? 8 : kernel.variant == "any" ? 1 : 16;
+    if (kernel.variant == "any" || kernel.variant == "quantize_rows_any") {
+      kernel.k_multiple = kernel.n_multiple = 1;
+    } else if (kernel.variant == "quantize_rows") {  // 16-byte vector loads and stores along K
+      kernel.k_multiple = 16;
+    } else if (!state->fp8) {
+      kernel.k_multiple = kernel.n_multiple = tma ? 8 : 16;
     } else {  // 1-byte operands: TMA's 16-byte strides need K % 16; wgmma's epilogue stores 8 outputs
-      kernel.k_multiple = tma ? 16 : 1;
-      kernel.n_multiple = kernel.tensor_maps ? 8 : tma ? 16 : 1;
+      kernel.k_multiple = 16;
+      kernel.n_multiple = kernel.tensor_maps ? 8 : 16;
     }
     if (kernel.tensor_maps && !state->trans_b)
       return failed("kernel " + image->kernel + " takes weights stored [G, N, K] only (layout nk)");
@@ -361,17 +365,19 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     size_t need = round_up(loaded.scratch_stride * loaded.max_grid, 256) + loaded.profile_stride * loaded.max_grid;
     state->workspace_bytes = std::max(state->workspace_bytes, need);
   }
-  auto quantize = std::find_if(state->kernels.begin(), state->kernels.end(),
-                               [](const LoadedKernel& k) { return k.variant == "quantize_rows"; });
-  if (quantize != state->kernels.end()) {
+  // The row quantizations leave the GEMMs' list: "quantize_rows" (K % 16 == 0) before "quantize_rows_any".
+  for (const char* variant : {"quantize_rows", "quantize_rows_any"}) {
+    auto quantize = std::find_if(state->kernels.begin(), state->kernels.end(),
+                                 [&](const LoadedKernel& k) { return k.variant == variant; });
+    if (quantize == state->kernels.end()) continue;
     if (quantize->max_grid > 0)
       return failed("kernel " + quantize->name + " is persistent; the row quantization runs one CTA per block_m rows");
-    state->quantize = *quantize;
+    state->quantize.push_back(*quantize);
     state->kernels.erase(quantize);
   }
-  if (state->fp8 && state->quantize.module == nullptr)
-    return failed("the fp8 images have no \"quantize_rows\" image serving " + gpu +
-                  " (the activations' row quantization); images offered: " + offered +
+  if (state->fp8 && (state->quantize.empty() || state->quantize.back().variant != "quantize_rows_any"))
+    return failed("the fp8 images have no \"quantize_rows_any\" image serving " + gpu +
+                  " (the activations' row quantization for any K); images offered: " + offered +
                   ". Export them together (aot.grouped_mm_images(..., weight_format=\"fp8\"))");
   if (state->kernels.empty())
     return failed("no grouped GEMM image serves " + gpu + " beside the row quantization; images offered: " + offered);
@@ -489,7 +495,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     b_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->b_scale);
     CUdeviceptr a_q_arg = a_q, no_scratch = 0;
     void* quantize_args[] = {&a_arg, &a_q_arg, &a_scale_arg, &rows_arg, &k_arg, &no_scratch, &no_scratch};
-    const LoadedKernel& quantize = state_->quantize;
+    const LoadedKernel& quantize =
+        *std::find_if(state_->quantize.begin(), state_->quantize.end(),
+                      [&](const LoadedKernel& q) { return k % q.k_multiple == 0; });  // "_any" takes any K
     const int64_t blocks = (rows + quantize.block_m - 1) / quantize.block_m;
     CUresult status = cu.cuLaunchKernel(quantize.function, static_cast<unsigned>(blocks), 1, 1,
                                         static_cast<unsigned>(quantize.threads), 1, 1,
