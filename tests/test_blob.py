@@ -95,6 +95,7 @@ def random_kernel(rng: random.Random) -> KernelImage:
         global_scratch_align=rng.choice([1, 128]), profile_scratch_bytes=rng.randint(0, 64),
         block_m=rng.choice([64, 128]), block_n=rng.choice([64, 128, 256]), block_k=rng.choice([32, 64]),
         persistent=rng.random() < 0.5, ptx_version=rng.choice(["8.4", "8.8", "9.0"]),
+        weight_format=rng.choice(["dense", "fp8"]),
     )
 
 
@@ -159,6 +160,24 @@ def test_round_trip_of_defaults_and_empty_fields():
     contents = BlobContents("", [], [], CompileOptions(), b"", [], [],
                             {key: kind() for key, kind in blob.PRODUCER_FIELDS.items()})
     assert deserialize(serialize(contents)) == contents
+
+
+def test_kernel_weight_format_is_appended_and_old_images_read_dense():
+    """weight_format is the table's last field, default Dense: a dense image is written without it (as a
+    writer that predates the field wrote every image), a record made without it is dense, fp8 round-trips."""
+    rng = random.Random(fresh_seed())
+    dense = dataclasses.replace(random_kernel(rng), weight_format="dense")
+    fp8 = dataclasses.replace(dense, weight_format="fp8")
+    slot = 4 + 2 * 18  # vtable offset of field 18 (weight_format, the 19th)
+    root = fb.Blob.GetRootAs(blob.kernel_images_flatbuffer([dense]), 0)
+    assert root.Kernels(0)._tab.Offset(slot) == 0
+    root = fb.Blob.GetRootAs(blob.kernel_images_flatbuffer([fp8]), 0)
+    assert root.Kernels(0).WeightFormat() == fb.WeightFormat.Float8RowScaled
+    fields = {f.name: getattr(dense, f.name) for f in dataclasses.fields(KernelImage) if f.name != "weight_format"}
+    assert KernelImage(**fields).weight_format == "dense"
+    contents = small_contents(fresh_seed())
+    contents.kernels = [dense, fp8]
+    assert [k.weight_format for k in deserialize(serialize(contents)).kernels] == ["dense", "fp8"]
 
 
 def test_producer_versions_name_this_build():
@@ -304,6 +323,9 @@ def test_serialize_refuses_bad_contents():
         serialize(dataclasses.replace(contents, producer={"onnx_opset": "18"}))
     bad_kernel = dataclasses.replace(contents.kernels[0], format="fatbin")
     with pytest.raises(BlobError, match="format"):
+        serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
+    bad_kernel = dataclasses.replace(contents.kernels[0], weight_format="int4")
+    with pytest.raises(BlobError, match="weight_format must be one of dense, fp8, got 'int4'"):
         serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
 
     bad_engine = dataclasses.replace(contents.engines[0], provider="onnxruntime")

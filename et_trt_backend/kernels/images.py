@@ -21,7 +21,7 @@ from et_trt_backend.serialization.named_data import NamedData
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = "ET_TRT_KERNEL_CACHE"
-CACHE_FORMAT = 3  # bump when the cached record layout changes
+CACHE_FORMAT = 4  # bump when the cached record layout changes
 
 
 def _snake_case(name: str) -> str:
@@ -32,20 +32,26 @@ def _snake_case(name: str) -> str:
 # (schema_generated.KernelImageT) names them in camelCase; here they are in snake_case.
 SCHEMA_NAMES: dict[str, str] = {_snake_case(name): name for name in vars(fb.KernelImageT())}
 
-KernelImage = dataclasses.make_dataclass("KernelImage", list(SCHEMA_NAMES), frozen=True)
+# weight_format was appended to the schema with a default (Dense) so that older blobs read; records made
+# without it are dense too.
+WEIGHT_FORMATS = ("dense", "fp8")
+KernelImage = dataclasses.make_dataclass(
+    "KernelImage",
+    [name if name != "weight_format" else (name, str, dataclasses.field(default="dense")) for name in SCHEMA_NAMES],
+    frozen=True)
 KernelImage.__module__ = __name__
 KernelImage.__doc__ = """One compiled kernel: the fields of table KernelImage in schema.fbs, in snake_case.
 
-Strings as str; `format` is "cubin" | "ptx" and `dtype` "bf16" | "fp16" (serialization/blob.py maps them to
-the schema's enums); `image` is a NamedData holding the cubin or PTX bytes where they are known. `kernel`
+Strings as str; `format` is "cubin" | "ptx", `dtype` "bf16" | "fp16" and `weight_format` "dense" | "fp8"
+(serialization/blob.py maps them to the schema's enums; an fp8 image's dtype is its activations' and output's); `image` is a NamedData holding the cubin or PTX bytes where they are known. `kernel`
 is kernel_name(variant, trans_b); `variant` is the launcher's choice among a blob's images
 (runtime/kernels/grouped_mm_launcher.h).
 """
 
 
-def kernel_name(variant: str, trans_b: bool) -> str:
-    """The kernel's name in logs and inspect: variant and layout."""
-    return f"grouped_mm_{variant}_{'nk' if trans_b else 'kn'}"
+def kernel_name(variant: str, trans_b: bool, weight_format: str = "dense") -> str:
+    """The kernel's name in logs and inspect: variant, layout, and "fp8" for fp8 weights."""
+    return f"grouped_mm_{variant}_{'fp8_' if weight_format == 'fp8' else ''}{'nk' if trans_b else 'kn'}"
 
 
 def cache_dir() -> pathlib.Path:

@@ -67,6 +67,8 @@ _KERNEL_DTYPE_TO_FB = {"bf16": fb.DType.BFloat16, "fp16": fb.DType.Float16}
 _FB_TO_KERNEL_DTYPE = {v: k for k, v in _KERNEL_DTYPE_TO_FB.items()}
 _IMAGE_FORMAT_TO_FB = {"cubin": fb.ImageFormat.Cubin, "ptx": fb.ImageFormat.Ptx}
 _FB_TO_IMAGE_FORMAT = {v: k for k, v in _IMAGE_FORMAT_TO_FB.items()}
+_WEIGHT_FORMAT_TO_FB = {"dense": fb.WeightFormat.Dense, "fp8": fb.WeightFormat.Float8RowScaled}
+_FB_TO_WEIGHT_FORMAT = {v: k for k, v in _WEIGHT_FORMAT_TO_FB.items()}
 # Engine providers, as et-trt names them (inspect, logs).
 PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
 _PROVIDER_TO_FB = {"tensorrt": fb.Provider.TensorRT, "tensorrt_rtx": fb.Provider.TensorRTRTX}
@@ -346,11 +348,15 @@ def _build_kernel(builder: flatbuffers.Builder, k: KernelImage) -> int:
         raise BlobError(f"{where}: format must be one of {', '.join(_IMAGE_FORMAT_TO_FB)}")
     if k.dtype not in _KERNEL_DTYPE_TO_FB:
         raise BlobError(f"{where}: dtype must be one of {', '.join(_KERNEL_DTYPE_TO_FB)}, got {k.dtype!r}")
+    if k.weight_format not in _WEIGHT_FORMAT_TO_FB:
+        raise BlobError(f"{where}: weight_format must be one of {', '.join(_WEIGHT_FORMAT_TO_FB)}, "
+                        f"got {k.weight_format!r}")
     table = fb.KernelImageT()
     for field, name in KERNEL_IMAGE_SCHEMA_NAMES.items():
         setattr(table, name, getattr(k, field))
     table.format = _IMAGE_FORMAT_TO_FB[k.format]
     table.dtype = _KERNEL_DTYPE_TO_FB[k.dtype]
+    table.weightFormat = _WEIGHT_FORMAT_TO_FB[k.weight_format]
     table.image = _named_data_table(k.image)
     return table.Pack(builder)
 
@@ -558,6 +564,7 @@ def _read_kernel(table: fb.KernelImage, where: str, payload: bytes) -> KernelIma
             values[field] = _str(value, f"{where}.{field}")
     values["format"] = _enum(table.Format(), _FB_TO_IMAGE_FORMAT, f"{where}.format")
     values["dtype"] = _enum(table.Dtype(), _FB_TO_KERNEL_DTYPE, f"{where}.dtype")
+    values["weight_format"] = _enum(table.WeightFormat(), _FB_TO_WEIGHT_FORMAT, f"{where}.weight_format")
     values["image"] = _read_named_data(table.Image(), f"{where}.image", payload)
     return KernelImage(**values)
 

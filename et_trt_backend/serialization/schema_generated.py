@@ -24,6 +24,11 @@ class ImageFormat(object):
     Ptx = 1
 
 
+class WeightFormat(object):
+    Dense = 0
+    Float8RowScaled = 1
+
+
 class Provider(object):
     TensorRT = 0
     TensorRTRTX = 1
@@ -646,7 +651,14 @@ class KernelImage(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def KernelImageStart(builder): builder.StartObject(18)
+    # KernelImage
+    def WeightFormat(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
+def KernelImageStart(builder): builder.StartObject(19)
 def KernelImageAddKernel(builder, kernel): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
 def KernelImageAddVariant(builder, variant): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(variant), 0)
 def KernelImageAddTransB(builder, transB): builder.PrependBoolSlot(2, transB, 0)
@@ -665,6 +677,7 @@ def KernelImageAddBlockN(builder, blockN): builder.PrependInt32Slot(14, blockN, 
 def KernelImageAddBlockK(builder, blockK): builder.PrependInt32Slot(15, blockK, 0)
 def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(16, persistent, 0)
 def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
+def KernelImageAddWeightFormat(builder, weightFormat): builder.PrependInt8Slot(18, weightFormat, 0)
 def KernelImageEnd(builder): return builder.EndObject()
 
 try:
@@ -694,6 +707,7 @@ class KernelImageT(object):
         self.blockK = 0  # type: int
         self.persistent = False  # type: bool
         self.ptxVersion = None  # type: str
+        self.weightFormat = 0  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -730,6 +744,7 @@ class KernelImageT(object):
         self.blockK = kernelImage.BlockK()
         self.persistent = kernelImage.Persistent()
         self.ptxVersion = kernelImage.PtxVersion()
+        self.weightFormat = kernelImage.WeightFormat()
 
     # KernelImageT
     def Pack(self, builder):
@@ -770,6 +785,7 @@ class KernelImageT(object):
         KernelImageAddPersistent(builder, self.persistent)
         if self.ptxVersion is not None:
             KernelImageAddPtxVersion(builder, ptxVersion)
+        KernelImageAddWeightFormat(builder, self.weightFormat)
         kernelImage = KernelImageEnd(builder)
         return kernelImage
 

@@ -51,10 +51,11 @@ KernelPack::KernelPack(const blob::Blob& blob, const std::vector<NamedBytes>& im
   }
 }
 
-std::vector<kernels::KernelImageRef> KernelPack::images(blob::DType dtype, bool trans_b) const {
+std::vector<kernels::KernelImageRef> KernelPack::images(blob::DType dtype, bool trans_b,
+                                                        blob::WeightFormat weight_format) const {
   std::vector<kernels::KernelImageRef> selected;
   for (size_t i = 0; i < fields_.size(); ++i) {
-    if (fields_[i]->dtype == dtype && fields_[i]->trans_b == trans_b)
+    if (fields_[i]->dtype == dtype && fields_[i]->trans_b == trans_b && fields_[i]->weight_format == weight_format)
       selected.push_back({fields_[i].get(), bytes_[i].data(), bytes_[i].size()});
   }
   return selected;

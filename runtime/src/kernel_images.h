@@ -34,8 +34,11 @@ class KernelPack {
   // `images`: the bytes of blob.kernels(), in order (PartitionData::kernel_images).
   KernelPack(const blob::Blob& blob, const std::vector<NamedBytes>& images);
   const KernelImagesId& id() const { return id_; }
-  // The images of one dtype and layout (trans_b); they borrow this pack's fields and bytes.
-  std::vector<kernels::KernelImageRef> images(blob::DType dtype, bool trans_b) const;
+  // The images of one dtype, layout (trans_b) and weight format; they borrow this pack's fields and
+  // bytes. Float8RowScaled selects the fp8 GEMMs with the "quantize_rows" images of `dtype`, which
+  // their launcher needs.
+  std::vector<kernels::KernelImageRef> images(blob::DType dtype, bool trans_b,
+                                              blob::WeightFormat weight_format = blob::WeightFormat::Dense) const;
 
  private:
   KernelImagesId id_;

@@ -21,12 +21,14 @@ struct Kernels {
 flatbuffers::Offset<blob::KernelImage> kernel(flatbuffers::FlatBufferBuilder& fbb, const char* variant, bool trans_b,
                                               const char* arch, blob::ImageFormat format, const char* entry,
                                               blob::DType dtype, int32_t shared, int32_t scratch, int32_t align,
-                                              bool persistent, const char* ptx_version) {
+                                              bool persistent, const char* ptx_version,
+                                              blob::WeightFormat weight_format = blob::WeightFormat::Dense) {
   const std::vector<uint8_t> sha256(32, 0);  // the registry reads the bytes it is given, not the record's digest
   auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 4, &sha256);
   const std::string name = std::string("grouped_mm_") + variant + (trans_b ? "_nk" : "_kn");
   return blob::CreateKernelImageDirect(fbb, name.c_str(), variant, trans_b, arch, format, image, entry, dtype, 8,
-                                       shared, scratch, align, 0, 128, 256, 64, persistent, ptx_version);
+                                       shared, scratch, align, 0, 128, 256, 64, persistent, ptx_version,
+                                       weight_format);
 }
 
 Kernels blob_with_kernels() {
@@ -38,14 +40,18 @@ Kernels blob_with_kernels() {
       kernel(fbb, "tma", false, "sm_90a", blob::ImageFormat::Cubin, "k_kn", blob::DType::BFloat16, 0, 0, 1, false,
              "8.6"),
       kernel(fbb, "tma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp16", blob::DType::Float16, 0, 0, 1, false,
-             "8.6")};
+             "8.6"),
+      kernel(fbb, "wgmma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp8", blob::DType::BFloat16, 0, 0, 1, true,
+             "", blob::WeightFormat::Float8RowScaled),
+      kernel(fbb, "quantize_rows", true, "sm_90a", blob::ImageFormat::Cubin, "k_quantize", blob::DType::BFloat16, 0,
+             0, 1, false, "8.6", blob::WeightFormat::Float8RowScaled)};
   fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
              blob::BlobIdentifier());
   return {std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()),
-          {{1, 2, 3, 4}, {'.', 'v', 'e', 'r'}, {5, 6}, {7, 8, 9}}};
+          {{1, 2, 3, 4}, {'.', 'v', 'e', 'r'}, {5, 6}, {7, 8, 9}, {10}, {11, 12}}};
 }
 
-TEST(KernelImages, SelectsByDtypeAndLayout) {
+TEST(KernelImages, SelectsByDtypeLayoutAndWeightFormat) {
   const Kernels k = blob_with_kernels();
   const KernelPack pack(*blob::GetBlob(k.blob.data()), k.images());
   const auto images = pack.images(blob::DType::BFloat16, true);
@@ -68,6 +74,14 @@ TEST(KernelImages, SelectsByDtypeAndLayout) {
   EXPECT_EQ(pack.images(blob::DType::BFloat16, false).size(), 1u);
   EXPECT_EQ(pack.images(blob::DType::Float16, true).at(0).fields->entry, "k_fp16");
   EXPECT_TRUE(pack.images(blob::DType::Float16, false).empty());
+  // Dense is the default: the fp8 images (GEMM and row quantization) only by their weight format.
+  EXPECT_EQ(pack.images(blob::DType::BFloat16, true, blob::WeightFormat::Dense).size(), 2u);
+  const auto fp8 = pack.images(blob::DType::BFloat16, true, blob::WeightFormat::Float8RowScaled);
+  ASSERT_EQ(fp8.size(), 2u);
+  EXPECT_EQ(fp8[0].fields->entry, "k_fp8");
+  EXPECT_EQ(fp8[1].fields->variant, "quantize_rows");
+  EXPECT_EQ(fp8[1].fields->weight_format, blob::WeightFormat::Float8RowScaled);
+  EXPECT_TRUE(pack.images(blob::DType::Float16, true, blob::WeightFormat::Float8RowScaled).empty());
 }
 
 // The id is the schema's contract: sha256 of the image bytes, concatenated in blob order.
