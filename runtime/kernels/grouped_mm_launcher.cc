@@ -353,8 +353,17 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   return std::unique_ptr<GroupedMMLauncher>(new GroupedMMLauncher(std::move(state)));
 }
 
+size_t GroupedMMLauncher::fp8_workspace_bytes(int64_t rows, int64_t k) {
+  const size_t quantized = static_cast<size_t>(rows) * static_cast<size_t>(k);
+  return (quantized + 255) / 256 * 256 + 4 * static_cast<size_t>(rows);
+}
+
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
-                               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error) {
+                               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
+                               const Fp8Operands* fp8) {
+  // This launcher loads dense images only (no FP8 kernels yet), so FP8 operands are a caller's mistake.
+  if (fp8 != nullptr)
+    return fail(error, "grouped_mm: FP8 operands given, but the kernel images are dense (bf16/fp16 weights)");
   const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";

@@ -55,6 +55,19 @@ const char* kernel_dtype_name(blob::DType dtype);
 
 class GroupedMMLauncher {
  public:
+  // What a launch of FP8 images (weight_format Float8RowScaled) takes beyond a, b, offs
+  // and out: b is e4m3 [G, N, K] with b_scale float32 [G, N]; the activations are
+  // quantized per row into `workspace` (256-byte aligned, fp8_workspace_bytes(rows, k)
+  // bytes or more): a_q [rows, K] at offset 0, a_scale float32 [rows] at
+  // round_up(rows * k, 256).
+  struct Fp8Operands {
+    const float* b_scale = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+  };
+  // round_up(rows * k, 256) + 4 * rows.
+  static size_t fp8_workspace_bytes(int64_t rows, int64_t k);
+
   // Loads, for the device of the calling thread's current CUDA context, every
   // image that serves it: a cubin for exactly its architecture ("sm_90a" serves
   // compute capability 9.0), else PTX for an equal or lower architecture (JIT
@@ -80,8 +93,10 @@ class GroupedMMLauncher {
   // Not thread-safe (it keeps the last kernel's name and the wgmma kernel's TMA
   // descriptors of recent calls, reused when a, b and the sizes repeat): one
   // launcher per thread, as the TensorRT plugin has one per execution context.
+  // fp8 must be given iff the launcher's images are fp8; refused with a clear error otherwise.
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
-              int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error);
+              int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
+              const Fp8Operands* fp8 = nullptr);
 
   // Kernel name the last successful launch used (for the device checks and benchmarks).
   const std::string& last_kernel() const;
