@@ -263,3 +263,22 @@ def test_cpp_plugin_takes_back_the_fields_the_python_plugin_serializes(exported,
         assert cpp.create_plugin("gmm", unknown, trt.TensorRTPhase.RUNTIME) is None
     finally:
         registry.deregister_library(handle)
+
+
+def test_fp8_workspace_is_the_launchers_at_the_profiles_max_rows(rtx):
+    """The Python plugin asks what the C++ one asks (runtime/tests/grouped_mm_plugin_test.cc checks the same
+    numbers): GroupedMMLauncher::fp8_workspace_bytes at the profile's max rows, plus 255 bytes to align it;
+    nothing for the dense form. An engine built at export records this size for the robot's C++ plugin."""
+    from test_real_builder import _fp8_images
+
+    assert grouped_mm_plugin.fp8_workspace_bytes(1000, 64) == 64000 + 4000  # 64000 is 256-aligned
+    assert grouped_mm_plugin.fp8_workspace_bytes(3, 5) == 256 + 12
+    trt = rtx.module
+    _, creator_class = grouped_mm_plugin.plugin_classes(trt)
+    fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])
+    plugin = creator_class(_fp8_images()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
+    inputs = [trt.DynamicPluginTensorDesc() for _ in range(4)]
+    inputs[0].min, inputs[0].opt, inputs[0].max = trt.Dims([1, 64]), trt.Dims([16, 64]), trt.Dims([1000, 64])
+    outputs = [trt.DynamicPluginTensorDesc()]
+    assert plugin.get_workspace_size(inputs, outputs) == grouped_mm_plugin.fp8_workspace_bytes(1000, 64) + 255
+    assert plugin.get_workspace_size(inputs[:3], outputs) == 0

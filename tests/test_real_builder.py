@@ -24,12 +24,22 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 
 import moe_models
 from et_trt_backend import preflight
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build
+from et_trt_backend.kernels import KernelImage
+from et_trt_backend.kernels.images import kernel_name
+from et_trt_backend.options import CompileOptions
+from et_trt_backend.plugin_names import (
+    FP8_WEIGHT_ONNX_TYPE,
+    GROUPED_MM_DOMAIN,
+    GROUPED_MM_OP,
+    PLUGIN_ATTRIBUTES,
+)
 from et_trt_backend.serialization import blob
+from et_trt_backend.serialization.named_data import NamedData
 from et_trt_partitioner import TensorRTPartitioner
 from nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
 from test_lowering import delegated_parts
@@ -131,6 +141,121 @@ def test_dense_lowering_and_fp16(rtx):
     model = moe_models.bf16(moe_models.GroupedMoE(experts=8, shared=True))
     for options in ({"grouped_gemm_kernel": False}, {"precision": "fp16"}, {"precision": "fp32"}):
         _assert_builds_everywhere(rtx, _partitions(moe_models.export(model), {"default": {**RECIPE, **options}}))
+
+
+# ---- the FP8 form of GroupedMM (4 inputs), hand-made ---------------------------------------------------------
+FP8_SIZES = {"G": 4, "N": 48, "K": 64, "max_rows": 512}
+
+
+def _image(variant: str, dtype: str, trans_b: bool, weight_format: str) -> KernelImage:
+    """A kernel image record for sm_89. The build reads only its dtype, layout and weight format, and hashes its
+    bytes (kernel_images_id); no kernel runs here."""
+    return KernelImage(kernel=kernel_name(variant, trans_b), variant=variant, trans_b=trans_b, arch="sm_89",
+                       format="cubin", image=NamedData.of(f"{variant} {dtype} {weight_format} image".encode()),
+                       entry=variant, dtype=dtype, num_warps=4, shared_bytes=0, global_scratch_bytes=0,
+                       global_scratch_align=1, profile_scratch_bytes=0, block_m=64, block_n=64, block_k=64,
+                       persistent=variant != "quantize_rows", ptx_version="8.4", weight_format=weight_format)
+
+
+def _fp8_images(dtype: str = "bf16") -> list[KernelImage]:
+    """An FP8 blob's images: the GEMM and the row quantization its launcher needs."""
+    return [_image(variant, dtype, True, "fp8") for variant in ("any", "quantize_rows")]
+
+
+def _fp8_weights(groups: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random weights quantized as the FP8 contract says: a scale per output feature, amax / 448."""
+    w = torch.randn(groups, n, k)
+    scale = w.abs().amax(dim=2) / 448
+    return (w / scale[..., None]).to(torch.float8_e4m3fn), scale
+
+
+def fp8_partition(kernels: list[KernelImage], *, weight_type: str = FP8_WEIGHT_ONNX_TYPE, trans_b: int = 1,
+                  scale_shape: tuple[int, ...] | None = None, scale_type=TP.FLOAT) -> blob.BlobContents:
+    """A partition of one FP8 GroupedMM: a bf16 [rows, K] (rows dynamic), offs int32 [G] -> out [rows, N].
+    Its weights b [G, N, K] (e4m3, of ONNX type `weight_type`: the bits as they are) and b_scale [G, N] are
+    external initializers, handed to the parser as the runtime does; the arguments make malformed forms."""
+    g, n, k, max_rows = (FP8_SIZES[key] for key in ("G", "N", "K", "max_rows"))
+    b_q, b_scale = _fp8_weights(g, n, k)
+    scale = np.ones(scale_shape, np.float32) if scale_shape else b_scale.numpy()
+    scale = scale.astype(helper.tensor_dtype_to_np_dtype(scale_type))
+    weights = {"b": (b_q.view(torch.uint8).numpy().tobytes(), getattr(TP, weight_type), [g, n, k]),
+               "b_scale": (scale.tobytes(), scale_type, list(scale.shape))}
+    initializers = []
+    for name, (raw, elem_type, shape) in weights.items():
+        tensor = helper.make_tensor(name, elem_type, shape, raw, raw=True)
+        external_data_helper.set_external_data(tensor, location=name)
+        tensor.ClearField("raw_data")
+        tensor.data_location = TP.EXTERNAL
+        initializers.append(tensor)
+    node = helper.make_node(GROUPED_MM_OP, ["a", "b", "offs", "b_scale"], ["out"], name="experts",
+                            domain=GROUPED_MM_DOMAIN, trans_b=trans_b, **PLUGIN_ATTRIBUTES)
+    graph = helper.make_graph([node], "fp8_experts", [_vi("a", TP.BFLOAT16, ["rows", k]), _vi("offs", TP.INT32, [g])],
+                              [_vi("out", TP.BFLOAT16, ["rows", n])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid(GROUPED_MM_DOMAIN, 1)])
+    rows = blob.DimSpec(None, "rows", 1, 64, max_rows)
+    return blob.BlobContents(
+        part="experts", options=CompileOptions(), onnx=model.SerializeToString(), kernels=kernels, engines=[],
+        inputs=[blob.TensorSpec("a", torch.bfloat16, [rows, blob.DimSpec(k, "", k, k, k)]),
+                blob.TensorSpec("offs", torch.int32, [blob.DimSpec(g, "", g, g, g)])],
+        outputs=[blob.TensorSpec("out", torch.bfloat16, [rows, blob.DimSpec(n, "", n, n, n)])],
+        producer=blob.producer_versions(18),
+        weights=[blob.WeightRecord(name, NamedData.of(raw)) for name, (raw, _, _) in weights.items()])
+
+
+def test_fp8_grouped_mm_parses_and_builds_for_sm_89_and_sm_120(rtx):
+    """The FP8 form, its weights FLOAT8E4M3FN: 0 parser and builder errors for both FP8 targets, with the Python
+    plugin and the C++ one (where built), each serializing the same fields; the e4m3 weights and their scales
+    are in the plan byte for byte (TensorRT kept them as given, converted nothing)."""
+    contents = fp8_partition(_fp8_images())
+    cpp_plugin = _cpp_plugin()
+    for target in ("sm_89", "sm_120a"):
+        plan = onnx_build.parse_and_build(rtx, contents, target).plan  # BuildFailed lists the parser's errors
+        fields = serialized_plugin_fields(plan)
+        assert fields and fields[0].endswith(grouped_mm_plugin.kernel_images_id(contents.kernels))
+        for weight in contents.weights:
+            assert weight.data.bytes() in plan, weight.name
+        if cpp_plugin is not None:
+            with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
+            assert serialized_plugin_fields(with_cpp.plan) == fields
+
+
+FP8_REFUSALS = {
+    "int8-weights": ({"weight_type": "INT8"},
+                     r"the FP8 form's b \(input 1\) must be FLOAT8E4M3FN \(TensorRT FP8\) \[G, N, K\]; it is k?INT8"),
+    "fp16-scale": ({"scale_type": TP.FLOAT16},
+                   r"the FP8 form's b_scale \(input 3\) must be float32 \[G, N\]; it is k?HALF"),
+    "scale-per-expert": ({"scale_shape": (4,)},
+                         r"the FP8 form's b_scale \(input 3\) must be \[G, N\] of b \[4, 48, 64\]; it is \[4\]"),
+    "scale-transposed": ({"scale_shape": (48, 4)},
+                         r"the FP8 form's b_scale \(input 3\) must be \[G, N\] of b \[4, 48, 64\]; it is \[48, 4\]"),
+    "trans_b-0": ({"trans_b": 0},
+                  r"the FP8 form \(4 inputs\) needs trans_b=1: its weights are \[G, N, K\]; the node has trans_b=0"),
+}
+
+
+@pytest.mark.parametrize("case", FP8_REFUSALS)
+def test_malformed_fp8_forms_are_refused_with_the_plugins_message(rtx, case):
+    """Refused while parsing, with the plugin's message: the Python plugin's and, where built, the C++ one's."""
+    arguments, message = FP8_REFUSALS[case]
+    # A dense [G, K, N] image too: the creator then takes trans_b=0, and the plugin judges the form.
+    contents = fp8_partition([*_fp8_images(), _image("any", "bf16", False, "dense")], **arguments)
+    for plugin_library in {None, _cpp_plugin()}:
+        with pytest.raises(onnx_build.BuildFailed) as refused:
+            onnx_build.parse_and_build(rtx, contents, "sm_89", plugin_library=plugin_library)
+        assert not refused.value.parsed
+        assert any(re.search(message, error) for error in refused.value.errors), (plugin_library, refused.value.errors)
+
+
+def test_fp8_form_needs_fp8_images_of_its_dtype(rtx):
+    """An FP8 node in a blob with only dense images, or only fp16 FP8 ones, is refused naming what it lacks."""
+    dense = [_image(variant, "bf16", True, "dense") for variant in ("any", "quantize_rows")]
+    for kernels, has in ((dense, "none"), (_fp8_images("fp16"), "fp16")):
+        for plugin_library in {None, _cpp_plugin()}:
+            with pytest.raises(onnx_build.BuildFailed) as refused:
+                onnx_build.parse_and_build(rtx, fp8_partition(kernels), "sm_89", plugin_library=plugin_library)
+            assert any(f"the blob has no bf16 FP8 kernel image for trans_b=1 (it has {has})" in error
+                       for error in refused.value.errors), (plugin_library, refused.value.errors)
 
 
 # ---- negative controls: the parser's or builder's message, no crash ------------------------------------------

@@ -1,10 +1,14 @@
 """The GroupedMM plugin's build phase in Python, for building engines at export with no C++ build.
 
 It is the C++ plugin (runtime/src/tensorrt/grouped_mm_plugin.cc) as the builder
-sees it: registered under the names of et_trt_backend/plugin_names.py; inputs
-a [rows, K], b [G, K, N] (or [G, N, K] with trans_b), offs int32 [G]; output
+sees it: registered under the names of et_trt_backend/plugin_names.py; output
 [rows, N] in a's dtype, bf16 or fp16 where the blob has kernel images of that
-dtype and layout.
+dtype, layout and weight format. Two forms, told apart by the input count:
+  dense (3 inputs): a [rows, K], b [G, K, N] (or [G, N, K] with trans_b) in a's
+    dtype, offs int32 [G];
+  FP8 (4 inputs, trans_b only): a [rows, K], b FP8 e4m3 [G, N, K], offs int32 [G],
+    b_scale float32 [G, N]; the activations are quantized per row at run time
+    into the plugin's workspace (fp8_workspace_bytes for the profile's max rows).
 It serializes the fields the C++ plugin reads back when the engine is loaded
 (schema.fbs, table Engine): `trans_b` (kINT32, 1) and `kernel_images_id`
 (kUNKNOWN, 32 bytes, the sha256 of the blob's concatenated kernel images).
@@ -27,13 +31,23 @@ from types import ModuleType
 import numpy as np
 
 from et_trt_backend.kernels import KernelImage
-from et_trt_backend.plugin_names import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
+from et_trt_backend.plugin_names import (
+    FP8_WEIGHT_ONNX_TYPE,
+    GROUPED_MM_OP,
+    PLUGIN_NAMESPACE,
+    PLUGIN_VERSION,
+)
 
 logger = logging.getLogger(__name__)
 
 TRANS_B_FIELD = "trans_b"
 KERNEL_IMAGES_ID_FIELD = "kernel_images_id"
 KERNEL_IMAGES_ID_BYTES = 32
+DENSE_INPUTS, FP8_INPUTS = 3, 4  # (a, b, offs); (a, b FP8, offs, b_scale)
+# The run-time workspace's layout (GroupedMMLauncher::fp8_workspace_bytes): a_q at 0, a_scale at the next multiple
+# of FP8_WORKSPACE_ALIGNMENT. The plugin asks this much more, to align TensorRT's pointer itself (TensorRT does not
+# document the alignment of a plugin's workspace).
+FP8_WORKSPACE_ALIGNMENT = 256
 
 # One GroupedMM creator per registry at a time: registering is global to the process.
 _registry_lock = threading.Lock()
@@ -51,9 +65,47 @@ def kernel_images_id(kernels: Sequence[KernelImage]) -> bytes:
     return digest.digest()
 
 
-def kernel_dtypes(kernels: Sequence[KernelImage], trans_b: bool) -> frozenset[str]:
-    """The dtypes ("bf16", "fp16") there are images for in this layout."""
-    return frozenset(k.dtype for k in kernels if k.trans_b == trans_b)
+def kernel_dtypes(kernels: Sequence[KernelImage], trans_b: bool, weight_format: str = "dense") -> frozenset[str]:
+    """The dtypes ("bf16", "fp16") there are images for in this layout and weight format ("dense", "fp8")."""
+    return frozenset(k.dtype for k in kernels if k.trans_b == trans_b and k.weight_format == weight_format)
+
+
+def fp8_workspace_bytes(rows: int, k: int) -> int:
+    """The FP8 form's run-time workspace for `rows` rows of K (GroupedMMLauncher::fp8_workspace_bytes, the same
+    formula): a_q e4m3 [rows, K], then a_scale float32 [rows] at the next 256-byte boundary."""
+    return -(-rows * k // FP8_WORKSPACE_ALIGNMENT) * FP8_WORKSPACE_ALIGNMENT + 4 * rows
+
+
+def workspace_bytes(max_rows: int, k: int, fp8: bool) -> int:
+    """What a GroupedMM plugin asks TensorRT for: nothing for the dense form; for the FP8 form its workspace
+    at the profile's max rows, plus the slack to align TensorRT's pointer (the C++ plugin's getWorkspaceSize;
+    an engine records the size its build asked for)."""
+    return fp8_workspace_bytes(max_rows, k) + FP8_WORKSPACE_ALIGNMENT - 1 if fp8 else 0
+
+
+def form_refusal(trt: ModuleType, input_types: Sequence, trans_b: bool, kernel_types: dict[str, frozenset[str]]) \
+        -> str | None:
+    """Why a GroupedMM node of these input types cannot be served (the C++ plugin's getOutputDataTypes refuses
+    the same), or None. `kernel_types`: the dtypes there are images for, per weight format, in this layout."""
+    names = {trt.bfloat16: "bf16", trt.float16: "fp16"}
+    if len(input_types) not in (DENSE_INPUTS, FP8_INPUTS):
+        return (f"GroupedMM takes {DENSE_INPUTS} inputs (a, b, offs) or {FP8_INPUTS} (a, b FP8, offs, b_scale); "
+                f"the node has {len(input_types)}")
+    fp8 = len(input_types) == FP8_INPUTS
+    if fp8:
+        if not trans_b:
+            return "the FP8 form (4 inputs) needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0"
+        if input_types[1] != trt.fp8:
+            return (f"the FP8 form's b (input 1) must be {FP8_WEIGHT_ONNX_TYPE} (TensorRT FP8) [G, N, K]; it is "
+                    f"{input_types[1].name}")
+        if input_types[3] != trt.float32:
+            return f"the FP8 form's b_scale (input 3) must be float32 [G, N]; it is {input_types[3].name}"
+    weight_format = "fp8" if fp8 else "dense"
+    if names.get(input_types[0]) not in kernel_types[weight_format]:
+        return (f"the blob has no {names.get(input_types[0], input_types[0].name)}"
+                f"{' FP8' if fp8 else ''} kernel image for trans_b={int(trans_b)} (it has "
+                f"{', '.join(sorted(kernel_types[weight_format])) or 'none'}); the node's inputs must be of those")
+    return None
 
 
 def read_fields(trt: ModuleType, fields) -> dict[str, object]:
@@ -97,7 +149,8 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
     dtypes = {"bf16": trt.bfloat16, "fp16": trt.float16}
 
     class GroupedMMPlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
-        def __init__(self, trans_b: bool, images_id: bytes, kernel_types: frozenset[str], refusals: list[str]):
+        def __init__(self, trans_b: bool, images_id: bytes, kernel_types: dict[str, frozenset[str]],
+                     refusals: list[str]):
             trt.IPluginV3.__init__(self)
             trt.IPluginV3OneCore.__init__(self)
             trt.IPluginV3OneBuild.__init__(self)
@@ -106,7 +159,7 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
                 PLUGIN_NAMESPACE
             self.num_outputs = 1
             self.trans_b, self.images_id, self.kernel_types = trans_b, images_id, kernel_types
-            self.types = {dtypes[t] for t in kernel_types}
+            self.types = {form: {dtypes[t] for t in types} for form, types in kernel_types.items()}
             self.refusals = refusals  # the creator's: why this plugin refused its inputs
 
         def get_capability_interface(self, kind):
@@ -118,34 +171,56 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
         def get_output_data_types(self, input_types):
             # Refused here, while parsing, rather than by supports_format_combination while building: a
             # build that finds no format for a Python plugin can abort the process (TensorRT for RTX 1.7).
-            if input_types[0] not in self.types:
-                names = {v: k for k, v in dtypes.items()}
-                self.refusals.append(f"GroupedMM: the blob has no {names.get(input_types[0], input_types[0])} "
-                                     f"kernel image for trans_b={int(self.trans_b)} (it has "
-                                     f"{', '.join(sorted(self.kernel_types))}); the node's inputs must be of those")
+            refusal = form_refusal(trt, input_types, self.trans_b, self.kernel_types)
+            if refusal is not None:
+                self.refusals.append(f"GroupedMM: {refusal}")
                 raise ValueError(self.refusals[-1])
             return [input_types[0]]
 
         def get_output_shapes(self, inputs, shape_inputs, expr_builder):
-            if len(inputs) != 3 or len(inputs[0]) != 2 or len(inputs[1]) != 3:
-                raise ValueError("GroupedMM expects a [rows, K], b [G, K, N] or [G, N, K], offs [G]")
+            if len(inputs) not in (DENSE_INPUTS, FP8_INPUTS) or len(inputs[0]) != 2 or len(inputs[1]) != 3:
+                raise ValueError("GroupedMM expects a [rows, K], b [G, K, N] or [G, N, K], offs [G] "
+                                 "(and b_scale [G, N] in the FP8 form)")
+            if len(inputs) == FP8_INPUTS:
+                self._check_scale_shape(inputs[1], inputs[3])
             out = trt.DimsExprs(2)
             out[0] = inputs[0][0]
             out[1] = inputs[1][1 if self.trans_b else 2]
             return [out]
 
+        def _check_scale_shape(self, b, scale):
+            """b_scale must be [G, N] of b [G, N, K] (both are weights: their sizes are known while parsing)."""
+            def sizes(dims) -> str:
+                return "[" + ", ".join(str(d.get_constant_value()) if d.is_constant() else "?" for d in dims) + "]"
+
+            if len(scale) != 2 or any(not (s.is_constant() and w.is_constant()) or
+                                      s.get_constant_value() != w.get_constant_value()
+                                      for s, w in zip(scale, (b[0], b[1]))):
+                self.refusals.append(f"GroupedMM: the FP8 form's b_scale (input 3) must be [G, N] of b "
+                                     f"{sizes(b)}; it is {sizes(scale)}")
+                raise ValueError(self.refusals[-1])
+
         def supports_format_combination(self, pos, in_out, num_inputs):
             desc = in_out[pos].desc
             if desc.format != trt.TensorFormat.LINEAR:
                 return False
+            fp8 = num_inputs == FP8_INPUTS
+            if pos == 0:
+                return desc.type in self.types["fp8" if fp8 else "dense"]
             if pos == 2:
                 return desc.type == trt.int32
-            if pos == 0:
-                return desc.type in self.types
-            return desc.type == in_out[0].desc.type  # b and out in a's dtype
+            if fp8 and pos == 1:
+                return desc.type == trt.fp8
+            if fp8 and pos == 3:
+                return desc.type == trt.float32
+            return desc.type == in_out[0].desc.type  # dense b, and out, in a's dtype
 
         def configure_plugin(self, inputs, outputs):
             pass
+
+        def get_workspace_size(self, inputs, outputs):
+            a = inputs[0].max  # the profile's largest a: [rows, K]
+            return workspace_bytes(a[0], a[1], len(inputs) == FP8_INPUTS)
 
         def get_fields_to_serialize(self):
             return serialized_fields(trt, self.trans_b, self.images_id)
@@ -184,8 +259,8 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
                     raise PluginFieldError(f"{KERNEL_IMAGES_ID_FIELD} {images_id.hex()[:16]}... names other "
                                            f"kernel images than this blob's ({self.images_id.hex()[:16]}...)")
                 trans_b = values[TRANS_B_FIELD]
-                kernel_types = kernel_dtypes(self.kernels, trans_b)
-                if not kernel_types:
+                kernel_types = {form: kernel_dtypes(self.kernels, trans_b, form) for form in ("dense", "fp8")}
+                if not any(kernel_types.values()):
                     raise PluginFieldError(f"the blob has no kernel image for trans_b={int(trans_b)}; re-export with "
                                            "grouped_gemm_kernel on")
             except PluginFieldError as e:

@@ -15,7 +15,9 @@ import dataclasses
 import functools
 import logging
 import pathlib
+import threading
 import time
+from collections.abc import Iterator
 from types import ModuleType
 
 import numpy as np
@@ -25,6 +27,11 @@ from et_trt_backend.engines.providers import RTX_TARGETS, Builder
 from et_trt_backend.serialization import blob
 
 logger = logging.getLogger(__name__)
+
+# How the C++ GroupedMM plugin begins the messages it logs (runtime/src/tensorrt/grouped_mm_plugin.cc, log): a
+# refusal while parsing is reported with the parser's errors, as the Python plugin's refusals are.
+CPP_PLUGIN_PREFIX = "GroupedMM plugin: "
+
 
 class BuildFailed(RuntimeError):
     """The parser or the builder refused the partition; `errors` holds their messages verbatim,
@@ -44,24 +51,41 @@ class Engine:
 
 
 @functools.cache
-def _logger_class(trt: ModuleType) -> type:
+def _logger(trt: ModuleType):
+    """`trt`'s logger for every build of this process. TensorRT keeps the first logger a process hands it (a
+    later one is ignored, with a warning, and a freed first one is called all the same), so there is one per
+    module, alive for good; each build collects its errors through `collecting()`."""
+
     class Logger(trt.ILogger):
-        """Collects the builder's errors (reported verbatim by the caller) and forwards the rest to logging."""
+        """Collects the errors of the builds on this thread (reported verbatim by the caller) and forwards
+        the rest to logging."""
 
         def __init__(self):
             trt.ILogger.__init__(self)
-            self.errors: list[str] = []
+            self._collected = threading.local()
+
+        @contextlib.contextmanager
+        def collecting(self) -> Iterator[list[str]]:
+            """The errors logged on this thread while inside."""
+            outer = getattr(self._collected, "errors", None)
+            self._collected.errors = errors = []
+            try:
+                yield errors
+            finally:
+                self._collected.errors = outer
 
         def log(self, severity, message):
             if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
-                self.errors.append(message)
+                errors = getattr(self._collected, "errors", None)
+                if errors is not None:
+                    errors.append(message)
                 logger.debug("%s", message)
             elif severity == trt.ILogger.Severity.WARNING:
                 logger.warning("%s", message)
             else:
                 logger.debug("%s", message)
 
-    return Logger
+    return Logger()
 
 
 def options_not_applied(options) -> list[str]:
@@ -139,21 +163,24 @@ def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str |
     if not (target in RTX_TARGETS if builder.ahead_of_time else target is None):
         raise ValueError(f"{builder} builds for {wanted}, not {target!r}")
     trt = builder.module
-    log = _logger_class(trt)()
-    nv_builder = trt.Builder(log)
-    network = nv_builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-    parser = trt.OnnxParser(network, log)
-    # The plugin stays registered until the build is done: the network's plugin layers use it.
-    with _plugin(trt, contents, plugin_library) as refusals:
-        if not parse_partition(parser, contents):
-            errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals
-            raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors, parsed=False)
-        config = _config(trt, nv_builder, network, contents, target)
-        start = time.perf_counter()
-        plan = nv_builder.build_serialized_network(network, config)
-        seconds = time.perf_counter() - start
+    log = _logger(trt)
+    with log.collecting() as logged:
+        # The builder before the plugin library: the library asks for the process's logger when it is loaded.
+        nv_builder = trt.Builder(log)
+        network = nv_builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+        parser = trt.OnnxParser(network, log)
+        # The plugin stays registered until the build is done: the network's plugin layers use it.
+        with _plugin(trt, contents, plugin_library) as refusals:
+            if not parse_partition(parser, contents):
+                errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals + \
+                    [m for m in logged if m.startswith(CPP_PLUGIN_PREFIX)]
+                raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors, parsed=False)
+            config = _config(trt, nv_builder, network, contents, target)
+            start = time.perf_counter()
+            plan = nv_builder.build_serialized_network(network, config)
+            seconds = time.perf_counter() - start
     if plan is None:
-        raise BuildFailed(f"{builder} could not build the engine for {target or 'this GPU'}", log.errors)
+        raise BuildFailed(f"{builder} could not build the engine for {target or 'this GPU'}", logged)
     capability = int(RTX_TARGETS[target].removeprefix("SM")) if target is not None else 0
     return Engine(bytes(plan), capability, seconds, options_not_applied(contents.options))
 

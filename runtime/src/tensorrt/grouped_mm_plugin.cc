@@ -45,17 +45,40 @@ blob::DType kernel_dtype_of(DataType type) {
                                                                                     : blob::DType::UInt8;
 }
 
+constexpr int32_t kDenseInputs = 3;  // a, b, offs
+constexpr int32_t kFp8Inputs = 4;    // a, b (kFP8), offs, b_scale (kFLOAT)
+// TensorRT does not document the alignment of a plugin's workspace: the plugin
+// asks this much more and aligns the pointer itself (the launcher wants 256).
+constexpr size_t kWorkspaceAlignment = 256;
+
+bool is_form(int32_t nb_inputs) { return nb_inputs == kDenseInputs || nb_inputs == kFp8Inputs; }
+
+blob::WeightFormat weight_format_of(bool fp8) {
+  return fp8 ? blob::WeightFormat::Float8RowScaled : blob::WeightFormat::Dense;
+}
+
+const char* type_name(DataType type) {
+  switch (type) {
+    case DataType::kFLOAT: return "kFLOAT";
+    case DataType::kHALF: return "kHALF";
+    case DataType::kBF16: return "kBF16";
+    case DataType::kINT8: return "kINT8";
+    case DataType::kUINT8: return "kUINT8";
+    case DataType::kINT32: return "kINT32";
+    case DataType::kINT64: return "kINT64";
+    case DataType::kFP8: return "kFP8";
+    case DataType::kBOOL: return "kBOOL";
+    default: return "another type";
+  }
+}
+
 class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                               public nvinfer1::IPluginV3OneCore,
                               public nvinfer1::IPluginV3OneBuild,
                               public nvinfer1::IPluginV3OneRuntime {
  public:
   GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> images)
-      : trans_b_(trans_b ? 1 : 0), images_(std::move(images)) {
-    // Offer TensorRT only the dtypes there are images for.
-    has_bf16_ = !images_->images(blob::DType::BFloat16, trans_b).empty();
-    has_fp16_ = !images_->images(blob::DType::Float16, trans_b).empty();
-  }
+      : trans_b_(trans_b ? 1 : 0), images_(std::move(images)) {}
 
   // ---- IPluginV3 ----
   nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override {
@@ -70,7 +93,9 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // A clone shares the images and makes its own launcher: one per execution
   // context, so launches on different contexts never share scratch memory.
   nvinfer1::IPluginV3* clone() noexcept override {
-    return new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, images_);
+    auto* copy = new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, images_);
+    if (copy != nullptr) copy->fp8_ = fp8_;
+    return copy;
   }
 
   // ---- IPluginV3OneCore ----
@@ -81,17 +106,30 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // ---- IPluginV3OneBuild ----
   int32_t getNbOutputs() const noexcept override { return 1; }
 
+  // The form is refused here, while parsing, saying what is wrong (the Python
+  // build-phase plugin refuses the same forms).
   int32_t getOutputDataTypes(DataType* outputs, int32_t nb_outputs, const DataType* inputs,
                              int32_t nb_inputs) const noexcept override {
-    if (nb_inputs != 3 || nb_outputs != 1) return -1;
+    if (nb_outputs != 1) return -1;
+    const std::string refusal = form_refusal(inputs, nb_inputs);
+    if (!refusal.empty()) {
+      log(ILogger::Severity::kERROR, refusal);
+      return -1;
+    }
     outputs[0] = inputs[0];
     return 0;
   }
 
   int32_t getOutputShapes(const DimsExprs* inputs, int32_t nb_inputs, const DimsExprs*, int32_t, DimsExprs* outputs,
                           int32_t nb_outputs, nvinfer1::IExprBuilder&) noexcept override {
-    if (nb_inputs != 3 || nb_outputs != 1 || inputs[0].nbDims != 2 || inputs[1].nbDims != 3) {
-      log(ILogger::Severity::kERROR, "expects a [rows, K], b [G, K, N] or [G, N, K], offs [G]");
+    if (!is_form(nb_inputs) || nb_outputs != 1 || inputs[0].nbDims != 2 || inputs[1].nbDims != 3) {
+      log(ILogger::Severity::kERROR, "expects a [rows, K], b [G, K, N] or [G, N, K], offs [G] (and b_scale [G, N] "
+                                     "in the FP8 form)");
+      return -1;
+    }
+    if (nb_inputs == kFp8Inputs && !scale_shape_matches(inputs[1], inputs[3])) {
+      log(ILogger::Severity::kERROR, "the FP8 form's b_scale (input 3) must be [G, N] of b " + sizes(inputs[1]) +
+                                         "; it is " + sizes(inputs[3]));
       return -1;
     }
     outputs[0].nbDims = 2;
@@ -102,39 +140,60 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
   bool supportsFormatCombination(int32_t pos, const DynamicPluginTensorDesc* io, int32_t nb_inputs,
                                  int32_t nb_outputs) noexcept override {
-    if (nb_inputs != 3 || nb_outputs != 1 || pos < 0 || pos > 3) return false;
+    if (!is_form(nb_inputs) || nb_outputs != 1 || pos < 0 || pos > nb_inputs) return false;
+    const bool fp8 = nb_inputs == kFp8Inputs;
     const PluginTensorDesc& desc = io[pos].desc;
     if (desc.format != TensorFormat::kLINEAR) return false;
+    if (pos == 0) return has_images(desc.type, fp8);
     if (pos == 2) return desc.type == DataType::kINT32;
-    if (pos == 0) return (desc.type == DataType::kBF16 && has_bf16_) || (desc.type == DataType::kHALF && has_fp16_);
-    return desc.type == io[0].desc.type;  // b and out in a's dtype
+    if (fp8 && pos == 1) return desc.type == DataType::kFP8;
+    if (fp8 && pos == 3) return desc.type == DataType::kFLOAT;
+    return desc.type == io[0].desc.type;  // dense b, and out, in a's dtype
   }
 
   int32_t configurePlugin(const DynamicPluginTensorDesc*, int32_t nb_inputs, const DynamicPluginTensorDesc*,
                           int32_t nb_outputs) noexcept override {
-    return nb_inputs == 3 && nb_outputs == 1 ? 0 : -1;
+    if (!is_form(nb_inputs) || nb_outputs != 1) return -1;
+    fp8_ = nb_inputs == kFp8Inputs;
+    return 0;
+  }
+
+  // The FP8 form's activations, quantized, at the profile's max rows (an engine
+  // records this size; the Python build-phase plugin asks the same).
+  size_t getWorkspaceSize(const DynamicPluginTensorDesc* inputs, int32_t nb_inputs, const DynamicPluginTensorDesc*,
+                          int32_t) const noexcept override {
+    if (nb_inputs != kFp8Inputs) return 0;
+    const nvinfer1::Dims& a = inputs[0].max;
+    return kernels::GroupedMMLauncher::fp8_workspace_bytes(a.d[0], a.d[1]) + kWorkspaceAlignment - 1;
   }
 
   // ---- IPluginV3OneRuntime ----
   int32_t onShapeChange(const PluginTensorDesc* in, int32_t nb_inputs, const PluginTensorDesc*,
                         int32_t nb_outputs) noexcept override {
-    if (nb_inputs != 3 || nb_outputs != 1) return -1;
+    if (!is_form(nb_inputs) || nb_outputs != 1) return -1;
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims, &offs = in[2].dims;
     const int64_t k = b.d[trans_b_ ? 2 : 1];
-    if (a.nbDims != 2 || b.nbDims != 3 || offs.nbDims != 1 || a.d[1] != k || offs.d[0] != b.d[0]) {
-      char text[256];
+    bool consistent = a.nbDims == 2 && b.nbDims == 3 && offs.nbDims == 1 && a.d[1] == k && offs.d[0] == b.d[0];
+    if (nb_inputs == kFp8Inputs) {
+      const nvinfer1::Dims& scale = in[3].dims;
+      consistent = consistent && trans_b_ != 0 && scale.nbDims == 2 && scale.d[0] == b.d[0] && scale.d[1] == b.d[1];
+    }
+    if (!consistent) {
+      char text[320];
       std::snprintf(text, sizeof(text),
-                    "inconsistent shapes a[%lld, %lld], b[%lld, %lld, %lld], offs[%lld] (trans_b=%d)",
+                    "inconsistent shapes a[%lld, %lld], b[%lld, %lld, %lld], offs[%lld]%s (trans_b=%d)",
                     (long long)a.d[0], (long long)a.d[1], (long long)b.d[0], (long long)b.d[1], (long long)b.d[2],
-                    (long long)offs.d[0], trans_b_);
+                    (long long)offs.d[0], nb_inputs == kFp8Inputs ? ", b_scale of another shape than [G, N]" : "",
+                    trans_b_);
       log(ILogger::Severity::kERROR, text);
       return -1;
     }
+    fp8_ = nb_inputs == kFp8Inputs;
     return 0;
   }
 
   int32_t enqueue(const PluginTensorDesc* in, const PluginTensorDesc*, const void* const* inputs,
-                  void* const* outputs, void*, cudaStream_t stream) noexcept override {
+                  void* const* outputs, void* workspace, cudaStream_t stream) noexcept override {
     std::string error;
     if (launcher_ == nullptr && !create_launcher(in[0].type, &error)) {
       log(ILogger::Severity::kERROR, error);
@@ -142,8 +201,17 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     }
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims;
     const int64_t rows = a.d[0], k = a.d[1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
+    kernels::GroupedMMLauncher::Fp8Operands fp8;
+    if (fp8_) {
+      // TensorRT's workspace is getWorkspaceSize's bytes: the launcher's, plus the slack to align it here.
+      const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+      const uintptr_t aligned = (base + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+      fp8.b_scale = static_cast<const float*>(inputs[3]);
+      fp8.workspace = reinterpret_cast<void*>(aligned);
+      fp8.workspace_bytes = kernels::GroupedMMLauncher::fp8_workspace_bytes(rows, k);
+    }
     if (!launcher_->launch(inputs[0], inputs[1], static_cast<const int32_t*>(inputs[2]), outputs[0], rows, k, n,
-                           groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error)) {
+                           groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error, fp8_ ? &fp8 : nullptr)) {
       log(ILogger::Severity::kERROR, error);
       return -1;
     }
@@ -162,16 +230,70 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   }
 
  private:
+  bool has_images(DataType type, bool fp8) const {
+    const blob::DType dtype = kernel_dtype_of(type);
+    return kernels::kernel_dtype_name(dtype) != nullptr &&
+           !images_->images(dtype, trans_b_ != 0, weight_format_of(fp8)).empty();
+  }
+
+  // Why this plugin cannot serve a node of these input types, or "" if it can.
+  std::string form_refusal(const DataType* inputs, int32_t nb_inputs) const {
+    if (!is_form(nb_inputs))
+      return "GroupedMM takes 3 inputs (a, b, offs) or 4 (a, b FP8, offs, b_scale); the node has " +
+             std::to_string(nb_inputs);
+    const bool fp8 = nb_inputs == kFp8Inputs;
+    if (fp8 && trans_b_ == 0)
+      return "the FP8 form (4 inputs) needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0";
+    if (fp8 && inputs[1] != DataType::kFP8)
+      return std::string("the FP8 form's b (input 1) must be FLOAT8E4M3FN (TensorRT FP8) [G, N, K]; it is ") +
+             type_name(inputs[1]);
+    if (fp8 && inputs[3] != DataType::kFLOAT)
+      return std::string("the FP8 form's b_scale (input 3) must be float32 [G, N]; it is ") + type_name(inputs[3]);
+    if (!has_images(inputs[0], fp8)) {
+      const char* dtype = kernels::kernel_dtype_name(kernel_dtype_of(inputs[0]));
+      std::string has;
+      for (DataType type : {DataType::kBF16, DataType::kHALF}) {
+        if (has_images(type, fp8)) has += (has.empty() ? "" : ", ") + std::string(type == DataType::kBF16 ? "bf16" : "fp16");
+      }
+      return std::string("the blob has no ") + (dtype != nullptr ? dtype : type_name(inputs[0])) +
+             (fp8 ? " FP8" : "") + " kernel image for trans_b=" + std::to_string(trans_b_) + " (it has " +
+             (has.empty() ? "none" : has) + "); the node's inputs must be of those";
+    }
+    return "";
+  }
+
+  // "[4, 48, 64]" for messages; "?" for a size not known at build time.
+  static std::string sizes(const DimsExprs& dims) {
+    std::string text = "[";
+    for (int i = 0; i < dims.nbDims; ++i) {
+      if (i > 0) text += ", ";
+      text += dims.d[i]->isConstant() ? std::to_string(dims.d[i]->getConstantValue()) : "?";
+    }
+    return text + "]";
+  }
+
+  // b_scale [G, N] of b [G, N, K]: both are weights, so their sizes are known at build time.
+  static bool scale_shape_matches(const DimsExprs& b, const DimsExprs& scale) {
+    if (scale.nbDims != 2) return false;
+    for (int i = 0; i < 2; ++i) {
+      if (!scale.d[i]->isConstant() || !b.d[i]->isConstant() ||
+          scale.d[i]->getConstantValue() != b.d[i]->getConstantValue())
+        return false;
+    }
+    return true;
+  }
+
   bool create_launcher(DataType type, std::string* error) {
     const blob::DType dtype = kernel_dtype_of(type);
     if (kernels::kernel_dtype_name(dtype) == nullptr) {
       *error = "a must be bf16 or fp16";
       return false;
     }
-    const auto images = images_->images(dtype, trans_b_ != 0);
+    const auto images = images_->images(dtype, trans_b_ != 0, weight_format_of(fp8_));
     if (images.empty()) {
-      *error = std::string("the blob has no ") + kernels::kernel_dtype_name(dtype) + " kernel image for trans_b=" +
-               std::to_string(trans_b_) + "; re-export with grouped_gemm_kernel on and this dtype";
+      *error = std::string("the blob has no ") + kernels::kernel_dtype_name(dtype) + (fp8_ ? " FP8" : "") +
+               " kernel image for trans_b=" + std::to_string(trans_b_) +
+               "; re-export with grouped_gemm_kernel on and this dtype";
       return false;
     }
     launcher_ = kernels::GroupedMMLauncher::create(images, error);
@@ -180,7 +302,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
   int32_t trans_b_;
   std::shared_ptr<const KernelPack> images_;
-  bool has_bf16_ = false, has_fp16_ = false;
+  bool fp8_ = false;  // the FP8 form (4 inputs), as configurePlugin / onShapeChange saw it
   std::unique_ptr<kernels::GroupedMMLauncher> launcher_;
   PluginField fields_[2];
   PluginFieldCollection collection_{};

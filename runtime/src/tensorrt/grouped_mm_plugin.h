@@ -1,6 +1,12 @@
 // TensorRT plugin for the ONNX op et_trt::GroupedMM (contract 4): name
-// "GroupedMM", namespace "et_trt", version "1". Inputs a [rows, K], b
-// [G, K, N] (or [G, N, K] with trans_b), offs int32 [G]; output [rows, N].
+// "GroupedMM", namespace "et_trt", version "1". Output [rows, N] in a's dtype.
+// Two forms, told apart by the input count:
+//   dense (3 inputs): a [rows, K], b [G, K, N] (or [G, N, K] with trans_b) in
+//     a's dtype, offs int32 [G];
+//   FP8 (4 inputs, trans_b only): a [rows, K], b kFP8 e4m3 [G, N, K], offs
+//     int32 [G], b_scale kFLOAT [G, N]. The launcher quantizes a per row into
+//     the plugin's workspace (GroupedMMLauncher::fp8_workspace_bytes at the
+//     profile's max rows), from the blob's Float8RowScaled images.
 // Launched through et_trt::kernels::GroupedMMLauncher.
 //
 // Fields (schema.fbs, table Engine): `trans_b` (kINT32, 1) and
