@@ -24,22 +24,34 @@ from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 ONNX_OPSET = op.version  # the opset of the ops written here, and of the exported model
 _GROUPED_MM_DOMAIN_VERSION = 1  # the opset version of GROUPED_MM_DOMAIN, in which GroupedMM is defined
 KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+# The ONNX type of an FP8 GroupedMM's weights (input b): FLOAT8E4M3FN, or INT8 carrying the e4m3 bits where
+# NVIDIA's parser refuses FP8 initializers feeding a plugin. The one place that decides it: the lowering stores
+# the weights in the matching torch dtype (fp8_experts.py), and the plugin reads either.
+FP8_WEIGHTS_ONNX_TYPE = onnx.TensorProto.FLOAT8E4M3FN
+FP8_WEIGHTS_TORCH_DTYPE = {onnx.TensorProto.FLOAT8E4M3FN: torch.float8_e4m3fn,
+                           onnx.TensorProto.INT8: torch.int8}[FP8_WEIGHTS_ONNX_TYPE]
 
 
 def _register_grouped_mm_schema() -> None:
     if onnx.defs.has(GROUPED_MM_OP, GROUPED_MM_DOMAIN):
         return
     types = ["tensor(bfloat16)", "tensor(float16)"]
+    weight_types = [*types, "tensor(float8e4m3fn)", "tensor(int8)"]
     schema = onnx.defs.OpSchema(
         GROUPED_MM_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
-        doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero.",
+        doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero. With "
+            "b_scale, the FP8 form: b is e4m3 [G, N, K] (trans_b = 1; FLOAT8E4M3FN, or INT8 holding the bits), "
+            "b[g, n, :] scaled by b_scale[g, n], a quantized per row at run time (et_trt_backend/quantization.py).",
         inputs=[
             onnx.defs.OpSchema.FormalParameter("a", "T"),
-            onnx.defs.OpSchema.FormalParameter("b", "T"),
+            onnx.defs.OpSchema.FormalParameter("b", "TB"),
             onnx.defs.OpSchema.FormalParameter("offs", "tensor(int32)"),
+            onnx.defs.OpSchema.FormalParameter("b_scale", "tensor(float)",
+                                               param_option=onnx.defs.OpSchema.FormalParameterOption.Optional),
         ],
         outputs=[onnx.defs.OpSchema.FormalParameter("out", "T")],
-        type_constraints=[("T", types, "bf16 or fp16")],
+        type_constraints=[("T", types, "bf16 or fp16"),
+                          ("TB", weight_types, "a's type, or FP8 e4m3 (its bits as int8) with b_scale")],
         attributes=[
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
             *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")
@@ -56,6 +68,11 @@ et_trt = values.Opset(GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION)
 def grouped_mm_kernel(a, b, offs, trans_b: bool):
     """`_grouped_mm` as the GroupedMM custom op (the plugin runs the embedded kernel)."""
     return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **PLUGIN_ATTRIBUTES)
+
+
+def grouped_mm_fp8_kernel(a, b_q, offs, b_scale):
+    """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op."""
+    return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):
@@ -212,6 +229,7 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
     lowering_ops = torch.ops.et_trt_lowering
     return {
         lowering_ops.grouped_mm.default: grouped_mm,
+        lowering_ops.grouped_mm_fp8.default: grouped_mm_fp8_kernel,
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,
