@@ -16,3 +16,11 @@ PLUGIN_NAMESPACE = "et_trt"
 
 # The node attributes that name the plugin, with the values they must have.
 PLUGIN_ATTRIBUTES = {"plugin_version": PLUGIN_VERSION, "plugin_namespace": PLUGIN_NAMESPACE}
+
+# The ONNX element type of the FP8 form's weights (input 1 of a 4-input GroupedMM node; TensorRT's kFP8), a name of
+# onnx.TensorProto.DataType. Chosen by building both candidates with TensorRT for RTX 1.7.1 (parser and builder,
+# SM89 and SM120, the initializer inline and through IParser::loadInitializer): a FLOAT8E4M3FN initializer
+# [G, N, K] reaches the plugin as kFP8 and an INT8 one carrying the e4m3 bits as kINT8, both with 0 parser
+# errors, 0 builder errors or warnings and the weight bytes verbatim in the plan. So the weights carry their own
+# type, and an INT8 tensor is never mistaken for FP8 bits; onnx-tensorrt maps FLOAT8E4M3FN to kFP8 as well.
+FP8_WEIGHT_ONNX_TYPE = "FLOAT8E4M3FN"
