@@ -186,15 +186,19 @@ def _compiler_targets() -> set[int]:
     return supported
 
 
-def grouped_mm_images(archs: Sequence[str], dtype: str, trans_b: bool) -> list[KernelImage]:
+def grouped_mm_images(archs: Sequence[str], dtype: str, trans_b: bool, weight_format: str = "dense") -> list[KernelImage]:
     """Cubins for each architecture (every variant, launcher's preference order) plus portable PTX.
 
     For sm_90a with weights [G, N, K] the hand-written wgmma kernel comes first (needs
     nvcc; sm90.py). Architectures the installed compiler cannot target are skipped
-    with a warning.
+    with a warning. weight_format "dense" only: the FP8 images ("fp8") come with the
+    FP8 kernels.
     """
     if dtype not in DTYPES:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
+    if weight_format != "dense":
+        raise ValueError(f"no {weight_format!r} grouped-GEMM kernel images in this build (weight format 'dense' "
+                         "only): leave expert_precision unset")
     caps = [_capability(a) for a in archs]  # validates every name first
     supported = _compiler_targets()
     images = []

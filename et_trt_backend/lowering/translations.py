@@ -17,30 +17,27 @@ from onnxscript import ir
 from onnxscript import opset18 as op
 from onnxscript import values
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+from et_trt_backend.plugin_names import FP8_WEIGHT_ONNX_TYPE, GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 
 ONNX_OPSET = op.version  # the opset of the ops written here, and of the exported model
 _GROUPED_MM_DOMAIN_VERSION = 1  # the opset version of GROUPED_MM_DOMAIN, in which GroupedMM is defined
 KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-# The ONNX type of an FP8 GroupedMM's weights (input b): FLOAT8E4M3FN, or INT8 carrying the e4m3 bits where
-# NVIDIA's parser refuses FP8 initializers feeding a plugin. The one place that decides it: the lowering stores
-# the weights in the matching torch dtype (fp8_experts.py), and the plugin reads either.
-FP8_WEIGHTS_ONNX_TYPE = onnx.TensorProto.FLOAT8E4M3FN
-FP8_WEIGHTS_TORCH_DTYPE = {onnx.TensorProto.FLOAT8E4M3FN: torch.float8_e4m3fn,
-                           onnx.TensorProto.INT8: torch.int8}[FP8_WEIGHTS_ONNX_TYPE]
+# The torch dtype the lowering stores an FP8 GroupedMM's weights in (fp8_experts.py): the one that the ONNX
+# type plugin_names.FP8_WEIGHT_ONNX_TYPE (the one place deciding it) is written from.
+FP8_WEIGHTS_TORCH_DTYPE = {"FLOAT8E4M3FN": torch.float8_e4m3fn, "INT8": torch.int8}[FP8_WEIGHT_ONNX_TYPE]
 
 
 def _register_grouped_mm_schema() -> None:
     if onnx.defs.has(GROUPED_MM_OP, GROUPED_MM_DOMAIN):
         return
     types = ["tensor(bfloat16)", "tensor(float16)"]
-    weight_types = [*types, "tensor(float8e4m3fn)", "tensor(int8)"]
+    weight_types = [*types, f"tensor({FP8_WEIGHT_ONNX_TYPE.lower()})"]
     schema = onnx.defs.OpSchema(
         GROUPED_MM_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
         doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero. With "
-            "b_scale, the FP8 form: b is e4m3 [G, N, K] (trans_b = 1; FLOAT8E4M3FN, or INT8 holding the bits), "
+            f"b_scale, the FP8 form: b is e4m3 [G, N, K] ({FP8_WEIGHT_ONNX_TYPE}, trans_b = 1), "
             "b[g, n, :] scaled by b_scale[g, n], a quantized per row at run time (et_trt_backend/quantization.py).",
         inputs=[
             onnx.defs.OpSchema.FormalParameter("a", "T"),
@@ -51,7 +48,7 @@ def _register_grouped_mm_schema() -> None:
         ],
         outputs=[onnx.defs.OpSchema.FormalParameter("out", "T")],
         type_constraints=[("T", types, "bf16 or fp16"),
-                          ("TB", weight_types, "a's type, or FP8 e4m3 (its bits as int8) with b_scale")],
+                          ("TB", weight_types, "a's type, or the FP8 weights with b_scale")],
         attributes=[
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
             *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")

@@ -1,8 +1,8 @@
 """et_trt::GroupedMM nodes must match the plugin (contract 4): attributes through
 which the parser finds it, three inputs a [rows, K], b [G, K, N] (or [G, N, K]
 with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's type.
-The FP8 form has a fourth input, b_scale float32 [G, N]: b is then FP8 e4m3 (or
-INT8 carrying its bits, translations.FP8_WEIGHTS_ONNX_TYPE) [G, N, K], trans_b=1."""
+The FP8 form has a fourth input, b_scale float32 [G, N]: b is then e4m3 weights
+[G, N, K] of the type plugin_names.FP8_WEIGHT_ONNX_TYPE, trans_b=1."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from collections.abc import Iterator
 
 from onnx import TensorProto
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+from et_trt_backend.plugin_names import FP8_WEIGHT_ONNX_TYPE, GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "grouped_mm"
 _KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
-_FP8_WEIGHT_DTYPES = {TensorProto.FLOAT8E4M3FN, TensorProto.INT8}
+_FP8_WEIGHT_DTYPE = TensorProto.DataType.Value(FP8_WEIGHT_ONNX_TYPE)
 
 
 def check(view: ModelView) -> Iterator[Violation]:
@@ -75,9 +75,9 @@ def _fp8_problems(view: ModelView, node, trans_b, types) -> Iterator[str]:
     b, b_scale = node.input[1], node.input[3]
     if trans_b != 1:
         yield f"the FP8 form (4 inputs) takes b as [G, N, K] only: trans_b must be 1, got {trans_b!r}"
-    if types[b] is not None and types[b] not in _FP8_WEIGHT_DTYPES:
-        yield (f"b is {trt.dtype_name(types[b])} but the node has b_scale (the FP8 form): b must be FP8 e4m3 or "
-               "INT8 carrying its bits")
+    if types[b] is not None and types[b] != _FP8_WEIGHT_DTYPE:
+        yield (f"b is {trt.dtype_name(types[b])} but the node has b_scale (the FP8 form): b must be "
+               f"{trt.dtype_name(_FP8_WEIGHT_DTYPE)}, the e4m3 weights the plugin reads")
     if types[b_scale] is not None and types[b_scale] != TensorProto.FLOAT:
         yield f"b_scale is {trt.dtype_name(types[b_scale])}; the plugin takes FP32 scales"
     shape_b, shape_scale = view.shape(b), view.shape(b_scale)
