@@ -145,3 +145,40 @@ def test_example_policy_accuracy_against_bf16():
     for name, error in result["grouped_mm"].items():
         assert 0.01 < error < 0.05, name  # FP8 rounding shows (it was applied) and stays bounded
     assert max(result["policy"]) < 0.02
+
+
+def _fp8_kernel_images_or_skip() -> None:
+    from et_trt_backend.kernels import grouped_mm_images
+
+    try:
+        grouped_mm_images(["sm_90a"], "bf16", True, "fp8")
+    except ValueError as e:
+        pytest.skip(f"no FP8 kernel images in this build (the Triton FP8 images of aot.grouped_mm_images(..., "
+                    f"weight_format='fp8') are not merged): {e}")
+
+
+@pytest.mark.slow
+def test_example_policy_exports_with_fp8_decoder_experts(kernel_cache, tmp_path, capsys):
+    import tomllib
+
+    from executorch.exir import to_edge_transform_and_lower
+
+    from et_trt_partitioner import TensorRTPartitioner
+
+    _fp8_kernel_images_or_skip()
+    sys.path.insert(0, str(REPO))
+    from examples import moe_policy
+
+    recipe = tomllib.loads((REPO / "examples" / "recipe.toml").read_text())
+    recipe["parts"]["decoder"].update(expert_precision="fp8", kernel_archs=["sm_90a"])
+    edge = to_edge_transform_and_lower(moe_policy.export_policy(), partitioner=[TensorRTPartitioner(recipe)])
+    by_part = {contents.part: contents for _, contents in test_lowering.delegated_parts(edge)}
+    decoder = onnx.load_from_string(by_part["decoder"].onnx)
+    assert len(cli.fp8_grouped_mms(decoder)) == 4
+    assert {k.weight_format for k in by_part["decoder"].kernels} == {"fp8"}
+    assert not cli.fp8_grouped_mms(onnx.load_from_string(by_part["velocity"].onnx))
+    pte = tmp_path / "policy.pte"
+    pte.write_bytes(edge.to_executorch().buffer)
+    assert cli.main(["-q", "inspect", str(pte)]) == 0
+    out = capsys.readouterr().out
+    assert "FP8 experts: 4 of 4 GroupedMM" in out and "FP8 experts: none (2 GroupedMM" in out
