@@ -33,8 +33,8 @@ def _kernel_images(lowered, options: CompileOptions):
     import triton
 
     images = []
-    for use in dict.fromkeys(lowered.grouped_mms):  # each (dtype, trans_b) once, in order
-        images += grouped_mm_images(options.kernel_archs, use.dtype, use.trans_b)
+    for use in dict.fromkeys(lowered.grouped_mms):  # each (dtype, trans_b, weight format) once, in order
+        images += grouped_mm_images(options.kernel_archs, use.dtype, use.trans_b, use.weight_format)
     return images, {"triton": triton.__version__}
 
 

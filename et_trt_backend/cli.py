@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import math
 import re
 import shutil
 import sys
@@ -221,6 +222,7 @@ def _print_partition(i: int, partition, detail: bool) -> None:
     print("    precision in the ONNX: " + "; ".join(
         f"{kind} " + ", ".join(f"{t} {n}" for t, n in counts.items())
         for kind, counts in onnx_precision(model).items() if counts))
+    print("    " + _fp8_line(model))
     options = c.options.to_json()
     if detail:
         print(f"    options: {json.dumps(options, sort_keys=True)}")
@@ -291,6 +293,34 @@ def onnx_precision(model) -> dict[str, dict[str, int]]:
         "computed": count(v.type.tensor_type.elem_type for v in graph.value_info),
         "inputs/outputs": count(v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]),
     }
+
+
+def fp8_grouped_mms(model) -> list[dict]:
+    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale), each with its node name, weights and their bytes."""
+    from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    found = []
+    for node in model.graph.node:
+        if (node.domain, node.op_type) != (GROUPED_MM_DOMAIN, GROUPED_MM_OP) or len(node.input) != 4:
+            continue
+        shape = dims.get(node.input[1], [])
+        found.append({"node": node.name, "weights": node.input[1], "shape": shape,
+                      "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], []))})
+    return found
+
+
+def _fp8_line(model) -> str:
+    """Which GroupedMMs of the partition have FP8 weights, and their bytes."""
+    from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+
+    total = sum((n.domain, n.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP) for n in model.graph.node)
+    fp8 = fp8_grouped_mms(model)
+    if not fp8:
+        return f"FP8 experts: none ({total} GroupedMM in the part's precision)"
+    return (f"FP8 experts: {len(fp8)} of {total} GroupedMM, weights {_size(sum(e['weights_bytes'] for e in fp8))} "
+            f"e4m3 + {_size(sum(e['scales_bytes'] for e in fp8))} scales: "
+            + ", ".join(f"{e['node']} ({e['weights']} {e['shape']})" for e in fp8))
 
 
 def _arch_number(arch: str) -> int:

@@ -22,6 +22,9 @@ OPTIONS_SPEC_KEY = "et_trt.options"
 PART_SPEC_KEY = "et_trt.part"
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+# expert_precision: "fp8" quantizes the GroupedMM weights; "precision" (what leaving it out means) keeps them
+# in the part's precision, and lets a part undo a [default] "fp8".
+EXPERT_PRECISIONS = ("fp8", "precision")
 ENGINE_BUILD_POLICIES = ("auto", "always", "never")
 PREFLIGHT_POLICIES = ("error", "warn")
 # Architectures the grouped-GEMM kernel can be compiled for, named as the
@@ -29,6 +32,8 @@ PREFLIGHT_POLICIES = ("error", "warn")
 # sm_90a, tcgen05 on sm_100a/sm_110a, Triton's sm_120a).
 KERNEL_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90a", "sm_100a", "sm_110a", "sm_120a")
 DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110a", "sm_120a")
+# Architectures without FP8 tensor cores: FP8 experts are refused for them (no weight-only FP8 kernel yet).
+NO_FP8_ARCHS = ("sm_80", "sm_86", "sm_87")
 OPTIMIZATION_LEVELS = range(0, 6)  # TensorRT's builder optimization levels
 
 _SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -69,6 +74,9 @@ class CompileOptions:
     kernel_archs: tuple[str, ...] = DEFAULT_KERNEL_ARCHS
     # Off: aten._grouped_mm lowers densely in TensorRT-native ops instead.
     grouped_gemm_kernel: bool = True
+    # "fp8": the GroupedMMs' constant weights become FP8 e4m3 with a scale per expert output channel
+    # (lowering/fp8_experts.py); None: they stay in `precision`.
+    expert_precision: str | None = None
     # Build the engine at export: auto (if TensorRT and a GPU are present),
     # always (fail otherwise) or never (the robot builds it from the ONNX).
     engine_build: str = "auto"
@@ -197,6 +205,7 @@ _VALIDATORS = {
     "timing_cache": _optional_str,
     "kernel_archs": _kernel_archs,
     "grouped_gemm_kernel": lambda k, v: _expect(k, v, bool, "true or false"),
+    "expert_precision": lambda k, v: None if v in (None, "precision") else _choice(k, v, EXPERT_PRECISIONS),
     "engine_build": lambda k, v: _choice(k, v, ENGINE_BUILD_POLICIES),
     "preflight": lambda k, v: _choice(k, v, PREFLIGHT_POLICIES),
 }
@@ -222,4 +231,40 @@ def parse_options(values: Mapping[str, Any], base: CompileOptions | None = None,
             parsed[key] = _VALIDATORS[key](key, value)
         except OptionsError as e:
             raise OptionsError(f"{prefix}{e}") from None
-    return dataclasses.replace(base or CompileOptions(), **parsed)
+    options = dataclasses.replace(base or CompileOptions(), **parsed)
+    try:
+        _check_expert_precision(options)
+    except OptionsError as e:
+        raise OptionsError(f"{prefix}{e}") from None
+    return options
+
+
+def _check_expert_precision(options: CompileOptions) -> None:
+    """expert_precision = "fp8" needs what FP8 experts run on: the grouped-GEMM kernel, a bf16/fp16
+    part (the FP8 GEMM's output dtype) and only architectures with FP8 tensor cores."""
+    if options.expert_precision != "fp8":
+        return
+    unset = ('or leave expert_precision unset for this part (expert_precision = "precision" where [default] '
+             'sets "fp8")')
+    if not options.grouped_gemm_kernel:
+        raise OptionsError(
+            'option \'expert_precision\': "fp8" needs the grouped-GEMM kernel, but grouped_gemm_kernel = false '
+            f"(the dense lowering has no FP8 form); set grouped_gemm_kernel = true, {unset}")
+    if options.precision == "fp32":
+        raise OptionsError(
+            'option \'expert_precision\': "fp8" needs precision "bf16" or "fp16" (the FP8 GroupedMM computes '
+            f'its output in the part\'s precision; fp32 GroupedMMs are lowered densely); change precision, {unset}')
+    refused = [arch for arch in options.kernel_archs if arch in NO_FP8_ARCHS]
+    if refused:
+        fp8_archs = [arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS]
+        kept = [arch for arch in options.kernel_archs if arch not in refused] or ["sm_90a"]
+        which = (f"the default kernel_archs ({', '.join(DEFAULT_KERNEL_ARCHS)}) hold"
+                 if options.kernel_archs == DEFAULT_KERNEL_ARCHS else "kernel_archs holds")
+        raise OptionsError(
+            f"option 'expert_precision': \"fp8\", but {which} {', '.join(refused)}, which lack FP8 tensor "
+            f"cores (FP8 experts run on {', '.join(fp8_archs)}); drop {', '.join(refused)} from this part's "
+            f"kernel_archs (e.g. kernel_archs = {_toml_list(kept)}), {unset}")
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"

@@ -2,13 +2,16 @@
 
 onnx's ReferenceEvaluator runs every standard op; `GroupedMM` gets the
 implementation below, which follows contract 4 exactly (clamped offsets,
-uncovered rows zero, float32 accumulation). `to_float32` makes a float32 twin
+uncovered rows zero, float32 accumulation), its FP8 form (a 4th input b_scale)
+too: written here with numpy and ml_dtypes' e4m3, independently of
+et_trt_backend.quantization, so the two check each other. `to_float32` makes a float32 twin
 of a bf16/fp16 model, so it can be compared with the PyTorch partition run in
 float32 (numpy and the reference evaluator have no bf16 arithmetic).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -33,10 +36,42 @@ def grouped_mm_reference(a: np.ndarray, b: np.ndarray, offs: np.ndarray, trans_b
     return out
 
 
+FP8_MAX = 448.0
+
+
+def quantize_rows_fp8(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(e4m3 values as float32, float32 scales) per row of a's last axis: scale = amax / 448 (1 where 0),
+    values rounded to nearest even after saturating to +-448 (ml_dtypes' cast makes NaN beyond 464)."""
+    a = a.astype(np.float32)
+    amax = np.abs(a).max(axis=-1)
+    scale = np.where(amax > 0, amax / np.float32(FP8_MAX), np.float32(1.0)).astype(np.float32)
+    scaled = np.clip(a / scale[..., None], -FP8_MAX, FP8_MAX)
+    return scaled.astype(ml_dtypes.float8_e4m3fn).astype(np.float32), scale
+
+
+def grouped_mm_fp8_reference(a: np.ndarray, b: np.ndarray, offs: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
+    """The FP8 GroupedMM: a quantized per row, times e4m3 b [G, N, K] (int8 bits or float8) scaled per
+    [g, n] by b_scale, float64 sums of the exact products; out in a's dtype, groups as contract 4."""
+    weights = b.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    a_q, a_scale = quantize_rows_fp8(a)
+    rows = a.shape[0]
+    out = np.zeros((rows, weights.shape[1]), dtype=a.dtype)
+    start = 0
+    for g in range(weights.shape[0]):
+        end = min(max(int(offs[g]), start), rows)
+        sums = (a_q[start:end].astype(np.float64) @ weights[g].T).astype(np.float32)
+        out[start:end] = (sums * a_scale[start:end, None] * b_scale[g]).astype(a.dtype)
+        start = end
+    return out
+
+
 class GroupedMM(OpRun):
     op_domain = GROUPED_MM_DOMAIN
 
-    def _run(self, a, b, offs, trans_b=0, plugin_version=None, plugin_namespace=None):
+    def _run(self, a, b, offs, b_scale=None, trans_b=0, plugin_version=None, plugin_namespace=None):
+        if b_scale is not None:
+            assert trans_b == 1, "the FP8 GroupedMM takes b as [G, N, K] only"
+            return (grouped_mm_fp8_reference(a, b, offs, b_scale),)
         return (grouped_mm_reference(a, b, offs, trans_b),)
 
 

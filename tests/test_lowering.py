@@ -114,8 +114,9 @@ def _tensor_user_inputs(program: torch.export.ExportedProgram) -> list[str]:
             if isinstance(placeholders[name].meta["val"], torch.Tensor)]
 
 
-def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The partition's edge program, run as a float32 twin (see _Float32Twin), on its tensor arguments."""
+def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[torch.Tensor],
+                          twin=_Float32Twin) -> list[torch.Tensor]:
+    """The partition's edge program, run as a float32 twin (`twin`, see _Float32Twin), on its tensor arguments."""
     sig = program.graph_signature
     named = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
     constants = {**program.state_dict, **program.constants}
@@ -137,7 +138,7 @@ def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[to
                            for axis, dim in enumerate(placeholders[name].meta["val"].shape)
                            if isinstance(dim, torch.SymInt) and dim.node.expr == size.node.expr)
     with torch.no_grad():
-        outputs = _Float32Twin(program.graph_module, constant_nodes).run(*args)
+        outputs = twin(program.graph_module, constant_nodes).run(*args)
     return [out.float() for out in outputs]
 
 

@@ -22,28 +22,29 @@ def test_defaults_round_trip_through_compile_specs():
 
 
 def test_every_field_round_trips():
-    options = parse_options(
-        {
-            "precision": "fp16",
-            "tf32": False,
-            "shape_ranges": {"tokens": {"min": 1, "opt": 32, "max": 256}},
-            "workspace_bytes": "512MiB",
-            "optimization_level": 5,
-            "timing_cache": "/tmp/cache.bin",
-            "kernel_archs": ["sm_90a", "sm_87"],
-            "grouped_gemm_kernel": False,
-            "engine_build": "never",
-            "preflight": "warn",
-        }
-    )
-    assert options.workspace_bytes == 512 << 20
-    assert options.shape_ranges["tokens"] == ShapeRange(1, 32, 256)
-    back, _ = CompileOptions.from_compile_specs(options.to_compile_specs("velocity"))
-    assert back == options
+    common = {
+        "precision": "fp16",
+        "tf32": False,
+        "shape_ranges": {"tokens": {"min": 1, "opt": 32, "max": 256}},
+        "workspace_bytes": "512MiB",
+        "optimization_level": 5,
+        "timing_cache": "/tmp/cache.bin",
+        "engine_build": "never",
+        "preflight": "warn",
+    }
+    # FP8 experts need the grouped-GEMM kernel: the two kernel settings are set apart.
+    fp8 = parse_options({**common, "kernel_archs": ["sm_90a", "sm_89"], "expert_precision": "fp8"})
+    dense = parse_options({**common, "kernel_archs": ["sm_90a", "sm_87"], "grouped_gemm_kernel": False})
+    assert fp8.workspace_bytes == 512 << 20
+    assert fp8.shape_ranges["tokens"] == ShapeRange(1, 32, 256)
+    for options in (fp8, dense):
+        back, _ = CompileOptions.from_compile_specs(options.to_compile_specs("velocity"))
+        assert back == options
     # Every field is set above to a non-default value, so a new field added
     # without a test here shows up as equal to its default.
     defaults = CompileOptions()
-    assert all(getattr(options, name) != getattr(defaults, name) for name in FIELDS)
+    assert all(getattr(fp8, name) != getattr(defaults, name) or getattr(dense, name) != getattr(defaults, name)
+               for name in FIELDS)
 
 
 def test_compile_spec_payload_is_plain_json():
@@ -77,6 +78,17 @@ def test_base_options_are_overridden_not_replaced():
         ({"shape_ranges": {"tokens": {"lo": 1, "max": 4}}}, "option 'shape_ranges.tokens': needs keys min and max"),
         ({"shape_ranges": {"tokens": {"min": 1.5, "max": 4}}}, "option 'shape_ranges.tokens.min': expected an integer"),
         ({"shape_ranges": [1, 2]}, "option 'shape_ranges': expected a table"),
+        ({"expert_precision": "int4"}, "option 'expert_precision': 'int4' is not one of fp8, precision"),
+        ({"expert_precision": "fp8", "kernel_archs": ["sm_90a"], "grouped_gemm_kernel": False},
+         "\"fp8\" needs the grouped-GEMM kernel, but grouped_gemm_kernel = false"),
+        ({"expert_precision": "fp8", "kernel_archs": ["sm_90a"], "precision": "fp32"},
+         "\"fp8\" needs precision \"bf16\" or \"fp16\""),
+        ({"expert_precision": "fp8", "kernel_archs": ["sm_86", "sm_90a"]},
+         "kernel_archs holds sm_86, which lack FP8 tensor cores (FP8 experts run on sm_89, sm_90a, sm_100a, "
+         "sm_110a, sm_120a); drop sm_86 from this part's kernel_archs (e.g. kernel_archs = [\"sm_90a\"]), or "
+         "leave expert_precision unset"),
+        ({"expert_precision": "fp8"}, "the default kernel_archs (sm_80, sm_87, sm_90a, sm_100a, sm_110a, sm_120a) "
+         "hold sm_80, sm_87, which lack FP8 tensor cores"),
     ],
 )
 def test_invalid_values_are_refused_with_key_and_fix(values, message):
@@ -99,3 +111,11 @@ def test_missing_options_spec_is_explained():
 @pytest.mark.parametrize("text, size", [("1GiB", 1 << 30), ("64 KiB", 65536), ("100", 100), (4096, 4096)])
 def test_sizes(text, size):
     assert parse_size("workspace_bytes", text) == size
+
+
+def test_expert_precision_precision_means_unset():
+    base = parse_options({"expert_precision": "fp8", "kernel_archs": ["sm_90a"]})
+    assert base.expert_precision == "fp8"
+    assert parse_options({"expert_precision": "precision", "kernel_archs": ["sm_87"]}, base=base).expert_precision \
+        is None
+    assert CompileOptions().expert_precision is None

@@ -128,12 +128,24 @@ def test_ambiguous_parts_are_refused():
         ({"parts": {"a..b": {}}}, "part 'a..b': a part is a module path"),
         ({"parts": {"decoder": {"layers": {"precision": "fp16"}}}}, 'quote its dotted path: [parts."decoder.layers"]'),
         (["not", "a", "table"], "a recipe is a table with [default] and [parts.<name>], got list"),
+        ({"parts": {"decoder": {"expert_precision": "fp8"}}},
+         "[parts.decoder]: option 'expert_precision': \"fp8\", but the default kernel_archs (sm_80, sm_87, "),
+        ({"default": {"expert_precision": "fp8", "kernel_archs": ["sm_90a"]}, "parts": {"velocity": {
+            "kernel_archs": ["sm_87"]}}}, "[parts.velocity]: option 'expert_precision': \"fp8\", but kernel_archs "
+         "holds sm_87"),
     ],
 )
 def test_recipe_errors_name_the_problem(data, message):
     with pytest.raises(OptionsError) as error:
         Recipe.from_dict(data)
     assert message in str(error.value)
+
+
+def test_expert_precision_per_part():
+    recipe = Recipe.from_dict({"default": {"expert_precision": "fp8", "kernel_archs": ["sm_90a"]},
+                               "parts": {"velocity": {"expert_precision": "precision", "kernel_archs": ["sm_87"]}}})
+    assert recipe.options_of("decoder").expert_precision == "fp8"
+    assert recipe.options_of("velocity").expert_precision is None
 
 
 def test_missing_file(tmp_path):

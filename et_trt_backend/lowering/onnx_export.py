@@ -6,7 +6,8 @@ CompileOptions.shape_ranges when set there, else the program's range
 constraints. Integer (SymInt) inputs are recomputed from tensor inputs
 (size_inputs.py). Weights are ONNX initializers, stored once, as the model holds
 them, in the recipe's precision (precision.py; grouped GEMM weights are not transposed:
-GroupedMM takes trans_b).
+GroupedMM takes trans_b), or with expert_precision "fp8" as FP8 weights and their scales
+(fp8_experts.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 
 from . import rewrites, translations
 from .errors import LoweringError
+from .fp8_experts import quantize_experts
 from .precision import apply_precision
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
@@ -47,8 +49,9 @@ _ONNX_TO_TORCH = {
 class GroupedMMUse:
     """One GroupedMM in the ONNX: what the kernel images must cover."""
 
-    dtype: str  # "bf16" | "fp16"
+    dtype: str  # "bf16" | "fp16": the activations' and the output's
     trans_b: bool
+    weight_format: str = "dense"  # "dense" (weights in dtype) | "fp8" (e4m3 [G, N, K], trans_b, per-channel scales)
 
 
 @dataclasses.dataclass
@@ -156,6 +159,9 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
     """The kernel-form GroupedMMs; logs the cost of each one lowered densely."""
     uses = []
     for node in program.graph.nodes:
+        if node.target is torch.ops.et_trt_lowering.grouped_mm_fp8.default:
+            uses.append(GroupedMMUse(translations.KERNEL_DTYPES[node.args[0].meta["val"].dtype], True, "fp8"))
+            continue
         if node.target is not torch.ops.et_trt_lowering.grouped_mm.default:
             continue
         a, b = node.args[0].meta["val"], node.args[1].meta["val"]
@@ -203,6 +209,8 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
     rewrites.rewrite(program)
     _check_tensor_inputs(program)
     apply_precision(program, options.precision)
+    if options.expert_precision == "fp8":
+        logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
     ranges = _ranges(program, options)
     kernel = options.grouped_gemm_kernel
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from et_trt_backend.quantization import FP8_DTYPE, grouped_mm_fp8_reference
+
 
 @torch.library.custom_op("et_trt_lowering::grouped_mm", mutates_args=())
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool) -> torch.Tensor:
@@ -33,6 +35,20 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bo
 @grouped_mm.register_fake
 def _(a, b, offs, trans_b):
     return a.new_empty(a.shape[0], b.shape[-2] if trans_b else b.shape[-1])
+
+
+@torch.library.custom_op("et_trt_lowering::grouped_mm_fp8", mutates_args=())
+def grouped_mm_fp8(a: torch.Tensor, b_q: torch.Tensor, offs: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
+    """The FP8 GroupedMM (quantization.py): a [rows, K] bf16/fp16, quantized per row at run time, times
+    b_q [G, N, K] (e4m3 values; int8 where the ONNX carries their bits as INT8) scaled by b_scale
+    float32 [G, N]; out [rows, N] in a's dtype, groups as grouped_mm's."""
+    weights = b_q.view(FP8_DTYPE)  # the same bits whichever 1-byte dtype carries them
+    return grouped_mm_fp8_reference(a, weights, b_scale, offs).to(a.dtype)
+
+
+@grouped_mm_fp8.register_fake
+def _(a, b_q, offs, b_scale):
+    return a.new_empty(a.shape[0], b_q.shape[-2])
 
 
 @torch.library.custom_op("et_trt_lowering::counting_sort", mutates_args=())

@@ -17,29 +17,38 @@ from onnxscript import ir
 from onnxscript import opset18 as op
 from onnxscript import values
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+from et_trt_backend.plugin_names import FP8_WEIGHT_ONNX_TYPE, GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 
 ONNX_OPSET = op.version  # the opset of the ops written here, and of the exported model
 _GROUPED_MM_DOMAIN_VERSION = 1  # the opset version of GROUPED_MM_DOMAIN, in which GroupedMM is defined
 KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+# The torch dtype the lowering stores an FP8 GroupedMM's weights in (fp8_experts.py): the one that the ONNX
+# type plugin_names.FP8_WEIGHT_ONNX_TYPE (the one place deciding it) is written from.
+FP8_WEIGHTS_TORCH_DTYPE = {"FLOAT8E4M3FN": torch.float8_e4m3fn, "INT8": torch.int8}[FP8_WEIGHT_ONNX_TYPE]
 
 
 def _register_grouped_mm_schema() -> None:
     if onnx.defs.has(GROUPED_MM_OP, GROUPED_MM_DOMAIN):
         return
     types = ["tensor(bfloat16)", "tensor(float16)"]
+    weight_types = [*types, f"tensor({FP8_WEIGHT_ONNX_TYPE.lower()})"]
     schema = onnx.defs.OpSchema(
         GROUPED_MM_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
-        doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero.",
+        doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero. With "
+            f"b_scale, the FP8 form: b is e4m3 [G, N, K] ({FP8_WEIGHT_ONNX_TYPE}, trans_b = 1), "
+            "b[g, n, :] scaled by b_scale[g, n], a quantized per row at run time (et_trt_backend/quantization.py).",
         inputs=[
             onnx.defs.OpSchema.FormalParameter("a", "T"),
-            onnx.defs.OpSchema.FormalParameter("b", "T"),
+            onnx.defs.OpSchema.FormalParameter("b", "TB"),
             onnx.defs.OpSchema.FormalParameter("offs", "tensor(int32)"),
+            onnx.defs.OpSchema.FormalParameter("b_scale", "tensor(float)",
+                                               param_option=onnx.defs.OpSchema.FormalParameterOption.Optional),
         ],
         outputs=[onnx.defs.OpSchema.FormalParameter("out", "T")],
-        type_constraints=[("T", types, "bf16 or fp16")],
+        type_constraints=[("T", types, "bf16 or fp16"),
+                          ("TB", weight_types, "a's type, or the FP8 weights with b_scale")],
         attributes=[
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
             *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")
@@ -56,6 +65,11 @@ et_trt = values.Opset(GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION)
 def grouped_mm_kernel(a, b, offs, trans_b: bool):
     """`_grouped_mm` as the GroupedMM custom op (the plugin runs the embedded kernel)."""
     return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **PLUGIN_ATTRIBUTES)
+
+
+def grouped_mm_fp8_kernel(a, b_q, offs, b_scale):
+    """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op."""
+    return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):
@@ -212,6 +226,7 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
     lowering_ops = torch.ops.et_trt_lowering
     return {
         lowering_ops.grouped_mm.default: grouped_mm,
+        lowering_ops.grouped_mm_fp8.default: grouped_mm_fp8_kernel,
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,

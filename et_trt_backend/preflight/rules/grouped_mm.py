@@ -1,6 +1,8 @@
 """et_trt::GroupedMM nodes must match the plugin (contract 4): attributes through
 which the parser finds it, three inputs a [rows, K], b [G, K, N] (or [G, N, K]
-with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's type."""
+with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's type.
+The FP8 form has a fourth input, b_scale float32 [G, N]: b is then e4m3 weights
+[G, N, K] of the type plugin_names.FP8_WEIGHT_ONNX_TYPE, trans_b=1."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ from collections.abc import Iterator
 
 from onnx import TensorProto
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+from et_trt_backend.plugin_names import FP8_WEIGHT_ONNX_TYPE, GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "grouped_mm"
 _KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
+_FP8_WEIGHT_DTYPE = TensorProto.DataType.Value(FP8_WEIGHT_ONNX_TYPE)
 
 
 def check(view: ModelView) -> Iterator[Violation]:
@@ -34,14 +37,18 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     trans_b = attrs.get("trans_b")
     if trans_b not in (0, 1):
         yield f"attribute trans_b must be the int 0 or 1, got {trans_b!r}"
-    if len(node.input) != 3 or not all(node.input) or len(node.output) != 1:
-        yield f"needs inputs (a, b, offs) and one output, got {len(node.input)} inputs, {len(node.output)} outputs"
+    if len(node.input) not in (3, 4) or not all(node.input) or len(node.output) != 1:
+        yield (f"needs inputs (a, b, offs), or (a, b, offs, b_scale) for FP8 weights, and one output, got "
+               f"{len(node.input)} inputs, {len(node.output)} outputs")
         return
-    a, b, offs = node.input
-    types = {name: view.elem_type(name) for name in (a, b, offs, node.output[0])}
+    a, b, offs = node.input[:3]
+    fp8 = len(node.input) == 4
+    types = {name: view.elem_type(name) for name in (*node.input, node.output[0])}
     if types[a] is not None and types[a] not in _KERNEL_DTYPES:
         yield f"a is {trt.dtype_name(types[a])}; the kernel takes BF16 or FP16 (fp32 grouped mm is lowered densely)"
-    if None not in (types[a], types[b]) and types[a] != types[b]:
+    if fp8:
+        yield from _fp8_problems(view, node, trans_b, types)
+    elif None not in (types[a], types[b]) and types[a] != types[b]:
         yield f"a is {trt.dtype_name(types[a])} but b is {trt.dtype_name(types[b])}: they must match"
     if types[offs] is not None and types[offs] != TensorProto.INT32:
         yield f"offs is {trt.dtype_name(types[offs])}; the plugin takes INT32 offsets"
@@ -61,3 +68,20 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
         groups, count = shapes[b][0], shapes[offs][0]
         if isinstance(groups, int) and isinstance(count, int) and groups != count:
             yield f"offs has {count} entries but b has {groups} groups"
+
+
+def _fp8_problems(view: ModelView, node, trans_b, types) -> Iterator[str]:
+    """The FP8 form: b e4m3 (or its bits as INT8) [G, N, K] with trans_b=1, b_scale FP32 [G, N]."""
+    b, b_scale = node.input[1], node.input[3]
+    if trans_b != 1:
+        yield f"the FP8 form (4 inputs) takes b as [G, N, K] only: trans_b must be 1, got {trans_b!r}"
+    if types[b] is not None and types[b] != _FP8_WEIGHT_DTYPE:
+        yield (f"b is {trt.dtype_name(types[b])} but the node has b_scale (the FP8 form): b must be "
+               f"{trt.dtype_name(_FP8_WEIGHT_DTYPE)}, the e4m3 weights the plugin reads")
+    if types[b_scale] is not None and types[b_scale] != TensorProto.FLOAT:
+        yield f"b_scale is {trt.dtype_name(types[b_scale])}; the plugin takes FP32 scales"
+    shape_b, shape_scale = view.shape(b), view.shape(b_scale)
+    if shape_b is not None and shape_scale is not None and len(shape_b) == 3:
+        if len(shape_scale) != 2 or any(isinstance(x, int) and isinstance(y, int) and x != y
+                                         for x, y in zip(shape_scale, shape_b[:2])):
+            yield f"b_scale is {list(shape_scale)}, but b [G, N, K] = {list(shape_b)} needs b_scale [G, N]"

@@ -201,7 +201,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     }
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims;
     const int64_t rows = a.d[0], k = a.d[1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
-    kernels::GroupedMMLauncher::Fp8Operands fp8;
+    kernels::Fp8Operands fp8;
     if (fp8_) {
       // TensorRT's workspace is getWorkspaceSize's bytes: the launcher's, plus the slack to align it here.
       const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
