@@ -24,8 +24,9 @@ _MULTIPLE = {"wgmma": 8, "tma": 8, "tma_small": 8, "tile": 16, "any": 1}
 _variant_launchers = {}
 
 
-def _launcher(dtype, trans_b, variant=None):
-    """The op's launcher (all variants, the launcher picks), or one holding only `variant`."""
+def _launcher(dtype, trans_b, variant=None, weight_format="dense"):
+    """The op's launcher (all variants, the launcher picks), or one holding only `variant` (with fp8 weights,
+    and the row quantizations)."""
     from et_trt_backend.kernels import launcher, op
 
     try:
@@ -37,14 +38,15 @@ def _launcher(dtype, trans_b, variant=None):
     device = torch.device("cuda", torch.cuda.current_device())
     torch.empty(1, device=device)  # makes the CUDA context current
     if variant is None:
-        return op._launcher(device, op._DTYPES[dtype], trans_b)
-    key = (dtype, trans_b, variant)
+        return op._launcher(device, op._DTYPES[dtype], trans_b, weight_format)
+    key = (dtype, trans_b, variant, weight_format)
     if key not in _variant_launchers:
-        images = op._images_for(device, op._DTYPES[dtype], trans_b)
+        images = op._images_for(device, op._DTYPES[dtype], trans_b, weight_format)
         chosen = [i for i in images if i.variant == variant and i.format == "cubin"]
         if not chosen:
-            pytest.skip(f"no {variant} cubin for this GPU among the images")
-        _variant_launchers[key] = launcher.GroupedMMLauncher(chosen)
+            pytest.skip(f"no {variant} cubin ({weight_format} weights) for this GPU among the images")
+        quantize = [i for i in images if i.variant.startswith("quantize_rows")]
+        _variant_launchers[key] = launcher.GroupedMMLauncher(chosen + quantize)
     return _variant_launchers[key]
 
 
@@ -307,3 +309,171 @@ def test_portable_ptx_runs_when_no_cubin_serves():
                     torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     _assert_matches(out, _reference(a, b, offs, True), launcher.last_kernel)
+
+
+# FP8 weights (grouped_mm_launcher.h): b e4m3 [G, N, K] with b_scale [G, N], the rows quantized on the GPU.
+FP8_VARIANTS = ("wgmma", "tma", "tma_small", "any")
+_FP8_MULTIPLE = {"wgmma": (16, 8), "tma": (16, 16), "tma_small": (16, 16), "any": (1, 1)}  # K, N
+
+
+def _fp8_inputs(rows, k, n, groups, dtype, seed):
+    from et_trt_backend.quantization import quantize_weights_fp8
+
+    a, w = _inputs(rows, k, n, groups, dtype, True, seed)
+    b_q, b_scale = quantize_weights_fp8(w)
+    return a, b_q, b_scale
+
+
+def _fp8_run(a, b_q, b_scale, offs, variant=None):
+    """Launches into a NaN-poisoned output and a NaN-poisoned workspace (0xff is NaN in e4m3 and in float32),
+    so an unwritten output or a quantized row read before it is written fails the comparison. Returns
+    (out, the workspace, the GEMM's kernel name)."""
+    from et_trt_backend.kernels.launcher import Fp8Operands, fp8_workspace_bytes
+
+    launcher = _launcher(a.dtype, True, variant, "fp8")
+    rows, k = a.shape
+    n = b_q.shape[1]
+    out = torch.full((rows, n), float("nan"), dtype=a.dtype, device=a.device)
+    workspace = torch.full((fp8_workspace_bytes(rows, k),), 0xFF, dtype=torch.uint8, device=a.device)
+    launcher.launch(a.data_ptr(), b_q.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, b_q.shape[0], True,
+                    torch.cuda.current_stream().cuda_stream,
+                    Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), workspace.numel()))
+    torch.cuda.synchronize()
+    return out, workspace, launcher.last_kernel
+
+
+def _assert_fp8_matches(out, a, b_q, b_scale, offs, kernel):
+    """Within 1e-2 of the float64 product of the same quantized operands (contract 4's groups), and within
+    4e-2 of the float32 product of the unquantized activations with the dequantized weights."""
+    from et_trt_backend.quantization import grouped_mm_fp8_reference
+
+    _assert_matches(out, grouped_mm_fp8_reference(a, b_q, b_scale, offs), kernel)
+    dequantized = b_q.float() * b_scale[..., None]
+    ref = _reference(a.float(), dequantized, offs, True)
+    err = (out.float() - ref).norm() / ref.norm().clamp_min(1e-6)
+    assert err < 4e-2, f"{kernel}: relative error {err:.3e} against the unquantized activations"
+
+
+@pytest.mark.parametrize("variant", [None, *FP8_VARIANTS], ids=["picked", *FP8_VARIANTS])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp8_matches_float32_reference(case, dtype, variant):
+    rows, k, n, make_offs = CASES[case]
+    if variant and (k % _FP8_MULTIPLE[variant][0] or n % _FP8_MULTIPLE[variant][1]):
+        pytest.skip(f"the fp8 {variant} variant does not take K {k}, N {n}")
+    groups = 8
+    offs = make_offs(rows, groups).cuda()
+    a, b_q, b_scale = _fp8_inputs(rows, k, n, groups, dtype, seed=hash((case, str(dtype), "fp8")) % 10_000)
+    out, _, kernel = _fp8_run(a, b_q, b_scale, offs, variant)
+    _assert_fp8_matches(out, a, b_q, b_scale, offs, kernel)
+
+
+@pytest.mark.parametrize("k", [256, 200, 3072, 77], ids=["k256", "k200", "k3072", "odd_k77"])
+def test_fp8_row_quantization_is_the_reference_bit_for_bit(k):
+    """The quantized rows and their scales the launcher leaves in the workspace are quantize_rows_fp8's exactly
+    (K % 16 == 0 takes the vectorized kernel, the others quantize_rows_any); rows of zeros scale by 1."""
+    from et_trt_backend.quantization import quantize_rows_fp8
+
+    rows = 300
+    offs = torch.tensor([100, 200, 300], dtype=torch.int32, device="cuda")
+    a, b_q, b_scale = _fp8_inputs(rows, k, 64, 3, torch.bfloat16, seed=k)
+    a[7] = 0
+    a[8] *= 1e-30  # subnormal scale territory in float32 stays exact
+    _, workspace, _ = _fp8_run(a, b_q, b_scale, offs)
+    a_q, a_scale = quantize_rows_fp8(a)
+    scale_at = (rows * k + 255) // 256 * 256
+    assert torch.equal(workspace[:rows * k].view(rows, k), a_q.view(torch.uint8))
+    assert torch.equal(workspace[scale_at:scale_at + 4 * rows].view(torch.float32), a_scale)
+    assert a_scale[7] == 1
+
+
+def test_fp8_dynamic_rows_one_launcher():
+    """One fp8 launcher, many row counts, fresh inputs each time."""
+    for i, tokens in enumerate([1, 3, 17, 64, 200, 1000, 5]):
+        offs = _routed_offsets(tokens, 16, 4, seed=i).cuda()
+        a, b_q, b_scale = _fp8_inputs(tokens * 4, 512, 256, 16, torch.bfloat16, seed=200 + i)
+        out, _, kernel = _fp8_run(a, b_q, b_scale, offs)
+        _assert_fp8_matches(out, a, b_q, b_scale, offs, f"{kernel} at {tokens} tokens")
+
+
+@pytest.mark.parametrize("variant", FP8_VARIANTS)
+@pytest.mark.parametrize("case", list(INVALID))
+def test_fp8_invalid_offsets_are_clamped(case, variant):
+    """Never out of bounds (compute-sanitizer on the device), and contract 4's result, with fp8 weights."""
+    offs = torch.tensor(INVALID[case], dtype=torch.int32, device="cuda")
+    k, n = {"wgmma": (144, 264), "tma": (144, 272), "tma_small": (144, 272), "any": (30, 50)}[variant]
+    a, b_q, b_scale = _fp8_inputs(300, k, n, 5, torch.bfloat16, seed=8)
+    out, _, kernel = _fp8_run(a, b_q, b_scale, offs, variant)
+    _assert_fp8_matches(out, a, b_q, b_scale, offs, f"{kernel} ({case}, K {k}, N {n})")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fp8_wgmma_every_tile_width(dtype):
+    """The fp8 wgmma kernel at every width 8..256 (its row scales come by shuffle from 32-row blocks) and
+    groups split in 2 and 3 tiles, with N not a multiple of the 128-feature tile."""
+    sizes = [8 * i - 3 for i in range(1, 33)] + [257, 600, 1, 0]
+    offs = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32).cuda()
+    rows = int(offs[-1]) + 5
+    a, b_q, b_scale = _fp8_inputs(rows, 192, 136, len(sizes), dtype, seed=22)
+    out, _, kernel = _fp8_run(a, b_q, b_scale, offs, "wgmma")
+    _assert_fp8_matches(out, a, b_q, b_scale, offs, kernel)
+
+
+def test_fp8_wgmma_long_k_many_tiles_per_cta():
+    """K of 3072 (24 stage loads of 128 per tile, the ring wraps many times) at an MoE-like routing, the
+    accumulation over the whole K in the tensor cores' fp8 accumulators."""
+    offs = _routed_offsets(1000, 64, 4, seed=33).cuda()
+    a, b_q, b_scale = _fp8_inputs(4000, 3072, 2048, 64, torch.bfloat16, seed=34)
+    out, _, kernel = _fp8_run(a, b_q, b_scale, offs, "wgmma")
+    _assert_fp8_matches(out, a, b_q, b_scale, offs, kernel)
+
+
+def test_fp8_eager_op_matches_torch_scaled_grouped_mm():
+    """torch.ops.et_trt.grouped_mm's fp8 form agrees with torch._scaled_grouped_mm on the same quantized
+    operands and row-wise scales, and zeroes the tail rows."""
+    from et_trt_backend.kernels import op  # noqa: F401 (registers the op)
+    from et_trt_backend.quantization import quantize_rows_fp8
+
+    _launcher(torch.bfloat16, True, weight_format="fp8")
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        pytest.skip(f"torch {torch.__version__} has no _scaled_grouped_mm")
+    offs = _routed_offsets(100, 8, 2, seed=5).cuda()
+    rows = int(offs[-1]) + 16
+    a, b_q, b_scale = _fp8_inputs(rows, 256, 512, 8, torch.bfloat16, seed=6)
+    out = torch.ops.et_trt.grouped_mm(a, b_q, offs, True, b_scale)
+    a_q, a_scale = quantize_rows_fp8(a)
+    ref = torch._scaled_grouped_mm(a_q, b_q.transpose(-2, -1), a_scale, b_scale, offs=offs, out_dtype=torch.bfloat16)
+    used = int(offs[-1])
+    torch.testing.assert_close(out[:used].float(), ref[:used].float(), rtol=2e-2, atol=2e-2)
+    assert (out[used:] == 0).all()
+
+
+def test_fp8_errors_are_clear():
+    from et_trt_backend.kernels.launcher import (
+        Fp8Operands,
+        LauncherError,
+        fp8_workspace_bytes,
+    )
+
+    fp8 = _launcher(torch.bfloat16, True, weight_format="fp8")
+    dense = _launcher(torch.bfloat16, True)
+    rows, k, n = 16, 32, 32
+    a, b_q, b_scale = _fp8_inputs(rows, k, n, 2, torch.bfloat16, seed=0)
+    offs = torch.tensor([8, 16], dtype=torch.int32, device="cuda")
+    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+    need = fp8_workspace_bytes(rows, k)
+    assert need == (rows * k + 255) // 256 * 256 + 4 * rows
+    workspace = torch.empty(need + 256, dtype=torch.uint8, device="cuda")
+    args = (a.data_ptr(), b_q.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, 2, True, 0)
+    with pytest.raises(LauncherError, match="take fp8 weights; pass b as float8 e4m3"):
+        fp8.launch(*args)
+    with pytest.raises(LauncherError, match="dense weights"):
+        dense.launch(*args, Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), need))
+    with pytest.raises(LauncherError, match=f"workspace of fp8_workspace_bytes\\(rows, k\\) = {need} bytes"):
+        fp8.launch(*args, Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), need - 1))
+    with pytest.raises(LauncherError, match="256-byte aligned"):
+        fp8.launch(*args, Fp8Operands(b_scale.data_ptr(), workspace.data_ptr() + 16, need))
+    with pytest.raises(LauncherError, match="b_scale"):
+        fp8.launch(*args, Fp8Operands(0, workspace.data_ptr(), need))
+    with pytest.raises(ValueError, match="fp8 weights are b float8_e4m3fn"):
+        torch.ops.et_trt.grouped_mm(a, b_q, offs, False, b_scale)

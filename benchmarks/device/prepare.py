@@ -2,9 +2,11 @@
 
     python benchmarks/device/prepare.py      # then: run benchmarks/device/run_all.sh there, carry .device
 
-.device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX (tests)
+.device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
+                           fp8 images of both dtypes (tests)
 .device/bench_images.json  bf16, trans_b: ours, the 48 KiB baseline and tuning candidates
 .device/bench_images.groups.json  which of those each benchmark contender launches
+.device/fp8_bench_images.json (+ .groups.json)  the same for benchmarks/fp8_grouped_mm_bench.py
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
                            fields through the blob schema's generated header, which the device cannot make
 """
@@ -43,6 +45,24 @@ def copy_flatbuffers() -> None:
     shutil.copy2("/usr/bin/flatc", target / "bin" / "flatc")
 
 
+def save_fp8_bench_images() -> None:
+    """.device/fp8_bench_images.json and its groups: benchmarks/fp8_grouped_mm_bench.py's contenders."""
+    fp8 = aot.grouped_mm_images([ARCH], "bf16", True, weight_format="fp8")
+    quantize = [i for i in fp8 if i.variant.startswith("quantize_rows")]
+    contenders = {
+        "ours_bf16": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
+        "ours_fp8": fp8,
+        "ours_fp8_wgmma": [i for i in fp8 if i.variant == "wgmma"] + quantize,
+        "ours_fp8_triton": [i for i in fp8 if i.variant != "wgmma"],
+    }
+    images, groups = [], {}
+    for label, chosen in contenders.items():
+        groups[label] = list(range(len(images), len(images) + len(chosen)))
+        images += chosen
+    save_images(OUT / "fp8_bench_images.json", images)
+    (OUT / "fp8_bench_images.groups.json").write_text(json.dumps(groups))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
@@ -50,7 +70,9 @@ def main() -> None:
     for dtype in aot.DTYPES:
         for trans_b in (False, True):
             tests += aot.grouped_mm_images([ARCH], dtype, trans_b)
+        tests += aot.grouped_mm_images([ARCH], dtype, True, weight_format="fp8")
     save_images(OUT / "images.json", tests)
+    save_fp8_bench_images()
 
     bench, groups = [], {}
 

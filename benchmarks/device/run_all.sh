@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: build the launcher, check the kernel (no Triton in the process),
-# run the invalid-offset cases under compute-sanitizer, then benchmark.
+# run the invalid-offset cases under compute-sanitizer, then benchmark (bf16, then fp8).
 # Prepare here first:  python benchmarks/device/prepare.py
 # Then on the device:  bash benchmarks/device/run_all.sh   (carry .device; results go to $OUT)
 set -uo pipefail
@@ -31,5 +31,11 @@ memcheck_rc=$?
 grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3
 fi
 
+# BENCHES: which benchmarks run, "bf16 fp8" unless told.
+if [[ " ${BENCHES:-bf16 fp8} " == *" bf16 "* ]]; then
 python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60
+fi
+if [[ " ${BENCHES:-bf16 fp8} " == *" fp8 "* ]]; then
+python3 benchmarks/fp8_grouped_mm_bench.py --images .device/fp8_bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" 2>&1 | tee "$OUT/fp8_bench.log" | tail -60
+fi
 echo "tests rc=$tests_rc memcheck rc=$memcheck_rc"

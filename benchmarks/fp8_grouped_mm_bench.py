@@ -1,0 +1,203 @@
+"""FP8 grouped-GEMM benchmark: ours (row quantization + FP8 GEMM, as the export embeds them) against
+torch._scaled_grouped_mm with row-wise scales, our bf16 kernel and torch._grouped_mm.
+
+Same method as grouped_mm_bench.py (whose helpers it uses): no Triton in the process, AOT images
+launched through the C++ launcher, CUDA graphs of back-to-back calls, contenders interleaved in
+a fresh random order each round, the median per contender; each result is checked before it is
+timed. Weights are quantized once (as at export); activations are bf16.
+
+Contenders:
+  torch_bf16        torch._grouped_mm
+  ours_bf16         our bf16 kernel (the images a bf16 export embeds)
+  torch_fp8         torch._scaled_grouped_mm on activations quantized beforehand (the GEMM alone:
+                    a lower bound for torch, which would need a row quantization too)
+  torch_fp8_fast    the same with use_fast_accum=True (no promotion of the partial sums)
+  ours_fp8          one launch of our fp8 images: the row quantization, then the GEMM the launcher picks
+  ours_fp8_wgmma    the same with the sm_90a wgmma kernel only; ours_fp8_triton: Triton's only
+
+    python benchmarks/fp8_grouped_mm_bench.py --images .device/fp8_bench_images.json --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import grouped_mm_bench as bench  # noqa: E402  (benchmarks/, next to this file)
+import sustained  # noqa: E402
+
+from et_trt_backend.kernels.images import load_images  # noqa: E402
+from et_trt_backend.kernels.launcher import (  # noqa: E402
+    Fp8Operands,
+    GroupedMMLauncher,
+    fp8_workspace_bytes,
+)
+from et_trt_backend.quantization import (  # noqa: E402
+    grouped_mm_fp8_reference,
+    quantize_rows_fp8,
+    quantize_weights_fp8,
+)
+
+logger = logging.getLogger("fp8_grouped_mm_bench")
+
+FP8_LABELS = ("ours_fp8", "ours_fp8_wgmma", "ours_fp8_triton")
+SUSTAINED = ("torch_fp8_fast", "ours_bf16", "ours_fp8")
+
+
+def fp8_launch_fn(launcher: GroupedMMLauncher, a, b_q, b_scale, offs, out, workspace):
+    rows, k = a.shape
+    n = b_q.shape[1]
+
+    def run():  # holds the tensors, workspace included, for as long as the call (and its graph) lives
+        launcher.launch(a.data_ptr(), b_q.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, b_q.shape[0], True,
+                        torch.cuda.current_stream().cuda_stream,
+                        Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), workspace.numel()))
+
+    return run
+
+
+def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, replay_s, rounds, sampler, sustained_s):
+    offs = bench.routed_offsets(tokens, experts, top_k, seed).cuda()
+    rows = tokens * top_k
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    w = (torch.randn(experts, n, k, device="cuda", dtype=torch.float32, generator=gen) / k**0.5).to(torch.bfloat16)
+    b_q, b_scale = quantize_weights_fp8(w)
+    a_q, a_scale = quantize_rows_fp8(a)
+    flops = 2.0 * rows * k * n
+    estimate = max(flops / 1000e12, (experts * k * n + rows * (k + 2 * n)) / 4e12, 5e-6)
+    calls = min(1000, max(4, round(replay_s / estimate)))
+    ref_bf16 = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+    ref_fp8 = grouped_mm_fp8_reference(a, b_q, b_scale, offs)
+    b_q_t = b_q.transpose(-2, -1)  # [G, K, N] column-major, as _scaled_grouped_mm takes it
+    # label: (call, its output buffer or None where the call returns it, reference)
+    fns = {
+        "torch_bf16": (lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs), None, ref_bf16),
+        "torch_fp8": (lambda: torch._scaled_grouped_mm(a_q, b_q_t, a_scale, b_scale, offs=offs,
+                                                       out_dtype=torch.bfloat16), None, ref_fp8),
+        "torch_fp8_fast": (lambda: torch._scaled_grouped_mm(a_q, b_q_t, a_scale, b_scale, offs=offs,
+                                                            out_dtype=torch.bfloat16, use_fast_accum=True),
+                           None, ref_fp8),
+    }
+    out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    fns["ours_bf16"] = (bench.launch_fn(launchers["ours_bf16"], a, w, offs, out), out, ref_bf16)
+    for label in FP8_LABELS:
+        out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        workspace = torch.empty(fp8_workspace_bytes(rows, k), device="cuda", dtype=torch.uint8)
+        fns[label] = (fp8_launch_fn(launchers[label], a, b_q, b_scale, offs, out, workspace), out, ref_fp8)
+    row = {"shape": name, "tokens": tokens, "experts": experts, "rows": rows, "K": k, "N": n, "calls": calls}
+    graphs = {}
+    for label, (fn, out, ref) in fns.items():
+        returned = fn()
+        torch.cuda.synchronize()
+        row[f"{label}_err"] = bench.rel_err(returned if out is None else out, ref)
+        if label in launchers:
+            row[f"{label}_kernel"] = launchers[label].last_kernel
+        if not row[f"{label}_err"] < 1e-2:
+            logger.error("%s %s: wrong result (relative error %.3e); not timed", name, label, row[f"{label}_err"])
+            continue
+        graphs[label] = bench.capture(fn, calls)
+    row["fp8_vs_bf16_err"] = bench.rel_err(ref_fp8, ref_bf16)  # what FP8 itself costs in accuracy
+    started = time.monotonic()
+    times = bench.time_interleaved(graphs, calls, rounds)
+    if sampler is not None:
+        row["watts"], row["sm_mhz"], _ = sampler.between(started, time.monotonic())
+    row["us"] = {label: times[label] * 1e6 for label in times}
+    row["tflops"] = {label: flops / t / 1e12 for label, t in times.items()}
+    if sampler is not None and sustained_s > 0:
+        row["sustained"] = {}
+        for label in SUSTAINED:
+            if label in graphs:
+                r = sustained.run(graphs[label], calls, sustained_s, sampler)
+                r["tflops"] = flops / r["s_per_call"] / 1e12
+                row["sustained"][label] = r
+    del graphs, fns
+    torch.cuda.empty_cache()
+    return row
+
+
+def ratio(row: dict, x: str, y: str) -> str:
+    us = row["us"]
+    return f"{us[y] / us[x]:.2f}x" if x in us and y in us else "n/a"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [("| shape | rows | K | N | torch bf16 us | ours bf16 us | torch fp8 us (fast accum) | ours fp8 us | "
+              "ours fp8 x torch fp8 (x fast) | ours fp8 x ours bf16 | wgmma only / Triton only us | kernel | "
+              "err fp8 (vs bf16) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        def cell(label, us=row["us"]):
+            return f"{us[label]:.1f}" if label in us else "n/a"
+
+        lines.append(
+            f"| {row['shape']} | {row['rows']} | {row['K']} | {row['N']} | {cell('torch_bf16')} | {cell('ours_bf16')} | "
+            f"{cell('torch_fp8')} ({cell('torch_fp8_fast')}) | {cell('ours_fp8')} | "
+            f"{ratio(row, 'ours_fp8', 'torch_fp8')} ({ratio(row, 'ours_fp8', 'torch_fp8_fast')}) | "
+            f"{ratio(row, 'ours_fp8', 'ours_bf16')} | {cell('ours_fp8_wgmma')} / {cell('ours_fp8_triton')} | "
+            f"{row.get('ours_fp8_kernel', '')} | {row['ours_fp8_err']:.1e} ({row['fp8_vs_bf16_err']:.1e}) |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--sustained", type=float, default=0.0, metavar="S",
+                        help=f"also run {', '.join(SUSTAINED)} alone for S seconds each at the large shapes")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    images = load_images(args.images)
+    torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
+    groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
+    launchers = {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
+          f"triton imported: {'triton' in sys.modules}", flush=True)
+    sampler = sustained.GpuSampler().start() if sustained.GpuSampler.available() else None
+    rows = []
+    shapes = [(f"{t}tok", t, e, h, f, top_k, 0.03, 21) for t, e, h, f, top_k in bench.LARGE]
+    shapes += [(f"robot {t}tok {e}e h{h}", t, e, h, f, top_k, 0.015, 15) for t, e, h, f, top_k in bench.ROBOT]
+    for prefix, tokens, experts, hidden, ffn, top_k, replay_s, rounds in shapes:
+        for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
+            name = f"{prefix} {gemm}"
+            large = not prefix.startswith("robot")
+            rows.append(bench_shape(name, tokens, experts, k, n, top_k, launchers, tokens + experts, replay_s, rounds,
+                                    sampler, args.sustained if large else 0.0))
+            logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["us"].items()})
+    if sampler is not None:
+        sampler.stop()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fp8_grouped_mm_bench.json").write_text(json.dumps(rows, indent=1))
+    text = table(rows)
+    large = [r for r in rows if not r["shape"].startswith("robot")]
+    robot = [r for r in rows if r["shape"].startswith("robot")]
+    for label, subset in (("MoE shapes", large), ("robot sizes", robot)):
+        for x, y in (("ours_fp8", "torch_fp8"), ("ours_fp8", "torch_fp8_fast"), ("ours_fp8", "ours_bf16")):
+            values = [r["us"][y] / r["us"][x] for r in subset if x in r["us"] and y in r["us"]]
+            if values:
+                text += (f"\n{label}: {x} x {y}: median {statistics.median(values):.2f}x, "
+                         f"range {min(values):.2f}x-{max(values):.2f}x over {len(values)} GEMMs")
+    if any("sm_mhz" in r for r in rows):
+        text += "\nSM clock / power while timing (median over each shape's rounds): " + ", ".join(
+            f"{r['shape']} {r['sm_mhz']:.0f} MHz {r['watts']:.0f} W" for r in large if "sm_mhz" in r)
+    steady = [r for r in rows if r.get("sustained")]
+    if steady:
+        text += "\n\n| shape | contender | sustained TFLOP/s | SM MHz | W |\n|---|---|---|---|---|"
+        for r in steady:
+            for label, s in r["sustained"].items():
+                text += f"\n| {r['shape']} | {label} | {s['tflops']:.1f} | {s['sm_mhz']:.0f} | {s['watts']:.0f} |"
+    (args.out / "fp8_grouped_mm_bench.md").write_text(text + "\n")
+    print("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
