@@ -11,8 +11,8 @@
 //
 // FP8 weights (images of weight_format Float8RowScaled): b is float8 e4m3 [G, N, K]
 // (trans_b only) with float32 b_scale [G, N]; a and out are in the images' dtype. Each
-// launch first quantizes a per row into the caller's workspace (the "quantize_rows"
-// image: a_scale[r] = amax_k |a[r, k]| / 448, 1 where 0; a_q = e4m3(a / a_scale)), then
+// launch first quantizes a per row into the caller's workspace (the "quantize_rows_any"
+// image, or "quantize_rows" where K % 16 == 0: a_scale[r] = amax_k |a[r, k]| / 448, 1 where 0; a_q = e4m3(a / a_scale)), then
 //   out[r, n] = (sum_k a_q[r, k] * b[g, n, k]) * a_scale[r] * b_scale[g, n]
 // with the same group semantics. Both kernels run on the stream; nothing synchronizes.
 #pragma once
@@ -46,7 +46,8 @@ namespace et_trt::kernels {
 //   "tile":      pointer loads (cp.async); needs K % 16 == 0, N % 16 == 0
 //   "any":       pointer loads; any K and N
 //   other variants (e.g. benchmark baselines) are treated like "tile"
-//   "quantize_rows": fp8 images only, the row quantization that runs before the GEMM
+//   "quantize_rows": fp8 images only, the row quantization that runs before the GEMM;
+//                needs K % 16 == 0 ("quantize_rows_any": any K, and required)
 // Every variant needs 16-byte aligned pointers. With fp8 weights the GEMM variants are
 // wgmma (K % 16 == 0, N % 8 == 0, at most 1024 groups), tma (K % 16 == 0, N % 16 == 0)
 // and any.
@@ -87,7 +88,7 @@ class GroupedMMLauncher {
   // images offered and the fix) when: libcuda cannot be loaded, there is no
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
-  // The images must also share one weight format; fp8 ones need a quantize_rows image.
+  // The images must also share one weight format; fp8 ones need a quantize_rows_any image.
   static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
                                                    std::string* error);
   ~GroupedMMLauncher();

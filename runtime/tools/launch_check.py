@@ -114,7 +114,10 @@ def _torch_result(a, b, offs, trans_b, fp8):
 def _run_case(lib, handle, combo, k, n, groups, rows, kind, gen, failures):
     """One launch into a NaN-poisoned output, compared with the float32 (fp8: float64, of the same quantized
     operands) reference and, for valid offsets, with torch's kernel."""
-    from et_trt_backend.quantization import grouped_mm_fp8_reference, quantize_weights_fp8
+    from et_trt_backend.quantization import (
+        grouped_mm_fp8_reference,
+        quantize_weights_fp8,
+    )
 
     dtype, trans_b, fp8 = DTYPES[combo["dtype"]], combo["trans_b"], combo["fp8"]
     error = ctypes.create_string_buffer(4096)
