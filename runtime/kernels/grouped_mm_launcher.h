@@ -12,7 +12,8 @@
 // FP8 weights (images of weight_format Float8RowScaled): b is float8 e4m3 [G, N, K]
 // (trans_b only) with float32 b_scale [G, N]; a and out are in the images' dtype. Each
 // launch first quantizes a per row into the caller's workspace (the "quantize_rows_any"
-// image, or "quantize_rows" where K % 16 == 0: a_scale[r] = amax_k |a[r, k]| / 448, 1 where 0; a_q = e4m3(a / a_scale)), then
+// image, or "quantize_rows" where K % 16 == 0: a_scale[r] = amax_k |a[r, k]| / 448, 1
+// where 0; a_q = e4m3(a / a_scale)), then
 //   out[r, n] = (sum_k a_q[r, k] * b[g, n, k]) * a_scale[r] * b_scale[g, n]
 // with the same group semantics. Both kernels run on the stream; nothing synchronizes.
 #pragma once
