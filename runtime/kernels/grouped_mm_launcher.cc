@@ -507,12 +507,12 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     a_arg = a_q;  // the GEMM reads the quantized rows
     a = fp8->workspace;
   }
-  // Triton's signature: the user arguments, then the global and profile scratch pointers; with fp8
-  // weights a_scale and b_scale follow out.
+  // Triton's signature (grouped_mm.py): the user arguments, then the global and profile scratch pointers;
+  // with fp8 weights a_scale and b_scale follow G (dense images compile them away).
   void* triton_args[] = {&a_arg,    &b_arg,     &offs_arg,    &out_arg,    &rows_arg,
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
-  void* triton_fp8_args[] = {&a_arg,    &b_arg,     &offs_arg,   &out_arg,     &a_scale_arg, &b_scale_arg,
-                             &rows_arg, &k_arg,     &n_arg,      &groups_arg,  &scratch_arg, &profile_arg};
+  void* triton_fp8_args[] = {&a_arg, &b_arg, &offs_arg,   &out_arg,     &rows_arg,    &k_arg,
+                             &n_arg, &groups_arg, &a_scale_arg, &b_scale_arg, &scratch_arg, &profile_arg};
   WgmmaMaps* maps = nullptr;
   if (kernel->tensor_maps) {
     for (auto& cached : state_->wgmma_maps)
