@@ -107,7 +107,7 @@ def _torch_result(a, b, offs, trans_b, fp8):
             return torch._scaled_grouped_mm(a_q, b_q.transpose(-2, -1), a_scale, b_scale, offs=offs,
                                             out_dtype=a.dtype)
         return torch._grouped_mm(a, b.transpose(-2, -1) if trans_b else b, offs=offs)
-    except (RuntimeError, NotImplementedError, AttributeError):
+    except (RuntimeError, ValueError, NotImplementedError, AttributeError):
         return None  # shapes or dtypes torch's kernels do not take (alignment, fp16 out)
 
 
