@@ -17,16 +17,20 @@ needs_nvcc = pytest.mark.skipif(sm90.nvcc_path() is None, reason="nvcc (CUDA too
 pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
 
 
-def test_generated_wgmma_statements_cover_every_width():
-    for dtype, ptx_type in (("bf16", "bf16"), ("fp16", "f16")):
-        header = sm90.wgmma_header(dtype)
-        widths = [int(w) for w in re.findall(rf"m64n(\d+)k16\.f32\.{ptx_type}\.{ptx_type}", header)]
-        assert widths == list(range(8, 257, 8))
-        for width in widths:
-            # One "+f" accumulator operand per pair of output elements a thread holds.
-            body = header.split(f"wgmma_m64k16<{width}>(float (&acc)[{width // 2}]")[1].split("}\n", 1)[0]
-            assert body.count('"+f"') == width // 2
-            assert f"%{width // 2}, %{width // 2 + 1}, 1, 1, 1, 0, 0" in body
+@pytest.mark.parametrize("dtype, weight_format, instruction, immediates", [
+    ("bf16", "dense", "k16.f32.bf16.bf16", "1, 1, 1, 0, 0"),
+    ("fp16", "dense", "k16.f32.f16.f16", "1, 1, 1, 0, 0"),
+    ("bf16", "fp8", "k32.f32.e4m3.e4m3", "1, 1, 1"),  # e4m3 has no transpose immediates: both K-major
+])
+def test_generated_wgmma_statements_cover_every_width(dtype, weight_format, instruction, immediates):
+    header = sm90.wgmma_header(dtype, weight_format)
+    widths = [int(w) for w in re.findall(rf"m64n(\d+){re.escape(instruction)}", header)]
+    assert widths == list(range(8, 257, 8))
+    for width in widths:
+        # One "+f" accumulator operand per pair of output elements a thread holds.
+        body = header.split(f"wgmma_m64<{width}>(float (&acc)[{width // 2}]")[1].split("}\n", 1)[0]
+        assert body.count('"+f"') == width // 2
+        assert f"%{width // 2}, %{width // 2 + 1}, {immediates};" in body
 
 
 def test_shared_memory_fits_hopper():
@@ -59,6 +63,19 @@ def test_cubin_uses_wgmma_tma_and_stmatrix(dtype, tmp_path):
         assert op in sass, f"{op} missing from the SASS"
     if sm90.CLUSTER > 1:  # the rows multicast to the cluster, whose CTAs meet at a cluster barrier at start
         assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
+
+
+@needs_nvcc
+def test_fp8_cubin_uses_fp8_wgmma_at_every_width(tmp_path):
+    pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
+    image = sm90.image("bf16", weight_format="fp8")
+    assert image.kernel == "grouped_mm_wgmma_fp8_nk" and image.weight_format == "fp8" and image.dtype == "bf16"
+    assert image.block_k == 128  # 128 bytes of e4m3 per stage row, as 64 16-bit elements
+    sass = _sass(image.image.bytes(), tmp_path)
+    widths = {int(n) for n in re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3\s", sass)}
+    assert widths == set(range(8, 257, 8)), "a tile width has no e4m3 wgmma"
+    assert "HGMMA" not in sass and "UTMALDG.2D.MULTICAST" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
 
 

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
 # Kernel images for the RTX targets only (fewer to compile); no engine at export: the test builds them.
 RECIPE = {"kernel_archs": TARGETS, "engine_build": "never"}
+FP8_TARGETS = ["sm_89", "sm_120a"]  # the RTX targets with FP8 tensor cores
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +71,14 @@ def _partitions(exported, recipe=None) -> list[blob.BlobContents]:
     return [contents for _, contents in delegated_parts(edge)]
 
 
-def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents]) -> None:
+def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=TARGETS) -> None:
     """Every partition parses and builds for every target with our Python plugin and, where built, with the
     real C++ plugin library, each GroupedMM node's fields serialized alike by both."""
     assert partitions, "nothing was delegated"
     cpp_plugin = _cpp_plugin()
     for contents in partitions:
         nodes = [n.op_type for n in onnx.load_from_string(contents.onnx).graph.node].count("GroupedMM")
-        for target in TARGETS:
+        for target in targets:
             engine = onnx_build.parse_and_build(rtx, contents, target)  # BuildFailed lists the parser's errors
             assert len(engine.plan) > 10_000
             fields = serialized_plugin_fields(engine.plan)
@@ -98,9 +99,19 @@ def test_example_policy(rtx):
     recipe = tomllib.loads((ROOT / "examples" / "recipe.toml").read_text())
     for table in [recipe["default"], *recipe["parts"].values()]:
         table["engine_build"] = "never"
+    # The decoder with FP8 experts (the 4-input GroupedMM, e4m3 weights), the action head dense in fp16:
+    # both forms of the policy's GroupedMMs through the real parser and builder in one export.
+    recipe["parts"]["decoder"].update(expert_precision="fp8", kernel_archs=FP8_TARGETS)
     partitions = _partitions(moe_policy.export_policy(), recipe)
     assert sorted(c.part for c in partitions) == ["decoder", "velocity"]
-    _assert_builds_everywhere(rtx, partitions)
+    by_part = {c.part: c for c in partitions}
+    assert {k.weight_format for k in by_part["decoder"].kernels} == {"fp8"}
+    assert {k.weight_format for k in by_part["velocity"].kernels} == {"dense"}
+    fp8_inputs = [len(n.input) for n in onnx.load_from_string(by_part["decoder"].onnx).graph.node
+                  if n.op_type == "GroupedMM"]
+    assert fp8_inputs == [4] * 4
+    _assert_builds_everywhere(rtx, [by_part["velocity"]])
+    _assert_builds_everywhere(rtx, [by_part["decoder"]], targets=FP8_TARGETS)
 
 
 MODELS = {
@@ -150,7 +161,8 @@ FP8_SIZES = {"G": 4, "N": 48, "K": 64, "max_rows": 512}
 def _image(variant: str, dtype: str, trans_b: bool, weight_format: str) -> KernelImage:
     """A kernel image record for sm_89. The build reads only its dtype, layout and weight format, and hashes its
     bytes (kernel_images_id); no kernel runs here."""
-    return KernelImage(kernel=kernel_name(variant, trans_b), variant=variant, trans_b=trans_b, arch="sm_89",
+    return KernelImage(kernel=kernel_name(variant, trans_b, weight_format), variant=variant, trans_b=trans_b,
+                       arch="sm_89",
                        format="cubin", image=NamedData.of(f"{variant} {dtype} {weight_format} image".encode()),
                        entry=variant, dtype=dtype, num_warps=4, shared_bytes=0, global_scratch_bytes=0,
                        global_scratch_align=1, profile_scratch_bytes=0, block_m=64, block_n=64, block_k=64,
