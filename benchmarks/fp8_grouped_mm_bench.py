@@ -35,7 +35,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import grouped_mm_bench as bench  # noqa: E402  (benchmarks/, next to this file)
 import sustained  # noqa: E402
 
-from et_trt_backend.kernels.images import load_images  # noqa: E402
 from et_trt_backend.kernels.launcher import (  # noqa: E402
     Fp8Operands,
     GroupedMMLauncher,
@@ -168,13 +167,8 @@ def main() -> None:
                         help=f"also run {', '.join(SUSTAINED)} alone for S seconds each at the large shapes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    images = load_images(args.images)
-    torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
-    groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
-    launchers = {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
-    props = torch.cuda.get_device_properties(0)
-    print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
-          f"triton imported: {'triton' in sys.modules}", flush=True)
+    launchers = bench.load_launchers(args.images)
+    bench.print_device()
     sampler = sustained.GpuSampler().start() if sustained.GpuSampler.available() else None
     rows = []
     shapes = [(f"{t}tok", t, e, h, f, top_k, 0.03, 21) for t, e, h, f, top_k in bench.LARGE]

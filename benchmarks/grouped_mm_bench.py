@@ -148,6 +148,21 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, sampler=Non
     return row
 
 
+def load_launchers(images_path: str) -> dict[str, GroupedMMLauncher]:
+    """One launcher per contender, of the images benchmarks/device/prepare.py saved at `images_path` that
+    its .groups.json names for it."""
+    images = load_images(images_path)
+    torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
+    groups: dict[str, list[int]] = json.loads(pathlib.Path(images_path).with_suffix(".groups.json").read_text())
+    return {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
+
+
+def print_device() -> None:
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
+          f"triton imported: {'triton' in sys.modules}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
@@ -158,18 +173,12 @@ def main() -> None:
                              "sampling SM clock and power (needs nvidia-smi)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    images = load_images(args.images)
-    # Which images each contender launches: {"baseline48k": [...], "ours": [...], candidates...}.
-    torch.empty(1, device="cuda")  # the launcher loads into the current CUDA context
-    groups: dict[str, list[int]] = json.loads(pathlib.Path(args.images).with_suffix(".groups.json").read_text())
-    launchers = {label: GroupedMMLauncher([images[i] for i in indices]) for label, indices in groups.items()}
+    launchers = load_launchers(args.images)  # {"baseline48k": ..., "ours": ..., candidates...}
     contenders = {x: launchers[x] for x in ("baseline48k", "ours")}
     # Candidates named large_* are timed at the MoE shapes, small_* at robot sizes, all_* at both.
     large = {**contenders, **{k: v for k, v in launchers.items() if k.startswith(("large_", "all_"))}}
     small = {**contenders, **{k: v for k, v in launchers.items() if k.startswith(("small_", "all_"))}}
-    props = torch.cuda.get_device_properties(0)
-    print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
-          f"triton imported: {'triton' in sys.modules}", flush=True)
+    print_device()
 
     rows = []
     sampler = None

@@ -55,12 +55,19 @@ def save_fp8_bench_images() -> None:
         "ours_fp8_wgmma": [i for i in fp8 if i.variant == "wgmma"] + quantize,
         "ours_fp8_triton": [i for i in fp8 if i.variant != "wgmma"],
     }
+    save_contenders("fp8_bench_images", contenders)
+
+
+def save_contenders(name: str, contenders: dict) -> list:
+    """.device/<name>.json: every contender's images in turn; <name>.groups.json: which of them each launches.
+    Returns the images."""
     images, groups = [], {}
     for label, chosen in contenders.items():
         groups[label] = list(range(len(images), len(images) + len(chosen)))
         images += chosen
-    save_images(OUT / "fp8_bench_images.json", images)
-    (OUT / "fp8_bench_images.groups.json").write_text(json.dumps(groups))
+    save_images(OUT / f"{name}.json", images)
+    (OUT / f"{name}.groups.json").write_text(json.dumps(groups))
+    return images
 
 
 def main() -> None:
@@ -74,22 +81,16 @@ def main() -> None:
     save_images(OUT / "images.json", tests)
     save_fp8_bench_images()
 
-    bench, groups = [], {}
-
-    def add(label, images):
-        groups[label] = list(range(len(bench), len(bench) + len(images)))
-        bench.extend(images)
-
-    add("ours", [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"])
-    # The 48 KiB kernel, plus "any" for the shapes it cannot take.
-    add("baseline48k", [aot.compile_image(ARCH, "bf16", True, BASELINE_48K),
-                        aot.compile_image(ARCH, "bf16", True, aot.configs_for(ARCH)[-1])])
-    for label, config in CANDIDATES.items():
-        add(label, [aot.compile_image(ARCH, "bf16", True, config)])
-    add("all_wgmma_only", [sm90.image("bf16")])  # the sm_90a kernel alone, also where the launcher picks another
-    add("all_wgmma_cluster1", [sm90.image("bf16", cluster=1)])  # without the rows' multicast
-    save_images(OUT / "bench_images.json", bench)
-    (OUT / "bench_images.groups.json").write_text(json.dumps(groups))
+    contenders = {
+        "ours": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
+        # The 48 KiB kernel, plus "any" for the shapes it cannot take.
+        "baseline48k": [aot.compile_image(ARCH, "bf16", True, BASELINE_48K),
+                        aot.compile_image(ARCH, "bf16", True, aot.configs_for(ARCH)[-1])],
+        **{label: [aot.compile_image(ARCH, "bf16", True, config)] for label, config in CANDIDATES.items()},
+        "all_wgmma_only": [sm90.image("bf16")],  # the sm_90a kernel alone, also where the launcher picks another
+        "all_wgmma_cluster1": [sm90.image("bf16", cluster=1)],  # without the rows' multicast
+    }
+    bench = save_contenders("bench_images", contenders)
     for image in bench:
         logging.info("%-22s %-7s %6d B shared, %3d B scratch/CTA, %dx%dx%d", image.kernel, image.arch,
                      image.shared_bytes, image.global_scratch_bytes, image.block_m, image.block_n, image.block_k)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from et_trt_backend.kernels import sm90
 from et_trt_backend.kernels.images import WEIGHT_FORMATS, KernelImage, cached_image, kernel_name
+from et_trt_backend.options import KERNEL_ARCHS, NO_FP8_ARCHS
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
@@ -87,8 +88,8 @@ _FP8_ADA_CONFIGS = (  # sm_89: no TMA, 99 KiB
     TileConfig("tile", 128, 128, 64, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
-# Capabilities with FP8 tensor cores. sm_80, sm_86 and sm_87 (Ampere, Jetson Orin) have none.
-FP8_CAPS = (89, 90, 100, 110, 120)
+# Architectures with FP8 tensor cores: all but options.NO_FP8_ARCHS (Ampere, Jetson Orin).
+FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +142,10 @@ def configs_for(arch: str, weight_format: str = "dense") -> tuple[TileConfig, ..
 
 
 def _check_fp8_arch(arch: str, cap: int) -> None:
-    if cap not in FP8_CAPS:
+    if cap not in {_capability(a) for a in FP8_ARCHS}:
         raise ValueError(
             f"kernel architecture {arch} has no FP8 tensor cores, so expert_precision = \"fp8\" cannot run there "
-            "(sm_80, sm_86 and sm_87 have none; FP8 needs sm_89, sm_90a, sm_100a, sm_110a or sm_120a). Drop it "
+            f"({', '.join(NO_FP8_ARCHS)} have none; FP8 needs {', '.join(FP8_ARCHS)}). Drop it "
             "from kernel_archs, or leave expert_precision unset for this part"
         )
 
@@ -347,7 +348,7 @@ def grouped_mm_images(
     return images
 
 
-def _sm90_wgmma_image(dtype: str, weight_format: str = "dense") -> list[KernelImage]:
+def _sm90_wgmma_image(dtype: str, weight_format: str) -> list[KernelImage]:
     """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; [] without nvcc.
     weight_format "fp8": its e4m3 build (`dtype` is the activations' and output's)."""
     if sm90.nvcc_path() is None:

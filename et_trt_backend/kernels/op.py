@@ -38,8 +38,7 @@ def _images_for(device: torch.device, dtype: str, trans_b: bool, weight_format: 
         major, minor = torch.cuda.get_device_capability(device)
         arch = f"sm_{major}{minor}"
         logger.info("compiling grouped_mm kernel images for %s with Triton", arch)
-        extra = {"weight_format": weight_format} if weight_format != "dense" else {}
-        pool = aot.grouped_mm_images([arch], dtype, trans_b, **extra)
+        pool = aot.grouped_mm_images([arch], dtype, trans_b, weight_format)
     return [i for i in pool if i.dtype == dtype and i.trans_b == trans_b and i.weight_format == weight_format]
 
 

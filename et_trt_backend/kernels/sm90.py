@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 
-from et_trt_backend.kernels.images import KernelImage, cached_image, kernel_name
+from et_trt_backend.kernels.images import WEIGHT_FORMATS, KernelImage, cached_image, kernel_name
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,6 @@ MAX_GROUPS = 1024
 STAGES = 4  # 4 x 48 KiB: measured on the H200, 3 stages lose 20% (benchmarks/results/NOTES.md)
 CLUSTER = 2  # CTAs sharing one tile's rows by TMA multicast (benchmarks/results/NOTES.md)
 _ELEM = {"bf16": ("__nv_bfloat16", "bf16"), "fp16": ("__half", "f16")}
-WEIGHT_FORMATS = ("dense", "fp8")
 
 
 def shared_bytes(stages: int) -> int:
