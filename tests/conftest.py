@@ -1,5 +1,6 @@
 """Fixtures shared by test modules."""
 
+import fcntl
 import importlib.util
 import os
 import pathlib
@@ -16,7 +17,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def built_runtime() -> pathlib.Path:
     """runtime/build, (re)built by scripts/build_runtime.sh (incremental: seconds when up to date)."""
     build = REPO / "runtime" / "build"
-    result = subprocess.run([str(REPO / "scripts" / "build_runtime.sh")], capture_output=True, text=True)
+    build.mkdir(parents=True, exist_ok=True)
+    # The test workers (pytest-xdist) share this folder: one builds while the others wait.
+    with open(build / ".pytest-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run([str(REPO / "scripts" / "build_runtime.sh")], capture_output=True, text=True)
     assert result.returncode == 0, f"runtime build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     assert (build / "libet_trt_runtime.so").is_file() and (build / "et_trt_runner").is_file()
     return build
