@@ -36,6 +36,6 @@ if [[ " ${BENCHES:-bf16 fp8} " == *" bf16 "* ]]; then
 python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60
 fi
 if [[ " ${BENCHES:-bf16 fp8} " == *" fp8 "* ]]; then
-python3 benchmarks/fp8_grouped_mm_bench.py --images .device/fp8_bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" 2>&1 | tee "$OUT/fp8_bench.log" | tail -60
+python3 benchmarks/fp8_grouped_mm_bench.py --images .device/fp8_bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8_bench.log" | tail -60
 fi
 echo "tests rc=$tests_rc memcheck rc=$memcheck_rc"
