@@ -117,6 +117,8 @@ def test_fp8_images_use_fp8_tensor_cores(arch, tmp_path):
         ops = sass_ops(image, tmp_path)
         assert ops[_FP8_MMA[arch]] > 0, f"{image.variant}: no FP8 MMA ({_FP8_MMA[arch]}) in the {arch} SASS"
         assert ops["LDL"] == ops["STL"] == 0, f"{image.variant}: registers spill to local memory"
+        # From sm_90 the GEMM starts during the row quantization and waits for it (griddepcontrol.wait: ACQBULK).
+        assert (ops["ACQBULK"] > 0) == (arch != "sm_89"), f"{image.variant}: griddepcontrol.wait missing or misplaced"
     if arch == "sm_89":
         assert {i.ptx_version for i in fp8} == {"8.4"}  # sm_89's FP8 mma needs PTX ISA 8.4
 
@@ -130,6 +132,7 @@ def test_fp8_row_quantization_is_vectorized_where_k_allows(tmp_path):
         sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
         assert "quantize_rows_kernel" in sass and "F2FP" in sass  # float32 -> e4m3 pairs
         assert ("LDG.E.128" in sass) == aligned, f"{variant}: 16-byte loads only when K % 16 == 0"
+        assert "PREEXIT" in sass, f"{variant}: does not let the GEMM launch early (griddepcontrol.launch_dependents)"
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_87"])

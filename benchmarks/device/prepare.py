@@ -35,15 +35,6 @@ CANDIDATES = {
 }
 
 
-# FP8 tuning candidates, timed with --skip-robot (BENCHES=fp8 FP8_ARGS=--skip-robot): blockings of the row
-# quantization (block_m x block_k, warps) before the same GEMMs, the first the shipped one again (a repeat shows the
-# measurement's spread), and the wgmma kernel without multicast.
-FP8_QUANTIZE_CANDIDATES = [aot.QuantizeConfig(4, 1024, 4), aot.QuantizeConfig(1, 4096, 4),
-                           aot.QuantizeConfig(2, 2048, 4), aot.QuantizeConfig(8, 1024, 8),
-                           aot.QuantizeConfig(16, 512, 4), aot.QuantizeConfig(1, 1024, 4),
-                           aot.QuantizeConfig(4, 4096, 8)]
-
-
 def copy_flatbuffers() -> None:
     """flatc and the headers of one release (Debian's flatbuffers-compiler and libflatbuffers-dev, which
     scripts/system_packages.sh installs), laid out as runtime/cmake/blob_schema.cmake finds them."""
@@ -63,12 +54,9 @@ def save_fp8_bench_images() -> None:
         "ours_fp8": fp8,
         "ours_fp8_wgmma": [i for i in fp8 if i.variant == "wgmma"] + quantize,
         "ours_fp8_triton": [i for i in fp8 if i.variant != "wgmma"],
-        "ours_fp8_try_cluster1": [sm90.image("bf16", cluster=1, weight_format="fp8")] + quantize,
+        # The shipped images again: a repeat in the same rounds shows the measurement's spread.
+        "ours_fp8_try_repeat": fp8,
     }
-    gemms = [i for i in fp8 if not i.variant.startswith("quantize_rows")]
-    for q in FP8_QUANTIZE_CANDIDATES:
-        label = f"ours_fp8_try_q{q.block_m}x{q.block_k}w{q.num_warps}"
-        contenders[label] = gemms + aot.quantize_rows_images(ARCH, "bf16", q)
     save_contenders("fp8_bench_images", contenders)
 
 

@@ -102,6 +102,9 @@ class QuantizeConfig:
 
 
 QUANTIZE = QuantizeConfig()
+# From sm_90 the FP8 GEMM starts while the row quantization runs (programmatic dependent launch, griddepcontrol);
+# the launcher (runtime/kernels) asks for it on the same architectures.
+PDL_MIN_CAPABILITY = 90
 # The row quantization's variants: for K % 16 == 0 (vectorized) and for any K.
 QUANTIZE_VARIANTS = {"quantize_rows": True, "quantize_rows_any": False}
 
@@ -244,10 +247,11 @@ def _compile(
     signature = {"a_ptr": operand, "b_ptr": operand, "offs_ptr": "*i32", "out_ptr": "*" + dtype,
                  "rows": "i32", "K": "i32", "N": "i32", "G": "i32",
                  "a_scale_ptr": "*fp32" if fp8 else "constexpr", "b_scale_ptr": "*fp32" if fp8 else "constexpr",
-                 "FP8": "constexpr", "TRANS_B": "constexpr", "USE_TMA": "constexpr", "BLOCK_M": "constexpr",
-                 "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_CHUNK": "constexpr"}
-    constexprs = {"FP8": fp8, "TRANS_B": trans_b, "USE_TMA": config.use_tma, "BLOCK_M": config.block_m,
-                  "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_CHUNK": 32}
+                 "FP8": "constexpr", "WAIT_PRIOR_GRID": "constexpr", "TRANS_B": "constexpr", "USE_TMA": "constexpr",
+                 "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_CHUNK": "constexpr"}
+    constexprs = {"FP8": fp8, "WAIT_PRIOR_GRID": fp8 and cap >= PDL_MIN_CAPABILITY, "TRANS_B": trans_b,
+                  "USE_TMA": config.use_tma, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
+                  "BLOCK_K": config.block_k, "GROUP_CHUNK": 32}
     if not fp8:  # dense images have no scale parameters
         constexprs.update(a_scale_ptr=None, b_scale_ptr=None)
     # Pointers are 16-byte aligned (the launcher checks); K and N multiples as the variant requires.
@@ -287,8 +291,9 @@ def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: 
 
     logger.info("compiling %s for %s (%s)", variant, arch, dtype)
     signature = {"a_ptr": "*" + dtype, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "rows": "i32", "K": "i32",
-                 "BLOCK_M": "constexpr", "BLOCK_K": "constexpr"}
-    constexprs = {"BLOCK_M": config.block_m, "BLOCK_K": config.block_k}
+                 "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "LAUNCH_DEPENDENTS": "constexpr"}
+    constexprs = {"BLOCK_M": config.block_m, "BLOCK_K": config.block_k,
+                  "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
     if k_aligned:
         attrs[(4,)] = [["tt.divisibility", 16]]

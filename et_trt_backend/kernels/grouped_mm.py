@@ -13,6 +13,9 @@ FP8 (the FP8 expert form, et_trt_backend/quantization.py): a and b are float8 e4
 quantized per row of a (a_scale [rows]) and per weight row (b_scale [G, N], TRANS_B
 only); the epilogue scales the float32 products by both before rounding to out's
 dtype. Dense images take the two scale pointers as None (they are not parameters).
+WAIT_PRIOR_GRID (FP8 on sm_90+): the launcher starts the GEMM while the row quantization
+still runs (programmatic stream serialization), so the launch and the setup overlap it;
+the kernel waits for that grid (griddepcontrol.wait) before it reads a or a_scale.
 
 Schedule: a persistent grid walks one global list of output tiles. Tiles are
 numbered group by group, and within a group with the row block changing fastest,
@@ -30,6 +33,7 @@ scratch pointers and sizes the grid; it is the only caller at run time.
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 
 @triton.jit
@@ -50,6 +54,7 @@ def grouped_mm_kernel(
     a_scale_ptr,
     b_scale_ptr,
     FP8: tl.constexpr,
+    WAIT_PRIOR_GRID: tl.constexpr,
     TRANS_B: tl.constexpr,
     USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -74,6 +79,8 @@ def grouped_mm_kernel(
                 b_ptr, shape=[G, K, N], strides=[K * N, N, 1], block_shape=[1, BLOCK_K, BLOCK_N]
             )
 
+    if WAIT_PRIOR_GRID:
+        gdc_wait()
     lane = tl.arange(0, GROUP_CHUNK)
     tile = program  # global number of the next tile this program computes
     chunk_start = 0  # first row of the chunk's first group

@@ -529,6 +529,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
   const int cluster = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;
   if (threadIdx.x == 0) schedule = make_schedule(table.tiles_through[G], clusters);
   __syncthreads();
+#if ET_TRT_FP8
+  // The launcher starts this grid while the row quantization runs (programmatic stream serialization), so the
+  // setup above overlaps it; a and a_scale are read only once that grid has finished.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int steps = schedule.whole + schedule.rest * schedule.pieces;
   int stage = 0, phase = 0;
   if (warpgroup == 0) {  // producer: one thread issues every load

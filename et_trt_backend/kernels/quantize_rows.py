@@ -9,16 +9,22 @@ read hits L2. Runs on the GPU before the GEMM, on the same stream, so nothing wa
 The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. One image is compiled
 for K % 16 == 0 (16-byte rows: vector loads and stores; every fast FP8 GEMM needs it anyway),
 one for any K. Both quotients are IEEE divisions (div_rn), as the reference computes them.
+LAUNCH_DEPENDENTS (sm_90+): lets the GEMM launched after it with programmatic stream serialization
+start at once; the GEMM waits for this grid (griddepcontrol) before it reads a_q or a_scale.
 """
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 E4M3_MAX = tl.constexpr(448.0)  # the largest finite float8 e4m3fn value
 
 
 @triton.jit
-def quantize_rows_kernel(a_ptr, q_ptr, scale_ptr, rows, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+def quantize_rows_kernel(a_ptr, q_ptr, scale_ptr, rows, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                         LAUNCH_DEPENDENTS: tl.constexpr):
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rm < rows
     base = rm.to(tl.int64)[:, None] * K

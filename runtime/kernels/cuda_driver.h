@@ -17,7 +17,7 @@ struct CudaDriver {
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)             \
   X(cuOccupancyMaxActiveClusters) X(cuMemAlloc)                                                            \
   X(cuMemFree) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuPointerGetAttribute)       \
-  X(cuLaunchKernel) X(cuTensorMapEncodeTiled)
+  X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)
 #define ET_TRT_DECLARE(name) decltype(&::name) name = nullptr;
   ET_TRT_CUDA_FUNCTIONS(ET_TRT_DECLARE)
 #undef ET_TRT_DECLARE

@@ -149,6 +149,9 @@ struct GroupedMMLauncher::State {
   blob::DType dtype = blob::DType::BFloat16;
   bool trans_b = false;
   bool fp8 = false;                   // weight_format Float8RowScaled
+  // fp8 on sm_90+: the GEMM is launched while the row quantization runs, and waits for it on the GPU
+  // (programmatic dependent launch; the images are built for it, et_trt_backend/kernels/aot.py).
+  bool overlap_quantize = false;
   std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
   std::vector<LoadedKernel> quantize;  // fp8: the row quantizations run before each GEMM, preferred first
   size_t workspace_bytes = 0;
@@ -235,6 +238,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   char name_buffer[256] = {0};
   cu.cuDeviceGetName(name_buffer, sizeof(name_buffer) - 1, device);
   const int cc = major * 10 + minor;
+  state->overlap_quantize = state->fp8 && cc >= 90;
   const std::string gpu = std::string(name_buffer) + " (sm_" + std::to_string(cc) + ")";
 
   // For each variant, the image that serves this GPU best: a cubin for the
@@ -537,8 +541,20 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : map_args) : (fp8 ? triton_fp8_args : triton_args);
-  CUresult status = cu.cuLaunchKernel(kernel->function, grid, 1, 1, static_cast<unsigned>(kernel->threads), 1, 1,
-                                      static_cast<unsigned>(kernel->shared_bytes), stream, args, nullptr);
+  CUlaunchConfig config = {};
+  config.gridDimX = grid;
+  config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1;
+  config.blockDimX = static_cast<unsigned>(kernel->threads);
+  config.sharedMemBytes = static_cast<unsigned>(kernel->shared_bytes);
+  config.hStream = stream;
+  CUlaunchAttribute overlap = {};
+  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  overlap.value.programmaticStreamSerializationAllowed = 1;
+  if (fp8 && state_->overlap_quantize) {  // its launch and setup overlap the row quantization's tail
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  CUresult status = cu.cuLaunchKernelEx(&config, kernel->function, args, nullptr);
   if (status != CUDA_SUCCESS)
     return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + cu.describe(status));
   state_->last_kernel = kernel->name;

@@ -15,7 +15,9 @@
 // image, or "quantize_rows" where K % 16 == 0: a_scale[r] = amax_k |a[r, k]| / 448, 1
 // where 0; a_q = e4m3(a / a_scale)), then
 //   out[r, n] = (sum_k a_q[r, k] * b[g, n, k]) * a_scale[r] * b_scale[g, n]
-// with the same group semantics. Both kernels run on the stream; nothing synchronizes.
+// with the same group semantics. Both kernels run on the stream; nothing synchronizes. From sm_90
+// the GEMM is launched with programmatic stream serialization: it starts while the quantization
+// runs and waits for it on the GPU (griddepcontrol.wait) before reading a_q and a_scale.
 #pragma once
 
 #include <cuda.h>
