@@ -200,8 +200,9 @@ _INTERPRETER_CHECK = textwrap.dedent("""
                 b = torch.randn((g, n, k) if trans_b else (g, k, n)).half()
                 offs_t = torch.tensor(offs, dtype=torch.int32)
                 out = torch.full((rows, n), float("nan")).half()
-                grouped_mm_kernel[(3,)](a, b, offs_t, out, rows, k, n, g, None, None, FP8=False, TRANS_B=trans_b,
-                                        USE_TMA=use_tma, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_CHUNK=4)
+                grouped_mm_kernel[(3,)](a, b, offs_t, out, rows, k, n, g, None, None, FP8=False, WAIT_PRIOR_GRID=False,
+                                        TRANS_B=trans_b, USE_TMA=use_tma, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16,
+                                        GROUP_CHUNK=4)
                 ref = reference(a, b, offs_t, trans_b)
                 assert not out.isnan().any(), (rows, offs, trans_b, use_tma, "unwritten outputs")
                 err = float((out.float() - ref).norm() / ref.norm())
@@ -225,8 +226,9 @@ _INTERPRETER_CHECK = textwrap.dedent("""
             b_q, b_scale = quantized(torch.randn(g, n, k), 2)
             offs_t = torch.tensor(offs, dtype=torch.int32)
             out = torch.full((rows, n), float("nan")).bfloat16()
-            grouped_mm_kernel[(3,)](a_q, b_q, offs_t, out, rows, k, n, g, a_scale, b_scale, FP8=True, TRANS_B=True,
-                                    USE_TMA=use_tma, BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_CHUNK=4)
+            grouped_mm_kernel[(3,)](a_q, b_q, offs_t, out, rows, k, n, g, a_scale, b_scale, FP8=True,
+                                    WAIT_PRIOR_GRID=False, TRANS_B=True, USE_TMA=use_tma, BLOCK_M=16, BLOCK_N=16,
+                                    BLOCK_K=32, GROUP_CHUNK=4)
             ref = reference(a_q.float() * a_scale[:, None], b_q.float() * b_scale[:, :, None], offs_t, True)
             assert not out.isnan().any(), (rows, offs, use_tma, "unwritten outputs (fp8)")
             err = float((out.float() - ref).norm() / ref.norm())
