@@ -266,9 +266,9 @@ def _compile(
                   ptx_version=ptx_version, weight_format=weight_format)
 
 
-def quantize_rows_images(arch: str, dtype: str, config: QuantizeConfig = QUANTIZE) -> list[KernelImage]:
+def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
     """The row quantization before an FP8 GEMM (quantize_rows.py) for one FP8 architecture, each variant, from the
-    disk cache where there. `config`: another blocking, for tuning runs (benchmarks/device/prepare.py)."""
+    disk cache where there."""
     import triton
 
     _check_form(dtype, True, "fp8")
@@ -277,11 +277,11 @@ def quantize_rows_images(arch: str, dtype: str, config: QuantizeConfig = QUANTIZ
     ptx_version = _FP8_PTX_VERSION.get(cap, _PTX_VERSION[cap])
     images = []
     for variant, k_aligned in QUANTIZE_VARIANTS.items():
-        key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(config),
+        key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(QUANTIZE),
                k_aligned, ptx_version, "no line info"]
         images.append(cached_image(
             key, lambda variant=variant, k_aligned=k_aligned: _compile_quantize(arch, cap, dtype, variant, k_aligned,
-                                                                                ptx_version, config)))
+                                                                                ptx_version, QUANTIZE)))
     return images
 
 

@@ -550,6 +550,8 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUlaunchAttribute overlap = {};
   overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   overlap.value.programmaticStreamSerializationAllowed = 1;
+  // Before it waits, the GEMM reads offs at most (the wgmma kernel's group table): work before the quantization
+  // wrote it, and the quantization started only once that work had finished.
   if (fp8 && state_->overlap_quantize) {  // its launch and setup overlap the row quantization's tail
     config.attrs = &overlap;
     config.numAttrs = 1;
