@@ -103,7 +103,7 @@ class QuantizeConfig:
 
 QUANTIZE = QuantizeConfig()
 # From sm_90 the FP8 GEMM starts while the row quantization runs (programmatic dependent launch, griddepcontrol);
-# the launcher (runtime/kernels) asks for it on the same architectures.
+# the launcher asks for it on the same architectures (kOverlapQuantizeMinCapability, runtime/kernels).
 PDL_MIN_CAPABILITY = 90
 # The row quantization's variants: for K % 16 == 0 (vectorized) and for any K.
 QUANTIZE_VARIANTS = {"quantize_rows": True, "quantize_rows_any": False}
@@ -281,26 +281,25 @@ def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
                k_aligned, ptx_version, "no line info"]
         images.append(cached_image(
             key, lambda variant=variant, k_aligned=k_aligned: _compile_quantize(arch, cap, dtype, variant, k_aligned,
-                                                                                ptx_version, QUANTIZE)))
+                                                                                ptx_version)))
     return images
 
 
-def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int,
-                      config: QuantizeConfig) -> KernelImage:
+def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int) -> KernelImage:
     from et_trt_backend.kernels import quantize_rows
 
     logger.info("compiling %s for %s (%s)", variant, arch, dtype)
     signature = {"a_ptr": "*" + dtype, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "rows": "i32", "K": "i32",
                  "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "LAUNCH_DEPENDENTS": "constexpr"}
-    constexprs = {"BLOCK_M": config.block_m, "BLOCK_K": config.block_k,
+    constexprs = {"BLOCK_M": QUANTIZE.block_m, "BLOCK_K": QUANTIZE.block_k,
                   "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
     if k_aligned:
         attrs[(4,)] = [["tt.divisibility", 16]]
     compiled = _triton_compile(quantize_rows.quantize_rows_kernel, signature, constexprs, attrs, cap,
-                               config.num_warps, 1, ptx_version)
+                               QUANTIZE.num_warps, 1, ptx_version)
     return _image(compiled, kernel=variant, variant=variant, trans_b=True, cap=cap, fmt="cubin", dtype=dtype,
-                  block_m=config.block_m, block_n=1, block_k=config.block_k, persistent=False,
+                  block_m=QUANTIZE.block_m, block_n=1, block_k=QUANTIZE.block_k, persistent=False,
                   ptx_version=ptx_version, weight_format="fp8")
 
 

@@ -72,6 +72,10 @@ struct LoadedKernel {
 constexpr int64_t kWgmmaMaxGroups = 1024;
 constexpr int kWgmmaMaxWidth = 256, kWgmmaWidthStep = 8, kWgmmaTileFeatures = 128;
 
+// From this compute capability the fp8 images wait for the row quantization on the GPU (griddepcontrol; the same
+// bound as PDL_MIN_CAPABILITY in et_trt_backend/kernels/aot.py), so their launch may overlap it.
+constexpr int kOverlapQuantizeMinCapability = 90;
+
 // A TMA descriptor over a row-major tensor of `type` (16-bit floats, or UINT8 for e4m3 bits),
 // dims innermost first, with 128-byte swizzle and zero fill past the edges.
 CUresult encode_tensor_map(const CudaDriver& cu, CUtensorMap* map, CUtensorMapDataType type, const void* base,
@@ -238,7 +242,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   char name_buffer[256] = {0};
   cu.cuDeviceGetName(name_buffer, sizeof(name_buffer) - 1, device);
   const int cc = major * 10 + minor;
-  state->overlap_quantize = state->fp8 && cc >= 90;
+  state->overlap_quantize = state->fp8 && cc >= kOverlapQuantizeMinCapability;
   const std::string gpu = std::string(name_buffer) + " (sm_" + std::to_string(cc) + ")";
 
   // For each variant, the image that serves this GPU best: a cubin for the
@@ -552,7 +556,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   overlap.value.programmaticStreamSerializationAllowed = 1;
   // Before it waits, the GEMM reads offs at most (the wgmma kernel's group table): work before the quantization
   // wrote it, and the quantization started only once that work had finished.
-  if (fp8 && state_->overlap_quantize) {  // its launch and setup overlap the row quantization's tail
+  if (state_->overlap_quantize) {  // its launch and setup overlap the row quantization's tail
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
