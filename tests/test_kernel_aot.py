@@ -133,6 +133,8 @@ def test_fp8_row_quantization_is_vectorized_where_k_allows(tmp_path):
         assert "quantize_rows_kernel" in sass and "F2FP" in sass  # float32 -> e4m3 pairs
         assert ("LDG.E.128" in sass) == aligned, f"{variant}: 16-byte loads only when K % 16 == 0"
         assert "PREEXIT" in sass, f"{variant}: does not let the GEMM launch early (griddepcontrol.launch_dependents)"
+        # FCHK is the IEEE division's check for its slow path: once per row (the scale, its inverse), never per value.
+        assert sass.count("FCHK") < 2 * sass.count("F2FP"), f"{variant}: divides per quantized value"
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_87"])

@@ -99,6 +99,7 @@ class QuantizeConfig:
     block_m: int = 4
     block_k: int = 1024
     num_warps: int = 4
+    whole_rows: bool = False  # one read per row, kept in registers: only for K <= block_k
 
 
 QUANTIZE = QuantizeConfig()
@@ -266,9 +267,9 @@ def _compile(
                   ptx_version=ptx_version, weight_format=weight_format)
 
 
-def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
+def quantize_rows_images(arch: str, dtype: str, config: QuantizeConfig = QUANTIZE) -> list[KernelImage]:
     """The row quantization before an FP8 GEMM (quantize_rows.py) for one FP8 architecture, each variant, from the
-    disk cache where there."""
+    disk cache where there. Another config than QUANTIZE: tuning candidates (benchmarks/device/prepare.py)."""
     import triton
 
     _check_form(dtype, True, "fp8")
@@ -277,29 +278,31 @@ def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
     ptx_version = _FP8_PTX_VERSION.get(cap, _PTX_VERSION[cap])
     images = []
     for variant, k_aligned in QUANTIZE_VARIANTS.items():
-        key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(QUANTIZE),
+        key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(config),
                k_aligned, ptx_version, "no line info"]
         images.append(cached_image(
             key, lambda variant=variant, k_aligned=k_aligned: _compile_quantize(arch, cap, dtype, variant, k_aligned,
-                                                                                ptx_version)))
+                                                                                ptx_version, config)))
     return images
 
 
-def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int) -> KernelImage:
+def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int,
+                      config: QuantizeConfig) -> KernelImage:
     from et_trt_backend.kernels import quantize_rows
 
     logger.info("compiling %s for %s (%s)", variant, arch, dtype)
     signature = {"a_ptr": "*" + dtype, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "rows": "i32", "K": "i32",
-                 "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "LAUNCH_DEPENDENTS": "constexpr"}
-    constexprs = {"BLOCK_M": QUANTIZE.block_m, "BLOCK_K": QUANTIZE.block_k,
-                  "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY}
+                 "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "LAUNCH_DEPENDENTS": "constexpr",
+                 "WHOLE_ROWS": "constexpr"}
+    constexprs = {"BLOCK_M": config.block_m, "BLOCK_K": config.block_k,
+                  "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY, "WHOLE_ROWS": config.whole_rows}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
     if k_aligned:
         attrs[(4,)] = [["tt.divisibility", 16]]
     compiled = _triton_compile(quantize_rows.quantize_rows_kernel, signature, constexprs, attrs, cap,
-                               QUANTIZE.num_warps, 1, ptx_version)
+                               config.num_warps, 1, ptx_version)
     return _image(compiled, kernel=variant, variant=variant, trans_b=True, cap=cap, fmt="cubin", dtype=dtype,
-                  block_m=QUANTIZE.block_m, block_n=1, block_k=QUANTIZE.block_k, persistent=False,
+                  block_m=config.block_m, block_n=1, block_k=config.block_k, persistent=False,
                   ptx_version=ptx_version, weight_format="fp8")
 
 

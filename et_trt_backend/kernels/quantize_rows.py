@@ -8,37 +8,74 @@ Each program takes BLOCK_M rows and reads them twice (amax, then the quotients):
 read hits L2. Runs on the GPU before the GEMM, on the same stream, so nothing waits on the host.
 The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. One image is compiled
 for K % 16 == 0 (16-byte rows: vector loads and stores; every fast FP8 GEMM needs it anyway),
-one for any K. Both quotients are IEEE divisions (div_rn), as the reference computes them.
-LAUNCH_DEPENDENTS (sm_90+): lets the GEMM launched after it with programmatic stream serialization
-start at once; the GEMM waits for this grid (griddepcontrol) before it reads a_q or a_scale.
+one for any K. The scale is an IEEE division (div_rn, once per row). So are the quotients a / a_scale, but
+computed without the division's per-element branch to its slow path (which serializes a kernel of few rows):
+y = RN(1 / s) once per row, q = RN(x * y), one fma correction on the exact remainder, and x's sign (the
+correction turns -0 into +0). Rows of scale below 2^-64 are taken times 2^64 first (exact: powers of two) so
+that no remainder underflows where the quotient can reach e4m3's range. That this equals IEEE division for
+every bf16 and fp16 value is tested on the GPU over every pair of mantissas (tests/test_kernel_gpu.py).
 """
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents
+from triton.language.extra.cuda import gdc_launch_dependents, libdevice
 
 E4M3_MAX = tl.constexpr(448.0)  # the largest finite float8 e4m3fn value
+# Rows of scale below SMALL_SCALE are taken times LIFT: the remainder of every quotient that can round to a
+# nonzero e4m3 value then stays a normal float32.
+SMALL_SCALE = tl.constexpr(5.421010862427522e-20)  # 2^-64
+LIFT = tl.constexpr(1.8446744073709552e19)  # 2^64
+
+
+@triton.jit
+def _quotient(x, divisor, inverse):
+    """RN(x / divisor) from inverse = RN(1 / divisor), for the bf16 and fp16 values x can hold."""
+    q = x * inverse
+    q = tl.fma(tl.fma(-q, divisor, x), inverse, q)
+    return libdevice.copysign(q, x)
+
+
+@triton.jit
+def _row_scales(amax):
+    """(a_scale, the divisor the quotients take, its inverse RN(1 / divisor), the rows' lift) from rows' amax."""
+    scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
+    lift = tl.where(scale < SMALL_SCALE, LIFT, 1.0)
+    divisor = scale * lift
+    return scale, divisor, tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), divisor), lift
+
+
+@triton.jit
+def _quantized(x, divisor, inverse, lift):
+    q = _quotient(x * lift[:, None], divisor[:, None], inverse[:, None])
+    return tl.minimum(tl.maximum(q, -E4M3_MAX), E4M3_MAX).to(tl.float8e4nv)
 
 
 @triton.jit
 def quantize_rows_kernel(a_ptr, q_ptr, scale_ptr, rows, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                         LAUNCH_DEPENDENTS: tl.constexpr):
+                         LAUNCH_DEPENDENTS: tl.constexpr, WHOLE_ROWS: tl.constexpr):
     if LAUNCH_DEPENDENTS:
         gdc_launch_dependents()
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rm < rows
     base = rm.to(tl.int64)[:, None] * K
-    amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        rk = k + tl.arange(0, BLOCK_K)
+    if WHOLE_ROWS:  # K <= BLOCK_K: each row is read once and stays in registers for its quotients
+        rk = tl.arange(0, BLOCK_K)
         mask = row_ok[:, None] & (rk < K)[None, :]
         x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.max(tl.abs(x), 1))
-    scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
-    tl.store(scale_ptr + rm, scale, mask=row_ok)
-    for k in range(0, K, BLOCK_K):
-        rk = k + tl.arange(0, BLOCK_K)
-        mask = row_ok[:, None] & (rk < K)[None, :]
-        x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
-        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale[:, None]), -E4M3_MAX), E4M3_MAX)
-        tl.store(q_ptr + base + rk[None, :], q.to(tl.float8e4nv), mask=mask)
+        scale, divisor, inverse, lift = _row_scales(tl.max(tl.abs(x), 1))
+        tl.store(scale_ptr + rm, scale, mask=row_ok)
+        tl.store(q_ptr + base + rk[None, :], _quantized(x, divisor, inverse, lift), mask=mask)
+    else:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            rk = k + tl.arange(0, BLOCK_K)
+            mask = row_ok[:, None] & (rk < K)[None, :]
+            x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(x), 1))
+        scale, divisor, inverse, lift = _row_scales(amax)
+        tl.store(scale_ptr + rm, scale, mask=row_ok)
+        for k in range(0, K, BLOCK_K):
+            rk = k + tl.arange(0, BLOCK_K)
+            mask = row_ok[:, None] & (rk < K)[None, :]
+            x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(q_ptr + base + rk[None, :], _quantized(x, divisor, inverse, lift), mask=mask)
