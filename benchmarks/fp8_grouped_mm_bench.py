@@ -71,6 +71,19 @@ def _scaled_with_quantization(a, b_q_t, b_scale, offs):
     return torch._scaled_grouped_mm(a_q, b_q_t, a_scale, b_scale, offs=offs, out_dtype=torch.bfloat16)
 
 
+def kernel_split(fn, calls: int = 20) -> dict[str, float]:
+    """Mean device time per call, us, of each kernel fn launches (CUPTI through torch.profiler): how an fp8 call
+    divides between the row quantization and the GEMM. With the launch overlap (sm_90+) the GEMM's time
+    includes its wait for the quantization."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / calls for e in prof.key_averages() if e.device_time_total > 0}
+
+
 def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, replay_s, rounds, sampler, sustained_s):
     offs = bench.routed_offsets(tokens, experts, top_k, seed).cuda()
     rows = tokens * top_k
@@ -120,6 +133,7 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, replay_s, r
             continue
         graphs[label] = bench.capture(fn, calls)
     row["fp8_vs_bf16_err"] = bench.rel_err(ref_fp8, ref_bf16)  # what FP8 itself costs in accuracy
+    row["kernels_us"] = {label: kernel_split(fns[label][0]) for label in graphs if label.startswith(FP8_PREFIX)}
     started = time.monotonic()
     times = bench.time_interleaved(graphs, calls, rounds)
     if sampler is not None:
@@ -201,13 +215,23 @@ def main() -> None:
     if any("sm_mhz" in r for r in rows):
         text += "\nSM clock / power while timing (median over each shape's rounds): " + ", ".join(
             f"{r['shape']} {r['sm_mhz']:.0f} MHz {r['watts']:.0f} W" for r in large if "sm_mhz" in r)
+    split = [r for r in rows if r.get("kernels_us", {}).get("ours_fp8")]
+    if split:
+        text += ("\n\nours_fp8's kernels, mean device time per call (CUPTI; the GEMM's includes its wait for the "
+                 "quantization):")
+        for r in split:
+            text += f"\n- {r['shape']}: " + ", ".join(f"{k} {v:.1f} us" for k, v in r["kernels_us"]["ours_fp8"].items())
     candidates = sorted({label for r in rows for label in r["us"] if label.startswith(CANDIDATE_PREFIX)})
     if candidates:  # tuning runs: each candidate's time beside ours_fp8's, measured in the same rounds
-        text += "\n\n| shape | candidate | us | ours fp8 us / candidate's |\n|---|---|---|---|"
+        text += ("\n\n| shape | candidate | us | ours fp8 us / candidate's | its row quantization us (ours') |"
+                 "\n|---|---|---|---|---|")
         for r in rows:
             for label in candidates:
                 if label in r["us"]:
-                    text += f"\n| {r['shape']} | {label} | {r['us'][label]:.1f} | {ratio(r, label, 'ours_fp8')} |"
+                    quantize = {c: next((v for k, v in r["kernels_us"].get(c, {}).items() if "quantize" in k), 0.0)
+                                for c in (label, "ours_fp8")}
+                    text += (f"\n| {r['shape']} | {label} | {r['us'][label]:.1f} | {ratio(r, label, 'ours_fp8')} | "
+                             f"{quantize[label]:.1f} ({quantize['ours_fp8']:.1f}) |")
     steady = [r for r in rows if r.get("sustained")]
     if steady:
         text += "\n\n| shape | contender | sustained TFLOP/s | SM MHz | W |\n|---|---|---|---|---|"
