@@ -126,8 +126,9 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, replay_s, r
             row[f"{label}_err"] = float("nan")
             continue
         row[f"{label}_err"] = bench.rel_err(returned if out is None else out, ref)
-        if label in launchers:
-            row[f"{label}_kernel"] = launchers[label].last_kernel
+        if label in launchers:  # fp8: "<its row quantization> + <its GEMM>"
+            launcher = launchers[label]
+            row[f"{label}_kernel"] = " + ".join(name for name in (launcher.last_quantize, launcher.last_kernel) if name)
         if not row[f"{label}_err"] < 1e-2:
             logger.error("%s %s: wrong result (relative error %.3e); not timed", name, label, row[f"{label}_err"])
             continue

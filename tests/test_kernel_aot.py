@@ -125,8 +125,11 @@ def test_fp8_images_use_fp8_tensor_cores(arch, tmp_path):
 
 def test_fp8_row_quantization_is_vectorized_where_k_allows(tmp_path):
     quantize = {i.variant: i for i in aot.quantize_rows_images("sm_90a", "fp16")}
-    assert quantize["quantize_rows"].block_m == aot.QUANTIZE.block_m and not quantize["quantize_rows"].persistent
-    for variant, aligned in aot.QUANTIZE_VARIANTS.items():
+    for variant, config in aot.QUANTIZE_VARIANTS.items():
+        # The launcher reads a variant's rows per CTA, and the whole-row one's largest K, from the image.
+        assert (quantize[variant].block_m, quantize[variant].block_k) == (config.block_m, config.block_k)
+        assert not quantize[variant].persistent
+        aligned = config.k_aligned
         path = tmp_path / f"{variant}.cubin"
         path.write_bytes(quantize[variant].image.bytes())
         sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout

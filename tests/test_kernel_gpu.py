@@ -327,7 +327,7 @@ def _fp8_inputs(rows, k, n, groups, dtype, seed):
 def _fp8_run(a, b_q, b_scale, offs, variant=None):
     """Launches into a NaN-poisoned output and a NaN-poisoned workspace (0xff is NaN in e4m3 and in float32),
     so an unwritten output or a quantized row read before it is written fails the comparison. Returns
-    (out, the workspace, the GEMM's kernel name)."""
+    (out, the workspace, "<its row quantization> + <its GEMM>")."""
     from et_trt_backend.kernels.launcher import Fp8Operands, fp8_workspace_bytes
 
     launcher = _launcher(a.dtype, True, variant, "fp8")
@@ -339,7 +339,7 @@ def _fp8_run(a, b_q, b_scale, offs, variant=None):
                     torch.cuda.current_stream().cuda_stream,
                     Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), workspace.numel()))
     torch.cuda.synchronize()
-    return out, workspace, launcher.last_kernel
+    return out, workspace, f"{launcher.last_quantize} + {launcher.last_kernel}"
 
 
 def _assert_fp8_matches(out, a, b_q, b_scale, offs, kernel):
@@ -387,45 +387,56 @@ def test_fp8_row_quantization_is_the_reference_bit_for_bit(k):
     assert a_scale[7] == 1
 
 
-def _every_mantissa_pair(dtype, exponents, k_pad):
-    """Rows that meet every pair of mantissas a quotient a / a_scale can: one row per value A of dtype in the
-    binades 2^e (e in exponents), holding every value of dtype from A * 2^-26 up to A (smaller ones quotient
-    below e4m3's least), both signs, +0 and -0, padded with zeros to K = k_pad[0] * m + k_pad[1]."""
+def _every_mantissa_pair(dtype, exponents, max_values):
+    """Rows that meet every pair of mantissas a quotient a / a_scale can: for each value A of dtype in the binades
+    2^e (e in exponents), every value of dtype from A * 2^-26 up to A (smaller ones quotient below e4m3's least),
+    in rows of at most max_values of them, each row holding A too, with both signs, +0 and -0; zero-padded to one
+    length. float32, on the CPU."""
     every = torch.arange(0, 1 << 15, dtype=torch.int32).to(torch.int16).view(dtype).float()
     every = every[torch.isfinite(every)]  # each non-negative finite value once
     rows = []
     for e in exponents:
         for amax in every[(every >= 2.0**e) & (every < 2.0**(e + 1))]:
-            x = every[(every <= amax) & (every >= amax * 2.0**-26)]
-            rows.append(torch.cat([x, -x, torch.tensor([0.0, -0.0])]))
+            for piece in every[(every < amax) & (every >= amax * 2.0**-26)].split(max_values - 1):
+                piece = torch.cat([piece, amax.view(1)])
+                rows.append(torch.cat([piece, -piece, torch.tensor([0.0, -0.0])]))
     k = max(len(r) for r in rows)
-    k = -(-k // k_pad[0]) * k_pad[0] + k_pad[1]
-    return torch.stack([torch.nn.functional.pad(r, (0, k - len(r))) for r in rows]).to(dtype).cuda()
+    return torch.stack([torch.nn.functional.pad(r, (0, k - len(r))) for r in rows])
 
 
 # bf16: 2^0, the top binade, both sides of the lifted rows' bound (scale 2^-64: amax 2^-55.2), a subnormal
 # scale (amax 2^-126) and subnormal amax. fp16: 2^0, the top, the least normal and a subnormal binade.
 _PAIR_EXPONENTS = {torch.bfloat16: [0, 127, -56, -55, -126, -130], torch.float16: [0, 15, -14, -20]}
+# Each row quantization the launcher picks: (K beyond a multiple of 16, values per row at most, rows per launch).
+# The whole-row one serves launches of at most 2^21 elements with K <= 4096.
+_QUANTIZE_PATHS = {"quantize_rows": (0, 1 << 20, None), "quantize_rows_whole": (0, 2047, 512),
+                   "quantize_rows_any": (5, 1 << 20, None)}
 
 
-@pytest.mark.parametrize("k_pad", [(16, 0), (16, 5)], ids=["k16", "k16_plus5"])
+@pytest.mark.parametrize("path", list(_QUANTIZE_PATHS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fp8_row_quantization_is_ieee_division_for_every_mantissa_pair(dtype, k_pad):
-    """The row quantization's quotient (a correction on x * RN(1/s), no division) is IEEE division's, bit for bit,
-    over every pair of bf16 or fp16 mantissas, subnormal values and scales included."""
+def test_fp8_row_quantization_is_ieee_division_for_every_mantissa_pair(dtype, path):
+    """Each row quantization's quotients (a correction on x * RN(1/s), no division) are IEEE division's, bit for
+    bit, over every pair of bf16 or fp16 mantissas, subnormal values and scales included."""
     from et_trt_backend.quantization import quantize_rows_fp8
 
-    a = _every_mantissa_pair(dtype, _PAIR_EXPONENTS[dtype], k_pad)
-    rows, k = a.shape
+    extra, max_values, rows_per_launch = _QUANTIZE_PATHS[path]
+    every = _every_mantissa_pair(dtype, _PAIR_EXPONENTS[dtype], max_values)
+    k = -(-every.shape[1] // 16) * 16 + extra
+    every = torch.nn.functional.pad(every, (0, k - every.shape[1])).to(dtype).cuda()
     _, b_q, b_scale = _fp8_inputs(1, k, 16, 1, dtype, seed=5)
-    _, workspace, _ = _fp8_run(a, b_q, b_scale, torch.tensor([rows], dtype=torch.int32, device="cuda"))
-    a_q, a_scale = quantize_rows_fp8(a)
-    scale_at = (rows * k + 255) // 256 * 256
-    assert torch.equal(workspace[scale_at:scale_at + 4 * rows].view(torch.float32), a_scale)
-    got, want = workspace[:rows * k].view(rows, k), a_q.view(torch.uint8)
-    bad = (got != want).nonzero()
-    examples = [(float(a[r].abs().max()), float(a[r, c]), int(got[r, c]), int(want[r, c])) for r, c in bad[:5].tolist()]
-    assert len(bad) == 0, f"{len(bad)} of {rows * k} quantized values differ (row amax, x, got, want): {examples}"
+    for a in every.split(rows_per_launch or len(every)):
+        rows = len(a)
+        _, workspace, kernel = _fp8_run(a, b_q, b_scale, torch.tensor([rows], dtype=torch.int32, device="cuda"))
+        assert kernel.startswith(path + " "), f"{rows} rows of K {k} took {kernel}, not {path}"
+        a_q, a_scale = quantize_rows_fp8(a)
+        scale_at = (rows * k + 255) // 256 * 256
+        assert torch.equal(workspace[scale_at:scale_at + 4 * rows].view(torch.float32), a_scale)
+        got, want = workspace[:rows * k].view(rows, k), a_q.view(torch.uint8)
+        bad = (got != want).nonzero()
+        examples = [(float(a[r].abs().max()), float(a[r, c]), int(got[r, c]), int(want[r, c]))
+                    for r, c in bad[:5].tolist()]
+        assert len(bad) == 0, f"{kernel}: {len(bad)} of {rows * k} values differ (row amax, x, got, want): {examples}"
 
 
 def test_fp8_dynamic_rows_one_launcher():

@@ -106,7 +106,7 @@ def test_the_runtime_builds_launcher_library_exports_its_c_abi(built_runtime):
     exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True,
                               check=True).stdout
     for symbol in ("et_trt_grouped_mm_create", "et_trt_grouped_mm_launch", "et_trt_grouped_mm_last_kernel",
-                   "et_trt_grouped_mm_destroy"):
+                   "et_trt_grouped_mm_last_quantize", "et_trt_grouped_mm_destroy"):
         assert symbol in exported, f"{shared} does not export {symbol}"
 
 

@@ -34,14 +34,6 @@ CANDIDATES = {
     "small_repeat_64x128x128_s3_w4": aot.TileConfig("tma", 64, 128, 128, 3, 4, True, 8),
 }
 
-# Row quantizations for the fp8 benchmark, each timed before the shipped GEMMs (every K it meets is <= 4096).
-QUANTIZE_CANDIDATES = {
-    "q1x4096w4_whole": aot.QuantizeConfig(1, 4096, 4, whole_rows=True),
-    "q1x4096w8_whole": aot.QuantizeConfig(1, 4096, 8, whole_rows=True),
-    "q2x4096w8_whole": aot.QuantizeConfig(2, 4096, 8, whole_rows=True),
-    "q4x4096w16_whole": aot.QuantizeConfig(4, 4096, 16, whole_rows=True),
-}
-
 
 def copy_flatbuffers() -> None:
     """flatc and the headers of one release (Debian's flatbuffers-compiler and libflatbuffers-dev, which
@@ -65,10 +57,6 @@ def save_fp8_bench_images() -> None:
         # The shipped images again: a repeat in the same rounds shows the measurement's spread.
         "ours_fp8_try_repeat": fp8,
     }
-    gemms = [i for i in fp8 if not i.variant.startswith("quantize_rows")]
-    for label, config in QUANTIZE_CANDIDATES.items():  # another row quantization before the shipped GEMMs
-        candidate = aot.quantize_rows_images(ARCH, "bf16", config)
-        contenders[f"ours_fp8_try_{label}"] = gemms + candidate
     save_contenders("fp8_bench_images", contenders)
 
 

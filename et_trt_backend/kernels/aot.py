@@ -94,20 +94,25 @@ FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
 
 @dataclasses.dataclass(frozen=True)
 class QuantizeConfig:
-    """How the row quantization (quantize_rows.py) is compiled: the same for every architecture."""
+    """How one variant of the row quantization (quantize_rows.py) is compiled: the same for every architecture."""
 
+    k_aligned: bool  # for K % 16 == 0 only: 16-byte vector loads and stores
     block_m: int = 4
     block_k: int = 1024
     num_warps: int = 4
     whole_rows: bool = False  # one read per row, kept in registers: only for K <= block_k
 
 
-QUANTIZE = QuantizeConfig()
+# The row quantization's variants. The launcher takes "quantize_rows_whole" (one read of each row) for launches of
+# few elements, which are latency-bound; at the MoE shapes two reads of blocks of 4 rows are faster (H200).
+QUANTIZE_VARIANTS = {
+    "quantize_rows": QuantizeConfig(k_aligned=True),
+    "quantize_rows_whole": QuantizeConfig(k_aligned=True, block_m=1, block_k=4096, whole_rows=True),
+    "quantize_rows_any": QuantizeConfig(k_aligned=False),
+}
 # From sm_90 the FP8 GEMM starts while the row quantization runs (programmatic dependent launch, griddepcontrol);
 # the launcher asks for it on the same architectures (kOverlapQuantizeMinCapability, runtime/kernels).
 PDL_MIN_CAPABILITY = 90
-# The row quantization's variants: for K % 16 == 0 (vectorized) and for any K.
-QUANTIZE_VARIANTS = {"quantize_rows": True, "quantize_rows_any": False}
 
 # PTX ISA version each target is emitted with: the lowest that has the target,
 # so older drivers JIT it (a CUDA 13.0 driver accepts up to 9.0; Triton 3.9's
@@ -267,9 +272,9 @@ def _compile(
                   ptx_version=ptx_version, weight_format=weight_format)
 
 
-def quantize_rows_images(arch: str, dtype: str, config: QuantizeConfig = QUANTIZE) -> list[KernelImage]:
+def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
     """The row quantization before an FP8 GEMM (quantize_rows.py) for one FP8 architecture, each variant, from the
-    disk cache where there. Another config than QUANTIZE: tuning candidates (benchmarks/device/prepare.py)."""
+    disk cache where there."""
     import triton
 
     _check_form(dtype, True, "fp8")
@@ -277,17 +282,17 @@ def quantize_rows_images(arch: str, dtype: str, config: QuantizeConfig = QUANTIZ
     _check_fp8_arch(arch, cap)
     ptx_version = _FP8_PTX_VERSION.get(cap, _PTX_VERSION[cap])
     images = []
-    for variant, k_aligned in QUANTIZE_VARIANTS.items():
+    for variant, config in QUANTIZE_VARIANTS.items():
         key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(config),
-               k_aligned, ptx_version, "no line info"]
+               ptx_version, "no line info"]
         images.append(cached_image(
-            key, lambda variant=variant, k_aligned=k_aligned: _compile_quantize(arch, cap, dtype, variant, k_aligned,
-                                                                                ptx_version, config)))
+            key, lambda variant=variant, config=config: _compile_quantize(arch, cap, dtype, variant, config,
+                                                                          ptx_version)))
     return images
 
 
-def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: bool, ptx_version: int,
-                      config: QuantizeConfig) -> KernelImage:
+def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, config: QuantizeConfig,
+                      ptx_version: int) -> KernelImage:
     from et_trt_backend.kernels import quantize_rows
 
     logger.info("compiling %s for %s (%s)", variant, arch, dtype)
@@ -297,7 +302,7 @@ def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, k_aligned: 
     constexprs = {"BLOCK_M": config.block_m, "BLOCK_K": config.block_k,
                   "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY, "WHOLE_ROWS": config.whole_rows}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
-    if k_aligned:
+    if config.k_aligned:
         attrs[(4,)] = [["tt.divisibility", 16]]
     compiled = _triton_compile(quantize_rows.quantize_rows_kernel, signature, constexprs, attrs, cap,
                                config.num_warps, 1, ptx_version)

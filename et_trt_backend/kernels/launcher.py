@@ -64,6 +64,8 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_grouped_mm_fp8_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
         lib.et_trt_grouped_mm_last_kernel.restype = ctypes.c_char_p
         lib.et_trt_grouped_mm_last_kernel.argtypes = [ctypes.c_void_p]
+        lib.et_trt_grouped_mm_last_quantize.restype = ctypes.c_char_p
+        lib.et_trt_grouped_mm_last_quantize.argtypes = [ctypes.c_void_p]
         lib.et_trt_grouped_mm_destroy.argtypes = [ctypes.c_void_p]
         _lib = lib
     return _lib
@@ -115,6 +117,11 @@ class GroupedMMLauncher:
     @property
     def last_kernel(self) -> str:
         return _library().et_trt_grouped_mm_last_kernel(self._handle).decode()
+
+    @property
+    def last_quantize(self) -> str:
+        """With fp8 weights, the row quantization the last launch ran before its GEMM; "" otherwise."""
+        return _library().et_trt_grouped_mm_last_quantize(self._handle).decode()
 
     def __del__(self):
         if getattr(self, "_handle", None) and _lib is not None:

@@ -102,4 +102,8 @@ extern "C" ET_TRT_EXPORT const char* et_trt_grouped_mm_last_kernel(void* launche
   return launcher ? static_cast<GroupedMMLauncher*>(launcher)->last_kernel().c_str() : "";
 }
 
+extern "C" ET_TRT_EXPORT const char* et_trt_grouped_mm_last_quantize(void* launcher) {
+  return launcher ? static_cast<GroupedMMLauncher*>(launcher)->last_quantize().c_str() : "";
+}
+
 extern "C" ET_TRT_EXPORT void et_trt_grouped_mm_destroy(void* launcher) { delete static_cast<GroupedMMLauncher*>(launcher); }

@@ -29,6 +29,8 @@ int32_t et_trt_grouped_mm_launch_fp8(void* launcher, const void* a, const void* 
 size_t et_trt_grouped_mm_fp8_workspace_bytes(int64_t rows, int64_t k);
 // Name of the kernel the last launch used ("" before the first).
 const char* et_trt_grouped_mm_last_kernel(void* launcher);
+// With fp8 weights, the row quantization the last launch ran before its GEMM ("" otherwise).
+const char* et_trt_grouped_mm_last_quantize(void* launcher);
 void et_trt_grouped_mm_destroy(void* launcher);
 
 #ifdef __cplusplus

@@ -12,7 +12,8 @@
 // FP8 weights (images of weight_format Float8RowScaled): b is float8 e4m3 [G, N, K]
 // (trans_b only) with float32 b_scale [G, N]; a and out are in the images' dtype. Each
 // launch first quantizes a per row into the caller's workspace (the "quantize_rows_any"
-// image, or "quantize_rows" where K % 16 == 0: a_scale[r] = amax_k |a[r, k]| / 448, 1
+// image, or "quantize_rows" where K % 16 == 0, or "quantize_rows_whole" where also K <= its
+// block_k and rows * K <= 2^21: a_scale[r] = amax_k |a[r, k]| / 448, 1
 // where 0; a_q = e4m3(a / a_scale)), then
 //   out[r, n] = (sum_k a_q[r, k] * b[g, n, k]) * a_scale[r] * b_scale[g, n]
 // with the same group semantics. Both kernels run on the stream; nothing synchronizes. From sm_90
@@ -50,7 +51,9 @@ namespace et_trt::kernels {
 //   "any":       pointer loads; any K and N
 //   other variants (e.g. benchmark baselines) are treated like "tile"
 //   "quantize_rows": fp8 images only, the row quantization that runs before the GEMM;
-//                needs K % 16 == 0 ("quantize_rows_any": any K, and required)
+//                needs K % 16 == 0 ("quantize_rows_any": any K, and required;
+//                "quantize_rows_whole": one read of each row, K % 16 == 0 and K <= block_k,
+//                taken for launches of few elements)
 // Every variant needs 16-byte aligned pointers. With fp8 weights the GEMM variants are
 // wgmma (K % 16 == 0, N % 8 == 0, at most 1024 groups), tma (K % 16 == 0, N % 16 == 0)
 // and any.
@@ -116,6 +119,8 @@ class GroupedMMLauncher {
   // Kernel name the last successful launch used (for the device checks and benchmarks); with fp8
   // weights the GEMM's (the row quantization ran before it).
   const std::string& last_kernel() const;
+  // With fp8 weights, the row quantization the last successful launch ran before its GEMM; "" otherwise.
+  const std::string& last_quantize() const;
 
  private:
   struct State;
