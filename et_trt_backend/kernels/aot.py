@@ -286,13 +286,13 @@ def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
         key = [_source_hash("quantize_rows"), triton.__version__, cap, dtype, dataclasses.asdict(config),
                ptx_version, "no line info"]
         images.append(cached_image(
-            key, lambda variant=variant, config=config: _compile_quantize(arch, cap, dtype, variant, config,
-                                                                          ptx_version)))
+            key, lambda variant=variant, config=config: _compile_quantize(arch, cap, dtype, variant, ptx_version,
+                                                                          config)))
     return images
 
 
-def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, config: QuantizeConfig,
-                      ptx_version: int) -> KernelImage:
+def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, ptx_version: int,
+                      config: QuantizeConfig) -> KernelImage:
     from et_trt_backend.kernels import quantize_rows
 
     logger.info("compiling %s for %s (%s)", variant, arch, dtype)

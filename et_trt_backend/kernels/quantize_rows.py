@@ -5,10 +5,12 @@
 
 a [rows, K] bf16 or fp16, a_q [rows, K] float8 e4m3 and a_scale [rows] float32, all dense.
 Each program takes BLOCK_M rows and reads them twice (amax, then the quotients): the second
-read hits L2. Runs on the GPU before the GEMM, on the same stream, so nothing waits on the host.
-The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. One image is compiled
+read hits L2. With WHOLE_ROWS (K <= BLOCK_K) it reads each row once and keeps it in registers:
+faster where few rows make the launch latency-bound, slower at large row counts (fewer bytes in
+flight). Runs on the GPU before the GEMM, on the same stream, so nothing waits on the host.
+The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. Images are compiled
 for K % 16 == 0 (16-byte rows: vector loads and stores; every fast FP8 GEMM needs it anyway),
-one for any K. The scale is an IEEE division (div_rn, once per row). So are the quotients a / a_scale, but
+two reads and whole rows, and for any K (aot.QUANTIZE_VARIANTS). The scale is an IEEE division (div_rn, once per row). So are the quotients a / a_scale, but
 computed without the division's per-element branch to its slow path (which serializes a kernel of few rows):
 y = RN(1 / s) once per row, q = RN(x * y), one fma correction on the exact remainder, and x's sign (the
 correction turns -0 into +0). Rows of scale below 2^-64 are taken times 2^64 first (exact: powers of two) so
@@ -46,6 +48,7 @@ def _row_scales(amax):
 
 @triton.jit
 def _quantized(x, divisor, inverse, lift):
+    """e4m3(x / a_scale) of rows x, saturated, from _row_scales' divisor, inverse and lift."""
     q = _quotient(x * lift[:, None], divisor[:, None], inverse[:, None])
     return tl.minimum(tl.maximum(q, -E4M3_MAX), E4M3_MAX).to(tl.float8e4nv)
 
