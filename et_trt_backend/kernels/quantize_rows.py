@@ -8,14 +8,19 @@ Each program takes BLOCK_M rows and reads them twice (amax, then the quotients):
 read hits L2. With WHOLE_ROWS (K <= BLOCK_K) it reads each row once and keeps it in registers:
 faster where few rows make the launch latency-bound, slower at large row counts (fewer bytes in
 flight). Runs on the GPU before the GEMM, on the same stream, so nothing waits on the host.
-The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. Images are compiled
-for K % 16 == 0 (16-byte rows: vector loads and stores; every fast FP8 GEMM needs it anyway),
-two reads and whole rows, and for any K (aot.QUANTIZE_VARIANTS). The scale is an IEEE division (div_rn, once per row). So are the quotients a / a_scale, but
-computed without the division's per-element branch to its slow path (which serializes a kernel of few rows):
-y = RN(1 / s) once per row, q = RN(x * y), one fma correction on the exact remainder, and x's sign (the
-correction turns -0 into +0). Rows of scale below 2^-64 are taken times 2^64 first (exact: powers of two) so
-that no remainder underflows where the quotient can reach e4m3's range. That this equals IEEE division for
-every bf16 and fp16 value is tested on the GPU over every pair of mantissas (tests/test_kernel_gpu.py).
+The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. Images are compiled for
+K % 16 == 0 (16-byte rows: vector loads and stores; every fast FP8 GEMM needs it anyway), two
+reads and whole rows, and for any K (aot.QUANTIZE_VARIANTS).
+LAUNCH_DEPENDENTS (sm_90+): lets the GEMM launched after it with programmatic stream serialization
+start at once; the GEMM waits for this grid (griddepcontrol) before it reads a_q or a_scale.
+
+The scale is an IEEE division (div_rn, once per row). So are the quotients a / a_scale, but computed
+without the division's per-element branch to its slow path (which serializes a kernel of few rows):
+y = RN(1 / s) once per row, q = RN(x * y), one fma correction on the exact remainder, and x's sign
+(the correction turns -0 into +0). Rows of scale below 2^-64 are taken times 2^64 first (exact:
+powers of two) so that no remainder underflows where the quotient can reach e4m3's range. That this
+equals IEEE division for every bf16 and fp16 value is tested on the GPU over every pair of mantissas
+(tests/test_kernel_gpu.py).
 """
 
 import triton
