@@ -32,9 +32,14 @@ def _kernel_images(lowered, options: CompileOptions):
     from et_trt_backend.kernels import grouped_mm_images
     import triton
 
+    # The SwiGLU row quantizations only where a GroupedMM of their dtype takes a gate+up output (~100 KiB an
+    # architecture).
+    swiglu = {use.dtype for use in lowered.grouped_mms if use.swiglu}
     images = []
-    for use in dict.fromkeys(lowered.grouped_mms):  # each (dtype, trans_b, weight format) once, in order
-        images += grouped_mm_images(options.kernel_archs, use.dtype, use.trans_b, use.weight_format)
+    for dtype, trans_b, weight_format in dict.fromkeys(  # each (dtype, trans_b, weight format) once, in order
+            (use.dtype, use.trans_b, use.weight_format) for use in lowered.grouped_mms):
+        images += [image for image in grouped_mm_images(options.kernel_archs, dtype, trans_b, weight_format)
+                   if dtype in swiglu or not image.variant.startswith("quantize_rows_swiglu")]
     return images, {"triton": triton.__version__}
 
 

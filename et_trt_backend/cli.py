@@ -296,8 +296,9 @@ def onnx_precision(model) -> dict[str, dict[str, int]]:
 
 
 def fp8_grouped_mms(model) -> list[dict]:
-    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale), each with its node name, weights and their bytes."""
-    from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale), each with its node name, weights and their bytes, and
+    whether it takes a gate+up output and computes its SwiGLU (activation 1)."""
+    from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE, ACTIVATIONS, GROUPED_MM_DOMAIN, GROUPED_MM_OP
 
     dims = {t.name: list(t.dims) for t in model.graph.initializer}
     found = []
@@ -305,8 +306,10 @@ def fp8_grouped_mms(model) -> list[dict]:
         if (node.domain, node.op_type) != (GROUPED_MM_DOMAIN, GROUPED_MM_OP) or len(node.input) != 4:
             continue
         shape = dims.get(node.input[1], [])
+        activation = next((a.i for a in node.attribute if a.name == ACTIVATION_ATTRIBUTE), ACTIVATIONS["none"])
         found.append({"node": node.name, "weights": node.input[1], "shape": shape,
-                      "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], []))})
+                      "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], [])),
+                      "swiglu": activation == ACTIVATIONS["swiglu"]})
     return found
 
 
@@ -320,7 +323,8 @@ def _fp8_line(model) -> str:
         return f"FP8 experts: none ({total} GroupedMM in the part's precision)"
     return (f"FP8 experts: {len(fp8)} of {total} GroupedMM, weights {_size(sum(e['weights_bytes'] for e in fp8))} "
             f"e4m3 + {_size(sum(e['scales_bytes'] for e in fp8))} scales: "
-            + ", ".join(f"{e['node']} ({e['weights']} {e['shape']})" for e in fp8))
+            + ", ".join(f"{e['node']} ({e['weights']} {e['shape']}{', SwiGLU of its input fused' * e['swiglu']})"
+                        for e in fp8))
 
 
 def _arch_number(arch: str) -> int:

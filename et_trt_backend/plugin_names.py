@@ -17,6 +17,13 @@ PLUGIN_NAMESPACE = "et_trt"
 # The node attributes that name the plugin, with the values they must have.
 PLUGIN_ATTRIBUTES = {"plugin_version": PLUGIN_VERSION, "plugin_namespace": PLUGIN_NAMESPACE}
 
+# What a GroupedMM node's input a is (its int attribute ACTIVATION_ATTRIBUTE, 0 where absent): "none", the
+# activations; "swiglu" (the FP8 form only), a gate+up output [rows, 2K] whose SwiGLU
+# silu(a[:, :K]) * a[:, K:] is quantized and multiplied (lowering/fp8_swiglu.py). The C++ plugin's
+# kActivationField, kActivationNone and kActivationSwiGLU (runtime/src/tensorrt/grouped_mm_plugin.h) are the same.
+ACTIVATION_ATTRIBUTE = "activation"
+ACTIVATIONS = {"none": 0, "swiglu": 1}
+
 # The ONNX element type of the FP8 form's weights (input 1 of a 4-input GroupedMM node; TensorRT's kFP8), a name of
 # onnx.TensorProto.DataType. Chosen by building both candidates with TensorRT for RTX 1.7.1 (parser and builder,
 # SM89 and SM120, the initializer inline and through IParser::loadInitializer): a FLOAT8E4M3FN initializer

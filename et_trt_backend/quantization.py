@@ -67,6 +67,18 @@ def quantize_rows_fp8(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _quantize_last_dim(a)
 
 
+def swiglu_rows(x: torch.Tensor) -> torch.Tensor:
+    """The SwiGLU of a gate+up output x [rows, 2K]: silu(x[:, :K]) * x[:, K:] in x's dtype, rounded as an
+    exported model's ops round it (silu as g * sigmoid(g) in float32, rounded to x's dtype; then the product,
+    rounded): what an FP8 GroupedMM of activation "swiglu" quantizes (kernels/quantize_rows.py's SWIGLU)."""
+    if x.dim() != 2 or x.shape[1] % 2 != 0:
+        raise ValueError(f"a gate+up output is [rows, 2K]; got {list(x.shape)}")
+    gate, up = x.chunk(2, dim=1)
+    g = gate.float()
+    silu = (g * torch.sigmoid(g)).to(x.dtype)
+    return (silu.float() * up.float()).to(x.dtype)
+
+
 def grouped_mm_fp8_reference(a: torch.Tensor, b_q: torch.Tensor, b_scale: torch.Tensor,
                              offs: torch.Tensor) -> torch.Tensor:
     """float32 [rows, N]: the FP8 GroupedMM of a [rows, K] (quantized per row here) with b_q [G, N, K]

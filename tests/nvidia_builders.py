@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import pytest
 
@@ -17,15 +18,23 @@ def tensorrt_rtx_or_skip() -> providers.Builder:
         pytest.skip(f"needs TensorRT for RTX ({providers.RTX_EXTRA}): {e}")
 
 
+class PluginFields(NamedTuple):
+    trans_b: int
+    kernel_images_id: bytes
+    activation: int
+
+
 # One GroupedMM node's fields as a TensorRT (for RTX) 1.7 plan stores them: each field's name length, name,
 # type and element count, then its data: trans_b (INT32 = 5, one element), kernel_images_id (UNKNOWN = 8,
-# 32 bytes). The rest of a plan is not comparable: the same network builds different plans from one build
-# to the next (kernel choices), whichever plugin serves it.
+# 32 bytes), activation (INT32). The rest of a plan is not comparable: the same network builds different plans
+# from one build to the next (kernel choices), whichever plugin serves it.
 _PLUGIN_FIELDS = re.compile(
-    rb"\x08\x00\x00\x00trans_b\x00\x05\x00\x00\x00\x01\x00\x00\x00.{4}"
-    rb"\x11\x00\x00\x00kernel_images_id\x00\x08\x00\x00\x00\x20\x00\x00\x00.{32}", re.S)
+    rb"\x08\x00\x00\x00trans_b\x00\x05\x00\x00\x00\x01\x00\x00\x00(.{4})"
+    rb"\x11\x00\x00\x00kernel_images_id\x00\x08\x00\x00\x00\x20\x00\x00\x00(.{32})"
+    rb"\x0b\x00\x00\x00activation\x00\x05\x00\x00\x00\x01\x00\x00\x00(.{4})", re.S)
 
 
-def serialized_plugin_fields(plan: bytes) -> list[bytes]:
+def serialized_plugin_fields(plan: bytes) -> list[PluginFields]:
     """Every GroupedMM plugin's serialized fields in `plan`, in plan order."""
-    return _PLUGIN_FIELDS.findall(plan)
+    return [PluginFields(int.from_bytes(trans_b, "little"), images_id, int.from_bytes(activation, "little"))
+            for trans_b, images_id, activation in _PLUGIN_FIELDS.findall(plan)]

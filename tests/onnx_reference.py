@@ -3,7 +3,7 @@
 onnx's ReferenceEvaluator runs every standard op; `GroupedMM` gets the
 implementation below, which follows contract 4 exactly (clamped offsets,
 uncovered rows zero, float32 accumulation), its FP8 form (a 4th input b_scale)
-too: written here with numpy and ml_dtypes' e4m3, independently of
+too (with activation 1, of a gate+up output's SwiGLU): written here with numpy and ml_dtypes' e4m3, independently of
 et_trt_backend.quantization, so the two check each other. `to_float32` makes a float32 twin
 of a bf16/fp16 model, so it can be compared with the PyTorch partition run in
 float32 (numpy and the reference evaluator have no bf16 arithmetic).
@@ -65,13 +65,21 @@ def grouped_mm_fp8_reference(a: np.ndarray, b: np.ndarray, offs: np.ndarray, b_s
     return out
 
 
+def swiglu(x: np.ndarray) -> np.ndarray:
+    """silu(x[:, :K]) * x[:, K:] of a gate+up output [rows, 2K] (GroupedMM's activation 1), in x's dtype."""
+    gate, up = np.split(x.astype(np.float32), 2, axis=1)
+    return (gate / (1 + np.exp(-gate)) * up).astype(x.dtype)
+
+
 class GroupedMM(OpRun):
     op_domain = GROUPED_MM_DOMAIN
 
-    def _run(self, a, b, offs, b_scale=None, trans_b=0, plugin_version=None, plugin_namespace=None):
+    def _run(self, a, b, offs, b_scale=None, trans_b=0, activation=0, plugin_version=None, plugin_namespace=None):
         if b_scale is not None:
             assert trans_b == 1, "the FP8 GroupedMM takes b as [G, N, K] only"
-            return (grouped_mm_fp8_reference(a, b, offs, b_scale),)
+            assert activation in (0, 1), f"activation {activation}"
+            return (grouped_mm_fp8_reference(swiglu(a) if activation == 1 else a, b, offs, b_scale),)
+        assert activation == 0, "activation is the FP8 form's only"
         return (grouped_mm_reference(a, b, offs, trans_b),)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 import moe_models
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
-from et_trt_backend.plugin_names import GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
+from et_trt_backend.plugin_names import ACTIVATIONS, GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
 from et_trt_partitioner import TensorRTPartitioner
 from nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
 from test_lowering import lower_program
@@ -121,23 +121,27 @@ def test_engine_with_the_plugin_is_no_larger_than_dense_engine_plus_one_copy_of_
 def test_python_plugin_has_the_cpp_plugins_name_version_namespace_and_fields(rtx):
     header = (ROOT / "runtime" / "src" / "tensorrt" / "grouped_mm_plugin.h").read_text()
     constants = dict(re.findall(r'constexpr char (k\w+)\[\] = "([^"]*)";', header))
+    values = {name: int(value) for name, value in re.findall(r"constexpr int32_t (kActivation\w+) = (\d+);", header)}
     assert (constants["kGroupedMMName"], constants["kGroupedMMVersion"], constants["kGroupedMMNamespace"]) == \
         (GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE)
     _, creator_class = grouped_mm_plugin.plugin_classes(rtx.module)
     creator = creator_class([])
     assert (creator.name, creator.plugin_version, creator.plugin_namespace) == (GROUPED_MM_OP, PLUGIN_VERSION,
                                                                               PLUGIN_NAMESPACE)
-    assert [(f.name, f.type) for f in creator.field_names] == [(constants["kTransBField"],
-                                                                rtx.module.PluginFieldType.INT32)]
-    assert (grouped_mm_plugin.TRANS_B_FIELD, grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD) == \
-        (constants["kTransBField"], constants["kKernelImagesIdField"])
+    assert [(f.name, f.type) for f in creator.field_names] == [
+        (constants["kTransBField"], rtx.module.PluginFieldType.INT32),
+        (constants["kActivationField"], rtx.module.PluginFieldType.INT32)]
+    assert (grouped_mm_plugin.TRANS_B_FIELD, grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD,
+            grouped_mm_plugin.ACTIVATION_FIELD) == \
+        (constants["kTransBField"], constants["kKernelImagesIdField"], constants["kActivationField"])
+    assert values == {"kActivationNone": ACTIVATIONS["none"], "kActivationSwiGLU": ACTIVATIONS["swiglu"]}
 
 
 def _field(trt, name, values, kind):
     return trt.PluginField(name, np.asarray(values), kind)
 
 
-def test_plugin_serializes_trans_b_and_the_kernel_images_id(exported, rtx):
+def test_plugin_serializes_trans_b_the_kernel_images_id_and_the_activation(exported, rtx):
     contents, _ = exported
     trt = rtx.module
     _, creator_class = grouped_mm_plugin.plugin_classes(trt)
@@ -149,6 +153,7 @@ def test_plugin_serializes_trans_b_and_the_kernel_images_id(exported, rtx):
         "trans_b": (trt.PluginFieldType.INT32, np.array([1], np.int32).tobytes()),
         "kernel_images_id": (trt.PluginFieldType.UNKNOWN,
                              hashlib.sha256(b"".join(k.image.bytes() for k in contents.kernels)).digest()),
+        "activation": (trt.PluginFieldType.INT32, np.array([0], np.int32).tobytes()),  # none: the node had none
     }
     # What an engine serialized is taken back at run time (the images are this blob's).
     again = creator.create_plugin("gmm", plugin.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME)
@@ -279,6 +284,13 @@ def test_fp8_workspace_is_the_launchers_at_the_profiles_max_rows(rtx):
     plugin = creator_class(_fp8_images()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
     inputs = [trt.DynamicPluginTensorDesc() for _ in range(4)]
     inputs[0].min, inputs[0].opt, inputs[0].max = trt.Dims([1, 64]), trt.Dims([16, 64]), trt.Dims([1000, 64])
+    inputs[1].min = inputs[1].opt = inputs[1].max = trt.Dims([4, 48, 64])  # b [G, N, K]
     outputs = [trt.DynamicPluginTensorDesc()]
     assert plugin.get_workspace_size(inputs, outputs) == grouped_mm_plugin.fp8_workspace_bytes(1000, 64) + 255
     assert plugin.get_workspace_size(inputs[:3], outputs) == 0
+    # A gate+up output as a ([rows, 2K]): the rows quantized are the GEMM's, of b's K.
+    fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32),
+                                        _field(trt, "activation", np.array([1], np.int32), trt.PluginFieldType.INT32)])
+    fused = creator_class(_fp8_images()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
+    inputs[0].max = trt.Dims([1000, 128])
+    assert fused.get_workspace_size(inputs, outputs) == grouped_mm_plugin.fp8_workspace_bytes(1000, 64) + 255

@@ -324,20 +324,20 @@ def _fp8_inputs(rows, k, n, groups, dtype, seed):
     return a, b_q, b_scale
 
 
-def _fp8_run(a, b_q, b_scale, offs, variant=None):
+def _fp8_run(a, b_q, b_scale, offs, variant=None, swiglu=False):
     """Launches into a NaN-poisoned output and a NaN-poisoned workspace (0xff is NaN in e4m3 and in float32),
     so an unwritten output or a quantized row read before it is written fails the comparison. Returns
-    (out, the workspace, "<its row quantization> + <its GEMM>")."""
+    (out, the workspace, "<its row quantization> + <its GEMM>"). swiglu: a is a gate+up output [rows, 2K]."""
     from et_trt_backend.kernels.launcher import Fp8Operands, fp8_workspace_bytes
 
     launcher = _launcher(a.dtype, True, variant, "fp8")
-    rows, k = a.shape
+    rows, k = a.shape[0], b_q.shape[2]
     n = b_q.shape[1]
     out = torch.full((rows, n), float("nan"), dtype=a.dtype, device=a.device)
     workspace = torch.full((fp8_workspace_bytes(rows, k),), 0xFF, dtype=torch.uint8, device=a.device)
     launcher.launch(a.data_ptr(), b_q.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, b_q.shape[0], True,
                     torch.cuda.current_stream().cuda_stream,
-                    Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), workspace.numel()))
+                    Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), workspace.numel(), swiglu))
     torch.cuda.synchronize()
     return out, workspace, f"{launcher.last_quantize} + {launcher.last_kernel}"
 
@@ -385,6 +385,88 @@ def test_fp8_row_quantization_is_the_reference_bit_for_bit(k):
     assert torch.equal(workspace[:rows * k].view(rows, k), a_q.view(torch.uint8))
     assert torch.equal(workspace[scale_at:scale_at + 4 * rows].view(torch.float32), a_scale)
     assert a_scale[7] == 1
+
+
+def _gate_up_output(rows, k, dtype, seed):
+    """x [rows, 2K] as a gate+up GEMM leaves it, with a row of zeros, a row of tiny values, and wide magnitudes
+    (silu saturates and underflows)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(rows, 2 * k, device="cuda", generator=g) * torch.logspace(-3, 1.5, rows, device="cuda")[:, None]
+    x = x.to(dtype)
+    x[min(7, rows - 1)] = 0
+    x[min(8, rows - 1)] *= 1e-4
+    return x
+
+
+# Each SwiGLU row quantization the launcher picks: (rows, K). The whole-row one takes every K up to its block.
+_SWIGLU_PATHS = {"quantize_rows_swiglu_whole": [(300, 256), (1000, 3072)], "quantize_rows_swiglu": [(300, 8192)],
+                 "quantize_rows_swiglu_any": [(300, 77)]}
+
+
+@pytest.mark.parametrize("path", list(_SWIGLU_PATHS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fp8_swiglu_rows_are_quantized_as_the_reference(dtype, path):
+    """With a gate+up output as a, the rows left quantized in the workspace are quantize_rows_fp8 of
+    swiglu_rows(a) (PyTorch on the GPU) up to the kernel's sigmoid: its float32 result a few ulps off
+    PyTorch's may round an SwiGLU value to the neighbouring bf16/fp16 value, and so move its row's scale by
+    up to one ulp of the dtype and a quantized value by up to one e4m3 step; few do. The GEMM's result is the
+    FP8 reference's of that SwiGLU."""
+    from et_trt_backend.quantization import quantize_rows_fp8, swiglu_rows
+
+    for rows, k in _SWIGLU_PATHS[path]:
+        x = _gate_up_output(rows, k, dtype, seed=k)
+        _, b_q, b_scale = _fp8_inputs(1, k, 72, 3, dtype, seed=k + 1)
+        offs = torch.tensor([rows // 3, rows // 3, rows], dtype=torch.int32, device="cuda")
+        out, workspace, kernel = _fp8_run(x, b_q, b_scale, offs, swiglu=True)
+        assert kernel.startswith(path + " "), f"{rows} rows of K {k} took {kernel}, not {path}"
+        h = swiglu_rows(x)
+        a_q, a_scale = quantize_rows_fp8(h)
+        scale_at = (rows * k + 255) // 256 * 256
+        got_scale = workspace[scale_at:scale_at + 4 * rows].view(torch.float32)
+        ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+        torch.testing.assert_close(got_scale, a_scale, rtol=ulp, atol=0)
+        assert got_scale[7] == 1  # the row of zeros
+        got_q = workspace[:rows * k].view(rows, k)
+        differ = (got_q != a_q.view(torch.uint8)).float().mean().item()
+        assert differ < 0.02, f"{kernel}: {differ:.2%} of the quantized values differ from the reference's"
+        got = got_q.view(torch.float8_e4m3fn).float() * got_scale[:, None]
+        want = a_q.float() * a_scale[:, None]
+        step = 2.0**-3 * want.abs() + 2.0**-9 * a_scale[:, None]  # one e4m3 step, normal or subnormal
+        assert ((got - want).abs() <= step * (1 + ulp) + 1e-30).all(), f"{kernel}: a value off by more than a step"
+        _assert_fp8_matches(out, h, b_q, b_scale, offs, kernel)
+
+
+@pytest.mark.parametrize("variant", FP8_VARIANTS)
+def test_fp8_gemms_take_a_gate_up_output(variant):
+    """Each fp8 GEMM variant behind the SwiGLU row quantization, at K and N it takes, groups empty and clamped."""
+    k, n = {"wgmma": (192, 264), "tma": (192, 272), "tma_small": (192, 272), "any": (30, 50)}[variant]
+    x = _gate_up_output(500, k, torch.bfloat16, seed=41)
+    _, b_q, b_scale = _fp8_inputs(1, k, n, 5, torch.bfloat16, seed=42)
+    offs = torch.tensor([0, 120, 120, 400, 450], dtype=torch.int32, device="cuda")
+    out, _, kernel = _fp8_run(x, b_q, b_scale, offs, variant, swiglu=True)
+    from et_trt_backend.quantization import swiglu_rows
+
+    _assert_fp8_matches(out, swiglu_rows(x), b_q, b_scale, offs, kernel)
+    assert (out[450:] == 0).all()  # rows past the last group
+
+
+def test_fp8_launcher_without_swiglu_images_refuses_a_gate_up_output():
+    from et_trt_backend.kernels import launcher, op
+    from et_trt_backend.kernels.launcher import Fp8Operands
+
+    _launcher(torch.bfloat16, True, None, "fp8")  # the CUDA context, or the test's skip
+    device = torch.device("cuda", torch.cuda.current_device())
+    images = [i for i in op._images_for(device, op._DTYPES[torch.bfloat16], True, "fp8") if "swiglu" not in i.variant]
+    plain = launcher.GroupedMMLauncher(images)
+    x = _gate_up_output(16, 64, torch.bfloat16, seed=3)
+    _, b_q, b_scale = _fp8_inputs(1, 64, 32, 2, torch.bfloat16, seed=4)
+    offs = torch.tensor([8, 16], dtype=torch.int32, device="cuda")
+    out = torch.empty(16, 32, dtype=torch.bfloat16, device="cuda")
+    workspace = torch.empty(launcher.fp8_workspace_bytes(16, 64), dtype=torch.uint8, device="cuda")
+    with pytest.raises(launcher.LauncherError, match=r"needs the \"quantize_rows_swiglu\" images.*re-export"):
+        plain.launch(x.data_ptr(), b_q.data_ptr(), offs.data_ptr(), out.data_ptr(), 16, 64, 32, 2, True,
+                     torch.cuda.current_stream().cuda_stream,
+                     Fp8Operands(b_scale.data_ptr(), workspace.data_ptr(), workspace.numel(), True))
 
 
 def _every_mantissa_pair(dtype, exponents, max_values):

@@ -163,11 +163,14 @@ def test_example_policy_exports_with_fp8_decoder_experts(kernel_cache, tmp_path,
     edge = to_edge_transform_and_lower(moe_policy.export_policy(), partitioner=[TensorRTPartitioner(recipe)])
     by_part = {contents.part: contents for _, contents in test_lowering.delegated_parts(edge)}
     decoder = onnx.load_from_string(by_part["decoder"].onnx)
-    assert len(cli.fp8_grouped_mms(decoder)) == 4
+    assert [e["swiglu"] for e in cli.fp8_grouped_mms(decoder)] == [False, True] * 2  # each layer's down GEMM
     assert {k.weight_format for k in by_part["decoder"].kernels} == {"fp8"}
+    assert {"quantize_rows_swiglu", "quantize_rows_swiglu_whole", "quantize_rows_swiglu_any"} <= {
+        k.variant for k in by_part["decoder"].kernels}  # for its fused down GEMMs
     assert not cli.fp8_grouped_mms(onnx.load_from_string(by_part["velocity"].onnx))
     pte = tmp_path / "policy.pte"
     pte.write_bytes(edge.to_executorch().buffer)
     assert cli.main(["-q", "inspect", str(pte)]) == 0
     out = capsys.readouterr().out
     assert "FP8 experts: 4 of 4 GroupedMM" in out and "FP8 experts: none (2 GroupedMM" in out
+    assert out.count("SwiGLU of its input fused") == 2

@@ -33,6 +33,8 @@ from et_trt_backend.kernels import KernelImage
 from et_trt_backend.kernels.images import kernel_name
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import (
+    ACTIVATION_ATTRIBUTE,
+    ACTIVATIONS,
     FP8_WEIGHT_ONNX_TYPE,
     GROUPED_MM_DOMAIN,
     GROUPED_MM_OP,
@@ -83,7 +85,7 @@ def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=
             assert len(engine.plan) > 10_000
             fields = serialized_plugin_fields(engine.plan)
             assert len(fields) >= nodes
-            assert all(f.endswith(grouped_mm_plugin.kernel_images_id(contents.kernels)) for f in fields)
+            assert all(f.kernel_images_id == grouped_mm_plugin.kernel_images_id(contents.kernels) for f in fields)
             if cpp_plugin is not None and nodes:
                 with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
                 assert serialized_plugin_fields(with_cpp.plan) == fields
@@ -112,6 +114,9 @@ def test_example_policy(rtx):
     assert fp8_inputs == [4] * 4
     _assert_builds_everywhere(rtx, [by_part["velocity"]])
     _assert_builds_everywhere(rtx, [by_part["decoder"]], targets=FP8_TARGETS)
+    # Each layer's down GroupedMM takes its gate+up output (activation 1), through both plugins alike.
+    plan = onnx_build.parse_and_build(rtx, by_part["decoder"], FP8_TARGETS[0]).plan
+    assert sorted(f.activation for f in serialized_plugin_fields(plan)) == [0, 0, 1, 1]
 
 
 MODELS = {
@@ -182,11 +187,14 @@ def _fp8_weights(groups: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def fp8_partition(kernels: list[KernelImage], *, weight_type: str = FP8_WEIGHT_ONNX_TYPE, trans_b: int = 1,
-                  scale_shape: tuple[int, ...] | None = None, scale_type=TP.FLOAT) -> blob.BlobContents:
+                  scale_shape: tuple[int, ...] | None = None, scale_type=TP.FLOAT,
+                  activation: int | None = None) -> blob.BlobContents:
     """A partition of one FP8 GroupedMM: a bf16 [rows, K] (rows dynamic), offs int32 [G] -> out [rows, N].
     Its weights b [G, N, K] (e4m3, of ONNX type `weight_type`: the bits as they are) and b_scale [G, N] are
-    external initializers, handed to the parser as the runtime does; the arguments make malformed forms."""
+    external initializers, handed to the parser as the runtime does; the arguments make malformed forms.
+    activation 1: a is a gate+up output [rows, 2K]."""
     g, n, k, max_rows = (FP8_SIZES[key] for key in ("G", "N", "K", "max_rows"))
+    a_columns = 2 * k if activation == ACTIVATIONS["swiglu"] else k
     b_q, b_scale = _fp8_weights(g, n, k)
     scale = np.ones(scale_shape, np.float32) if scale_shape else b_scale.numpy()
     scale = scale.astype(helper.tensor_dtype_to_np_dtype(scale_type))
@@ -199,32 +207,38 @@ def fp8_partition(kernels: list[KernelImage], *, weight_type: str = FP8_WEIGHT_O
         tensor.ClearField("raw_data")
         tensor.data_location = TP.EXTERNAL
         initializers.append(tensor)
+    extra = {ACTIVATION_ATTRIBUTE: activation} if activation is not None else {}
     node = helper.make_node(GROUPED_MM_OP, ["a", "b", "offs", "b_scale"], ["out"], name="experts",
-                            domain=GROUPED_MM_DOMAIN, trans_b=trans_b, **PLUGIN_ATTRIBUTES)
-    graph = helper.make_graph([node], "fp8_experts", [_vi("a", TP.BFLOAT16, ["rows", k]), _vi("offs", TP.INT32, [g])],
+                            domain=GROUPED_MM_DOMAIN, trans_b=trans_b, **extra, **PLUGIN_ATTRIBUTES)
+    graph = helper.make_graph([node], "fp8_experts",
+                              [_vi("a", TP.BFLOAT16, ["rows", a_columns]), _vi("offs", TP.INT32, [g])],
                               [_vi("out", TP.BFLOAT16, ["rows", n])], initializer=initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
                                                     helper.make_opsetid(GROUPED_MM_DOMAIN, 1)])
     rows = blob.DimSpec(None, "rows", 1, 64, max_rows)
     return blob.BlobContents(
         part="experts", options=CompileOptions(), onnx=model.SerializeToString(), kernels=kernels, engines=[],
-        inputs=[blob.TensorSpec("a", torch.bfloat16, [rows, blob.DimSpec(k, "", k, k, k)]),
+        inputs=[blob.TensorSpec("a", torch.bfloat16, [rows, blob.DimSpec(a_columns, "", a_columns, a_columns,
+                                                                          a_columns)]),
                 blob.TensorSpec("offs", torch.int32, [blob.DimSpec(g, "", g, g, g)])],
         outputs=[blob.TensorSpec("out", torch.bfloat16, [rows, blob.DimSpec(n, "", n, n, n)])],
         producer=blob.producer_versions(18),
         weights=[blob.WeightRecord(name, NamedData.of(raw)) for name, (raw, _, _) in weights.items()])
 
 
-def test_fp8_grouped_mm_parses_and_builds_for_sm_89_and_sm_120(rtx):
-    """The FP8 form, its weights FLOAT8E4M3FN: 0 parser and builder errors for both FP8 targets, with the Python
-    plugin and the C++ one (where built), each serializing the same fields; the e4m3 weights and their scales
-    are in the plan byte for byte (TensorRT kept them as given, converted nothing)."""
-    contents = fp8_partition(_fp8_images())
+@pytest.mark.parametrize("activation", [None, ACTIVATIONS["swiglu"]], ids=["activations", "gate_up_output"])
+def test_fp8_grouped_mm_parses_and_builds_for_sm_89_and_sm_120(rtx, activation):
+    """The FP8 form, its weights FLOAT8E4M3FN, a the activations or (activation 1) a gate+up output [rows, 2K]:
+    0 parser and builder errors for both FP8 targets, with the Python plugin and the C++ one (where built), each
+    serializing the same fields; the e4m3 weights and their scales are in the plan byte for byte (TensorRT kept
+    them as given, converted nothing)."""
+    contents = fp8_partition(_fp8_images(), activation=activation)
     cpp_plugin = _cpp_plugin()
     for target in ("sm_89", "sm_120a"):
         plan = onnx_build.parse_and_build(rtx, contents, target).plan  # BuildFailed lists the parser's errors
         fields = serialized_plugin_fields(plan)
-        assert fields and fields[0].endswith(grouped_mm_plugin.kernel_images_id(contents.kernels))
+        assert fields and fields[0].kernel_images_id == grouped_mm_plugin.kernel_images_id(contents.kernels)
+        assert fields[0].activation == (activation or 0)
         for weight in contents.weights:
             assert weight.data.bytes() in plan, weight.name
         if cpp_plugin is not None:
@@ -243,6 +257,8 @@ FP8_REFUSALS = {
                          r"the FP8 form's b_scale \(input 3\) must be \[G, N\] of b \[4, 48, 64\]; it is \[48, 4\]"),
     "trans_b-0": ({"trans_b": 0},
                   r"the FP8 form \(4 inputs\) needs trans_b=1: its weights are \[G, N, K\]; the node has trans_b=0"),
+    "activation-2": ({"activation": 2}, r"field activation must be (one integer, 0 or 1; |0 \(a holds the "
+                                        r"activations\) or 1 \(a gate\+up output, its SwiGLU\), )got (INT32 \[)?2"),
 }
 
 

@@ -9,9 +9,12 @@ dtype, layout and weight format. Two forms, told apart by the input count:
   FP8 (4 inputs, trans_b only): a [rows, K], b FP8 e4m3 [G, N, K], offs int32 [G],
     b_scale float32 [G, N]; the activations are quantized per row at run time
     into the plugin's workspace (fp8_workspace_bytes for the profile's max rows).
+    With attribute activation 1, a is a gate+up output [rows, 2K] and what is
+    quantized is its SwiGLU (plugin_names.ACTIVATIONS).
 It serializes the fields the C++ plugin reads back when the engine is loaded
-(schema.fbs, table Engine): `trans_b` (kINT32, 1) and `kernel_images_id`
-(kUNKNOWN, 32 bytes, the sha256 of the blob's concatenated kernel images).
+(schema.fbs, table Engine): `trans_b` (kINT32, 1), `kernel_images_id`
+(kUNKNOWN, 32 bytes, the sha256 of the blob's concatenated kernel images) and
+`activation` (kINT32, 1).
 It cannot run: engines run in the C++ runtime, which loads its own plugin.
 
 The classes derive from the builder module's plugin interfaces, so they are
@@ -32,6 +35,8 @@ import numpy as np
 
 from et_trt_backend.kernels import KernelImage
 from et_trt_backend.plugin_names import (
+    ACTIVATION_ATTRIBUTE,
+    ACTIVATIONS,
     FP8_WEIGHT_ONNX_TYPE,
     GROUPED_MM_OP,
     PLUGIN_NAMESPACE,
@@ -41,6 +46,7 @@ from et_trt_backend.plugin_names import (
 logger = logging.getLogger(__name__)
 
 TRANS_B_FIELD = "trans_b"
+ACTIVATION_FIELD = ACTIVATION_ATTRIBUTE
 KERNEL_IMAGES_ID_FIELD = "kernel_images_id"
 KERNEL_IMAGES_ID_BYTES = 32
 DENSE_INPUTS, FP8_INPUTS = 3, 4  # (a, b, offs); (a, b FP8, offs, b_scale)
@@ -83,8 +89,8 @@ def workspace_bytes(max_rows: int, k: int, fp8: bool) -> int:
     return fp8_workspace_bytes(max_rows, k) + FP8_WORKSPACE_ALIGNMENT - 1 if fp8 else 0
 
 
-def form_refusal(trt: ModuleType, input_types: Sequence, trans_b: bool, kernel_types: dict[str, frozenset[str]]) \
-        -> str | None:
+def form_refusal(trt: ModuleType, input_types: Sequence, trans_b: bool, kernel_types: dict[str, frozenset[str]],
+                 activation: int = ACTIVATIONS["none"]) -> str | None:
     """Why a GroupedMM node of these input types cannot be served (the C++ plugin's getOutputDataTypes refuses
     the same), or None. `kernel_types`: the dtypes there are images for, per weight format, in this layout."""
     names = {trt.bfloat16: "bf16", trt.float16: "fp16"}
@@ -92,6 +98,8 @@ def form_refusal(trt: ModuleType, input_types: Sequence, trans_b: bool, kernel_t
         return (f"GroupedMM takes {DENSE_INPUTS} inputs (a, b, offs) or {FP8_INPUTS} (a, b FP8, offs, b_scale); "
                 f"the node has {len(input_types)}")
     fp8 = len(input_types) == FP8_INPUTS
+    if not fp8 and activation != ACTIVATIONS["none"]:
+        return f"activation={activation} (a gate+up output as a) is the FP8 form's only (4 inputs); the node has 3"
     if fp8:
         if not trans_b:
             return "the FP8 form (4 inputs) needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0"
@@ -109,17 +117,22 @@ def form_refusal(trt: ModuleType, input_types: Sequence, trans_b: bool, kernel_t
 
 
 def read_fields(trt: ModuleType, fields) -> dict[str, object]:
-    """{trans_b: bool, kernel_images_id: bytes | None} from a PluginFieldCollection; PluginFieldError if a field
-    is unknown, of the wrong type or size (the C++ creator's contract)."""
-    values: dict[str, object] = {TRANS_B_FIELD: None, KERNEL_IMAGES_ID_FIELD: None}
+    """{trans_b: bool, activation: int, kernel_images_id: bytes | None} from a PluginFieldCollection;
+    PluginFieldError if a field is unknown, of the wrong type or size (the C++ creator's contract). activation
+    is 0 (none) where absent."""
+    values: dict[str, object] = {TRANS_B_FIELD: None, ACTIVATION_FIELD: ACTIVATIONS["none"],
+                                 KERNEL_IMAGES_ID_FIELD: None}
     for field in fields:
         data = np.asarray(field.data)
-        if field.name == TRANS_B_FIELD:
+        if field.name in (TRANS_B_FIELD, ACTIVATION_FIELD):
+            allowed = [0, 1] if field.name == TRANS_B_FIELD else sorted(ACTIVATIONS.values())
             if field.type not in (trt.PluginFieldType.INT32, trt.PluginFieldType.INT64) or data.size != 1 \
-                    or int(data.reshape(-1)[0]) not in (0, 1):
-                raise PluginFieldError(f"field {TRANS_B_FIELD} must be one integer, 0 or 1; got {field.type.name} "
-                                       f"{data.reshape(-1).tolist()}")
-            values[TRANS_B_FIELD] = bool(data.reshape(-1)[0])
+                    or int(data.reshape(-1)[0]) not in allowed:
+                raise PluginFieldError(f"field {field.name} must be one integer, "
+                                       f"{', '.join(map(str, allowed[:-1]))} or {allowed[-1]}; got "
+                                       f"{field.type.name} {data.reshape(-1).tolist()}")
+            value = int(data.reshape(-1)[0])
+            values[field.name] = bool(value) if field.name == TRANS_B_FIELD else value
         elif field.name == KERNEL_IMAGES_ID_FIELD:
             raw = data.tobytes()
             if field.type != trt.PluginFieldType.UNKNOWN or len(raw) != KERNEL_IMAGES_ID_BYTES:
@@ -127,19 +140,21 @@ def read_fields(trt: ModuleType, fields) -> dict[str, object]:
                                        f"(UNKNOWN); got {field.type.name}, {len(raw)} bytes")
             values[KERNEL_IMAGES_ID_FIELD] = raw
         else:
-            raise PluginFieldError(f"unknown field {field.name!r}; GroupedMM takes {TRANS_B_FIELD} and "
-                                   f"{KERNEL_IMAGES_ID_FIELD}")
+            raise PluginFieldError(f"unknown field {field.name!r}; GroupedMM takes {TRANS_B_FIELD}, "
+                                   f"{ACTIVATION_FIELD} and {KERNEL_IMAGES_ID_FIELD}")
     if values[TRANS_B_FIELD] is None:
         raise PluginFieldError(f"field {TRANS_B_FIELD} is missing (the ONNX node's attribute)")
     return values
 
 
-def serialized_fields(trt: ModuleType, trans_b: bool, images_id: bytes):
-    """The PluginFieldCollection a GroupedMM plugin serializes into an engine."""
+def serialized_fields(trt: ModuleType, trans_b: bool, images_id: bytes, activation: int = ACTIVATIONS["none"]):
+    """The PluginFieldCollection a GroupedMM plugin serializes into an engine (the C++ plugin's fields, in its
+    order)."""
     return trt.PluginFieldCollection([
         trt.PluginField(TRANS_B_FIELD, np.array([int(trans_b)], dtype=np.int32), trt.PluginFieldType.INT32),
         trt.PluginField(KERNEL_IMAGES_ID_FIELD, np.frombuffer(images_id, dtype=np.uint8).copy(),
                         trt.PluginFieldType.UNKNOWN),
+        trt.PluginField(ACTIVATION_FIELD, np.array([activation], dtype=np.int32), trt.PluginFieldType.INT32),
     ])
 
 
@@ -149,7 +164,7 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
     dtypes = {"bf16": trt.bfloat16, "fp16": trt.float16}
 
     class GroupedMMPlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
-        def __init__(self, trans_b: bool, images_id: bytes, kernel_types: dict[str, frozenset[str]],
+        def __init__(self, trans_b: bool, activation: int, images_id: bytes, kernel_types: dict[str, frozenset[str]],
                      refusals: list[str]):
             trt.IPluginV3.__init__(self)
             trt.IPluginV3OneCore.__init__(self)
@@ -158,7 +173,8 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
             self.plugin_name, self.plugin_version, self.plugin_namespace = GROUPED_MM_OP, PLUGIN_VERSION, \
                 PLUGIN_NAMESPACE
             self.num_outputs = 1
-            self.trans_b, self.images_id, self.kernel_types = trans_b, images_id, kernel_types
+            self.trans_b, self.activation, self.images_id, self.kernel_types = trans_b, activation, images_id, \
+                kernel_types
             self.types = {form: {dtypes[t] for t in types} for form, types in kernel_types.items()}
             self.refusals = refusals  # the creator's: why this plugin refused its inputs
 
@@ -166,12 +182,12 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
             return self
 
         def clone(self):
-            return GroupedMMPlugin(self.trans_b, self.images_id, self.kernel_types, self.refusals)
+            return GroupedMMPlugin(self.trans_b, self.activation, self.images_id, self.kernel_types, self.refusals)
 
         def get_output_data_types(self, input_types):
             # Refused here, while parsing, rather than by supports_format_combination while building: a
             # build that finds no format for a Python plugin can abort the process (TensorRT for RTX 1.7).
-            refusal = form_refusal(trt, input_types, self.trans_b, self.kernel_types)
+            refusal = form_refusal(trt, input_types, self.trans_b, self.kernel_types, self.activation)
             if refusal is not None:
                 self.refusals.append(f"GroupedMM: {refusal}")
                 raise ValueError(self.refusals[-1])
@@ -219,11 +235,12 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
             pass
 
         def get_workspace_size(self, inputs, outputs):
-            a = inputs[0].max  # the profile's largest a: [rows, K]
-            return workspace_bytes(a[0], a[1], len(inputs) == FP8_INPUTS)
+            # The profile's largest rows, and b's K (a holds 2K where it is a gate+up output).
+            return workspace_bytes(inputs[0].max[0], inputs[1].max[2 if self.trans_b else 1],
+                                   len(inputs) == FP8_INPUTS)
 
         def get_fields_to_serialize(self):
-            return serialized_fields(trt, self.trans_b, self.images_id)
+            return serialized_fields(trt, self.trans_b, self.images_id, self.activation)
 
         def on_shape_change(self, inputs, outputs):
             pass
@@ -246,7 +263,8 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
             # The fields an ONNX node supplies, as the C++ creator declares them; kernel_images_id comes from
             # the blob at parse time and from the plan at run time.
             self.field_names = trt.PluginFieldCollection([
-                trt.PluginField(TRANS_B_FIELD, np.array([], dtype=np.int32), trt.PluginFieldType.INT32)])
+                trt.PluginField(TRANS_B_FIELD, np.array([], dtype=np.int32), trt.PluginFieldType.INT32),
+                trt.PluginField(ACTIVATION_FIELD, np.array([], dtype=np.int32), trt.PluginFieldType.INT32)])
             self.kernels = list(kernels)
             self.images_id = kernel_images_id(self.kernels)
             self.refusals: list[str] = []  # why create_plugin refused, for the build's report
@@ -268,7 +286,7 @@ def plugin_classes(trt: ModuleType) -> tuple[type, type]:
                 logger.error("%s", message)
                 self.refusals.append(message)
                 return None
-            return GroupedMMPlugin(trans_b, self.images_id, kernel_types, self.refusals)
+            return GroupedMMPlugin(trans_b, values[ACTIVATION_FIELD], self.images_id, kernel_types, self.refusals)
 
     return GroupedMMPlugin, GroupedMMCreator
 

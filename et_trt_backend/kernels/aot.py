@@ -101,14 +101,22 @@ class QuantizeConfig:
     block_k: int = 1024
     num_warps: int = 4
     whole_rows: bool = False  # one read per row, kept in registers: only for K <= block_k
+    swiglu: bool = False  # the rows are the SwiGLU of a gate+up output [rows, 2K] (an FP8 GroupedMM's activation)
 
 
 # The row quantization's variants. The launcher takes "quantize_rows_whole" (one read of each row) for launches of
 # few elements, which are latency-bound; at the MoE shapes two reads of blocks of 4 rows are faster (H200).
+# The "quantize_rows_swiglu" ones, blocked the same, serve FP8 GroupedMMs whose input is a gate+up output
+# (activation 1, lowering/fp8_swiglu.py).
+_QUANTIZE_BLOCKINGS = {
+    "": QuantizeConfig(k_aligned=True),
+    "_whole": QuantizeConfig(k_aligned=True, block_m=1, block_k=4096, whole_rows=True),
+    "_any": QuantizeConfig(k_aligned=False),
+}
 QUANTIZE_VARIANTS = {
-    "quantize_rows": QuantizeConfig(k_aligned=True),
-    "quantize_rows_whole": QuantizeConfig(k_aligned=True, block_m=1, block_k=4096, whole_rows=True),
-    "quantize_rows_any": QuantizeConfig(k_aligned=False),
+    **{"quantize_rows" + suffix: config for suffix, config in _QUANTIZE_BLOCKINGS.items()},
+    **{"quantize_rows_swiglu" + suffix: dataclasses.replace(config, swiglu=True)
+       for suffix, config in _QUANTIZE_BLOCKINGS.items()},
 }
 # From sm_90 the FP8 GEMM starts while the row quantization runs (programmatic dependent launch, griddepcontrol);
 # the launcher asks for it on the same architectures (kOverlapQuantizeMinCapability, runtime/kernels).
@@ -298,9 +306,10 @@ def _compile_quantize(arch: str, cap: int, dtype: str, variant: str, ptx_version
     logger.info("compiling %s for %s (%s)", variant, arch, dtype)
     signature = {"a_ptr": "*" + dtype, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "rows": "i32", "K": "i32",
                  "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "LAUNCH_DEPENDENTS": "constexpr",
-                 "WHOLE_ROWS": "constexpr"}
+                 "WHOLE_ROWS": "constexpr", "SWIGLU": "constexpr"}
     constexprs = {"BLOCK_M": config.block_m, "BLOCK_K": config.block_k,
-                  "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY, "WHOLE_ROWS": config.whole_rows}
+                  "LAUNCH_DEPENDENTS": cap >= PDL_MIN_CAPABILITY, "WHOLE_ROWS": config.whole_rows,
+                  "SWIGLU": config.swiglu}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
     if config.k_aligned:
         attrs[(4,)] = [["tt.divisibility", 16]]

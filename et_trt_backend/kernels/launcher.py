@@ -58,8 +58,8 @@ def _library() -> ctypes.CDLL:
             ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.et_trt_grouped_mm_launch_fp8.restype = ctypes.c_int32
         lib.et_trt_grouped_mm_launch_fp8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
-            ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p,
-            ctypes.c_size_t]
+            ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p,
+            ctypes.c_char_p, ctypes.c_size_t]
         lib.et_trt_grouped_mm_fp8_workspace_bytes.restype = ctypes.c_size_t
         lib.et_trt_grouped_mm_fp8_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
         lib.et_trt_grouped_mm_last_kernel.restype = ctypes.c_char_p
@@ -77,6 +77,7 @@ class Fp8Operands(NamedTuple):
     b_scale: int  # device pointer, float32 [G, N]
     workspace: int  # device pointer, 256-byte aligned, >= fp8_workspace_bytes(rows, k) bytes
     workspace_bytes: int
+    swiglu: bool = False  # a is a gate+up output [rows, 2K]; the GEMM's activations are its SwiGLU
 
 
 def fp8_workspace_bytes(rows: int, k: int) -> int:
@@ -110,7 +111,7 @@ class GroupedMMLauncher:
         else:
             status = _library().et_trt_grouped_mm_launch_fp8(
                 self._handle, a, b, offs, out, rows, k, n, groups, int(trans_b), fp8.b_scale, fp8.workspace,
-                fp8.workspace_bytes, stream, error, len(error))
+                fp8.workspace_bytes, int(fp8.swiglu), stream, error, len(error))
         if status != 0:
             raise LauncherError(error.value.decode())
 

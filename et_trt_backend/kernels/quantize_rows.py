@@ -11,6 +11,12 @@ flight). Runs on the GPU before the GEMM, on the same stream, so nothing waits o
 The launcher (runtime/kernels) launches ceil(rows / BLOCK_M) programs. Images are compiled for
 K % 16 == 0 (16-byte rows: vector loads and stores; every fast FP8 GEMM needs it anyway), two
 reads and whole rows, and for any K (aot.QUANTIZE_VARIANTS).
+SWIGLU: a is a gate+up GEMM's output x [rows, 2K] and the rows quantized are its SwiGLU,
+    a[r, k] = round(round(silu(x[r, k])) * x[r, K + k])     (silu(g) = g * sigmoid(g) in float32)
+rounded to a's dtype at each step as the partition's bf16/fp16 ops round them (sigmoid within a few
+float32 ulps), so the down GEMM's FP8 GroupedMM reads x once instead of a SwiGLU kernel writing a and
+this kernel reading it back. Its whole-row image serves every launch with K <= its block: computing
+each SwiGLU once beats two reads that compute it twice.
 LAUNCH_DEPENDENTS (sm_90+): lets the GEMM launched after it with programmatic stream serialization
 start at once; the GEMM waits for this grid (griddepcontrol) before it reads a_q or a_scale.
 
@@ -59,17 +65,32 @@ def _quantized(x, divisor, inverse, lift):
 
 
 @triton.jit
+def _block(a_ptr, a_base, rk, K, mask, SWIGLU: tl.constexpr):
+    """Columns rk of the rows to quantize, in float32 (a's values, or SWIGLU's of x)."""
+    x = tl.load(a_ptr + a_base + rk[None, :], mask=mask, other=0.0)
+    if SWIGLU:
+        up = tl.load(a_ptr + a_base + K + rk[None, :], mask=mask, other=0.0)
+        gate = x.to(tl.float32)
+        # Triton's sigmoid (exp2 and division approximate, as TensorRT's pointwise kernels take them). With
+        # IEEE's the kernel is bound by its arithmetic and no faster than the two launches it replaces (H200)
+        silu = (gate * tl.sigmoid(gate)).to(x.dtype)
+        x = (silu.to(tl.float32) * up.to(tl.float32)).to(x.dtype)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def quantize_rows_kernel(a_ptr, q_ptr, scale_ptr, rows, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                         LAUNCH_DEPENDENTS: tl.constexpr, WHOLE_ROWS: tl.constexpr):
+                         LAUNCH_DEPENDENTS: tl.constexpr, WHOLE_ROWS: tl.constexpr, SWIGLU: tl.constexpr):
     if LAUNCH_DEPENDENTS:
         gdc_launch_dependents()
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rm < rows
     base = rm.to(tl.int64)[:, None] * K
+    a_base = base * 2 if SWIGLU else base
     if WHOLE_ROWS:  # K <= BLOCK_K: each row is read once and stays in registers for its quotients
         rk = tl.arange(0, BLOCK_K)
         mask = row_ok[:, None] & (rk < K)[None, :]
-        x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = _block(a_ptr, a_base, rk, K, mask, SWIGLU)
         scale, divisor, inverse, lift = _row_scales(tl.max(tl.abs(x), 1))
         tl.store(scale_ptr + rm, scale, mask=row_ok)
         tl.store(q_ptr + base + rk[None, :], _quantized(x, divisor, inverse, lift), mask=mask)
@@ -78,12 +99,11 @@ def quantize_rows_kernel(a_ptr, q_ptr, scale_ptr, rows, K, BLOCK_M: tl.constexpr
         for k in range(0, K, BLOCK_K):
             rk = k + tl.arange(0, BLOCK_K)
             mask = row_ok[:, None] & (rk < K)[None, :]
-            x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.max(tl.abs(x), 1))
+            amax = tl.maximum(amax, tl.max(tl.abs(_block(a_ptr, a_base, rk, K, mask, SWIGLU)), 1))
         scale, divisor, inverse, lift = _row_scales(amax)
         tl.store(scale_ptr + rm, scale, mask=row_ok)
         for k in range(0, K, BLOCK_K):
             rk = k + tl.arange(0, BLOCK_K)
             mask = row_ok[:, None] & (rk < K)[None, :]
-            x = tl.load(a_ptr + base + rk[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = _block(a_ptr, a_base, rk, K, mask, SWIGLU)
             tl.store(q_ptr + base + rk[None, :], _quantized(x, divisor, inverse, lift), mask=mask)

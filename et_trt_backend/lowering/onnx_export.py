@@ -22,6 +22,7 @@ import sympy
 import torch
 
 from et_trt_backend.options import CompileOptions
+from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.recipe import dynamic_dims
 from et_trt_backend.serialization import external_data
@@ -30,6 +31,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 from . import rewrites, translations
 from .errors import LoweringError
 from .fp8_experts import quantize_experts
+from .fp8_swiglu import fuse_swiglu
 from .precision import apply_precision
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
@@ -52,6 +54,7 @@ class GroupedMMUse:
     dtype: str  # "bf16" | "fp16": the activations' and the output's
     trans_b: bool
     weight_format: str = "dense"  # "dense" (weights in dtype) | "fp8" (e4m3 [G, N, K], trans_b, per-channel scales)
+    swiglu: bool = False  # fp8: its input is a gate+up output (fp8_swiglu.py), quantized by the SwiGLU images
 
 
 @dataclasses.dataclass
@@ -160,7 +163,8 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
     uses = []
     for node in program.graph.nodes:
         if node.target is torch.ops.et_trt_lowering.grouped_mm_fp8.default:
-            uses.append(GroupedMMUse(translations.KERNEL_DTYPES[node.args[0].meta["val"].dtype], True, "fp8"))
+            swiglu = len(node.args) > 4 and node.args[4] == ACTIVATIONS["swiglu"]
+            uses.append(GroupedMMUse(translations.KERNEL_DTYPES[node.args[0].meta["val"].dtype], True, "fp8", swiglu))
             continue
         if node.target is not torch.ops.et_trt_lowering.grouped_mm.default:
             continue
@@ -211,6 +215,7 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
     apply_precision(program, options.precision)
     if options.expert_precision == "fp8":
         logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
+        logger.info("expert_precision fp8: %d of them compute their input's SwiGLU", fuse_swiglu(program))
     ranges = _ranges(program, options)
     kernel = options.grouped_gemm_kernel
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from et_trt_backend.quantization import FP8_DTYPE, grouped_mm_fp8_reference
+from et_trt_backend.plugin_names import ACTIVATIONS
+from et_trt_backend.quantization import FP8_DTYPE, grouped_mm_fp8_reference, swiglu_rows
 
 
 @torch.library.custom_op("et_trt_lowering::grouped_mm", mutates_args=())
@@ -38,16 +39,23 @@ def _(a, b, offs, trans_b):
 
 
 @torch.library.custom_op("et_trt_lowering::grouped_mm_fp8", mutates_args=())
-def grouped_mm_fp8(a: torch.Tensor, b_q: torch.Tensor, offs: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
+def grouped_mm_fp8(a: torch.Tensor, b_q: torch.Tensor, offs: torch.Tensor, b_scale: torch.Tensor,
+                   activation: int = 0) -> torch.Tensor:
     """The FP8 GroupedMM (quantization.py): a [rows, K] bf16/fp16, quantized per row at run time, times
     b_q [G, N, K] (e4m3 values; int8 where the ONNX carries their bits as INT8) scaled by b_scale
-    float32 [G, N]; out [rows, N] in a's dtype, groups as grouped_mm's."""
+    float32 [G, N]; out [rows, N] in a's dtype, groups as grouped_mm's. activation 1
+    (plugin_names.ACTIVATIONS["swiglu"]): a is a gate+up output [rows, 2K] and the rows quantized are its
+    SwiGLU (quantization.swiglu_rows)."""
+    if activation == ACTIVATIONS["swiglu"]:
+        a = swiglu_rows(a)
+    elif activation != ACTIVATIONS["none"]:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation}")
     weights = b_q.view(FP8_DTYPE)  # the same bits whichever 1-byte dtype carries them
     return grouped_mm_fp8_reference(a, weights, b_scale, offs).to(a.dtype)
 
 
 @grouped_mm_fp8.register_fake
-def _(a, b_q, offs, b_scale):
+def _(a, b_q, offs, b_scale, activation=0):
     return a.new_empty(a.shape[0], b_q.shape[-2])
 
 

@@ -17,7 +17,14 @@ from onnxscript import ir
 from onnxscript import opset18 as op
 from onnxscript import values
 
-from et_trt_backend.plugin_names import FP8_WEIGHT_ONNX_TYPE, GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+from et_trt_backend.plugin_names import (
+    ACTIVATION_ATTRIBUTE,
+    ACTIVATIONS,
+    FP8_WEIGHT_ONNX_TYPE,
+    GROUPED_MM_DOMAIN,
+    GROUPED_MM_OP,
+    PLUGIN_ATTRIBUTES,
+)
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 
@@ -51,6 +58,10 @@ def _register_grouped_mm_schema() -> None:
                           ("TB", weight_types, "a's type, or the FP8 weights with b_scale")],
         attributes=[
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
+            onnx.defs.OpSchema.Attribute(ACTIVATION_ATTRIBUTE, onnx.defs.OpSchema.AttrType.INT,
+                                         "FP8 form: 1 where a is a gate+up output [rows, 2K] and the GEMM takes "
+                                         "its SwiGLU silu(a[:, :K]) * a[:, K:]; 0 (default): a itself",
+                                         required=False),
             *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")
               for name in PLUGIN_ATTRIBUTES),
         ],
@@ -67,9 +78,11 @@ def grouped_mm_kernel(a, b, offs, trans_b: bool):
     return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **PLUGIN_ATTRIBUTES)
 
 
-def grouped_mm_fp8_kernel(a, b_q, offs, b_scale):
-    """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op."""
-    return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **PLUGIN_ATTRIBUTES)
+def grouped_mm_fp8_kernel(a, b_q, offs, b_scale, activation: int = ACTIVATIONS["none"]):
+    """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op; its activation
+    attribute only where a is a gate+up output (so other nodes read as before the attribute)."""
+    extra = {ACTIVATION_ATTRIBUTE: activation} if activation != ACTIVATIONS["none"] else {}
+    return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **extra, **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):

@@ -88,9 +88,9 @@ extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_launch_fp8(void* launcher, co
                                                               const int32_t* offs, void* out, int64_t rows, int64_t k,
                                                               int64_t n, int64_t groups, int32_t trans_b,
                                                               const float* b_scale, void* workspace,
-                                                              size_t workspace_bytes, void* stream, char* error,
-                                                              size_t error_size) {
-  const et_trt::kernels::Fp8Operands fp8{b_scale, workspace, workspace_bytes};
+                                                              size_t workspace_bytes, int32_t swiglu, void* stream,
+                                                              char* error, size_t error_size) {
+  const et_trt::kernels::Fp8Operands fp8{b_scale, workspace, workspace_bytes, swiglu != 0};
   return launch(launcher, a, b, offs, out, rows, k, n, groups, trans_b, stream, &fp8, error, error_size);
 }
 

@@ -21,11 +21,12 @@ int32_t et_trt_grouped_mm_launch(void* launcher, const void* a, const void* b, c
                                  int64_t rows, int64_t k, int64_t n, int64_t groups, int32_t trans_b, void* stream,
                                  char* error, size_t error_size);
 // The same with fp8 weights (GroupedMMLauncher::launch with Fp8Operands): b float8 e4m3 [G, N, K],
-// b_scale float32 [G, N], workspace of at least et_trt_grouped_mm_fp8_workspace_bytes(rows, k) bytes.
+// b_scale float32 [G, N], workspace of at least et_trt_grouped_mm_fp8_workspace_bytes(rows, k) bytes;
+// swiglu 1: a is a gate+up output [rows, 2K], the GEMM's activations its SwiGLU (Fp8Operands::swiglu).
 int32_t et_trt_grouped_mm_launch_fp8(void* launcher, const void* a, const void* b, const int32_t* offs, void* out,
                                      int64_t rows, int64_t k, int64_t n, int64_t groups, int32_t trans_b,
-                                     const float* b_scale, void* workspace, size_t workspace_bytes, void* stream,
-                                     char* error, size_t error_size);
+                                     const float* b_scale, void* workspace, size_t workspace_bytes, int32_t swiglu,
+                                     void* stream, char* error, size_t error_size);
 size_t et_trt_grouped_mm_fp8_workspace_bytes(int64_t rows, int64_t k);
 // Name of the kernel the last launch used ("" before the first).
 const char* et_trt_grouped_mm_last_kernel(void* launcher);

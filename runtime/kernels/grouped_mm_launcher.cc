@@ -62,6 +62,7 @@ struct LoadedKernel {
   size_t profile_stride = 0;
   int k_multiple = 1;  // K must be a multiple of this
   int max_k = 0;       // and at most this, where nonzero ("quantize_rows_whole": each row in registers)
+  int64_t max_elements = 0;  // rows * K at most, where nonzero ("quantize_rows_whole": faster for few only)
   int n_multiple = 1;  // and N of this
   // Takes TMA descriptors instead of a and b, and no scratch (grouped_mm_sm90.cu).
   bool tensor_maps = false;
@@ -80,7 +81,22 @@ constexpr int kOverlapQuantizeMinCapability = 90;
 // Up to this many elements (rows * K) the row quantization is latency-bound, and "quantize_rows_whole" (one read
 // of each row) beats "quantize_rows" (two reads of blocks of 4 rows) where K > 1024 or rows are few. H200: up to
 // 1.7 us faster at robot sizes, 0.3 us slower at 512 rows of K 1024; at the MoE shapes (86M elements) 2-24% slower.
+// "quantize_rows_swiglu_whole" has no such bound: computing each SwiGLU once rather than in both reads makes one
+// read faster at the MoE shapes too (H200: the down stage 7% faster at 3500 and 8740 tokens).
 constexpr int64_t kWholeRowsMaxElements = int64_t{1} << 21;
+
+// How a row quantization reads its rows: two reads of K % 16 == 0 rows ("quantize_rows"), one read of each
+// row (K % 16 == 0, K <= block_k; "_whole") or any K ("_any"); the "quantize_rows_swiglu" ones the same.
+enum class Blocking { kNotQuantization, kTwoReads, kWholeRows, kAnyK };
+
+Blocking blocking_of(const std::string& variant) {
+  for (const std::string form : {"quantize_rows", "quantize_rows_swiglu"}) {
+    if (variant == form) return Blocking::kTwoReads;
+    if (variant == form + "_whole") return Blocking::kWholeRows;
+    if (variant == form + "_any") return Blocking::kAnyK;
+  }
+  return Blocking::kNotQuantization;
+}
 
 // A TMA descriptor over a row-major tensor of `type` (16-bit floats, or UINT8 for e4m3 bits),
 // dims innermost first, with 128-byte swizzle and zero fill past the edges.
@@ -164,6 +180,7 @@ struct GroupedMMLauncher::State {
   bool overlap_quantize = false;
   std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
   std::vector<LoadedKernel> quantize;  // fp8: the row quantizations run before each GEMM, preferred first
+  std::vector<LoadedKernel> swiglu_quantize;  // fp8: the same of a gate+up output's SwiGLU (Fp8Operands::swiglu)
   size_t workspace_bytes = 0;
   CUdeviceptr workspace = 0;
   std::string last_kernel;
@@ -226,7 +243,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     if (state->fp8 && !image.trans_b)
       return failed("image " + described(image) + " takes fp8 weights stored [G, K, N]; fp8 weights are [G, N, K] "
                     "(trans_b) only");
-    if (!state->fp8 && image.variant.rfind("quantize_rows", 0) == 0)
+    if (!state->fp8 && blocking_of(image.variant) != Blocking::kNotQuantization)
       return failed("image " + described(image) + " is a row quantization for fp8 weights among dense images");
     if (ref.bytes == nullptr || ref.size == 0) return failed("image " + image.kernel + " is empty");
     if (image.block_m <= 0 || image.block_n <= 0 || image.num_warps <= 0)
@@ -288,13 +305,15 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.block_n = image->block_n;
     kernel.tensor_maps = kernel.variant == "wgmma";
     const bool tma = kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps;
-    if (kernel.variant == "any" || kernel.variant == "quantize_rows_any") {
+    const Blocking blocking = blocking_of(kernel.variant);
+    if (kernel.variant == "any" || blocking == Blocking::kAnyK) {
       kernel.k_multiple = kernel.n_multiple = 1;
-    } else if (kernel.variant == "quantize_rows") {  // 16-byte vector loads and stores along K
+    } else if (blocking == Blocking::kTwoReads) {  // 16-byte vector loads and stores along K
       kernel.k_multiple = 16;
-    } else if (kernel.variant == "quantize_rows_whole") {  // the same, a whole row per block
+    } else if (blocking == Blocking::kWholeRows) {  // the same, a whole row per block
       kernel.k_multiple = 16;
       kernel.max_k = image->block_k;
+      if (kernel.variant == "quantize_rows_whole") kernel.max_elements = kWholeRowsMaxElements;
     } else if (!state->fp8) {
       kernel.k_multiple = kernel.n_multiple = tma ? 8 : 16;
     } else {  // 1-byte operands: TMA's 16-byte strides need K % 16; wgmma's epilogue stores 8 outputs
@@ -384,15 +403,19 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     state->workspace_bytes = std::max(state->workspace_bytes, need);
   }
   // The row quantizations leave the GEMMs' list, in the order they are tried: "quantize_rows_whole" (few
-  // elements, K % 16 == 0, K <= its block), "quantize_rows" (K % 16 == 0), "quantize_rows_any".
-  for (const char* variant : {"quantize_rows_whole", "quantize_rows", "quantize_rows_any"}) {
-    auto quantize = std::find_if(state->kernels.begin(), state->kernels.end(),
-                                 [&](const LoadedKernel& k) { return k.variant == variant; });
-    if (quantize == state->kernels.end()) continue;
-    if (quantize->max_grid > 0)
-      return failed("kernel " + quantize->name + " is persistent; the row quantization runs one CTA per block_m rows");
-    state->quantize.push_back(*quantize);
-    state->kernels.erase(quantize);
+  // elements, K % 16 == 0, K <= its block), "quantize_rows" (K % 16 == 0), "quantize_rows_any"; the
+  // "quantize_rows_swiglu" ones the same, for launches whose a is a gate+up output.
+  for (const std::string form : {"quantize_rows", "quantize_rows_swiglu"}) {
+    for (const char* blocking : {"_whole", "", "_any"}) {
+      const std::string variant = form + blocking;
+      auto quantize = std::find_if(state->kernels.begin(), state->kernels.end(),
+                                   [&](const LoadedKernel& k) { return k.variant == variant; });
+      if (quantize == state->kernels.end()) continue;
+      if (quantize->max_grid > 0)
+        return failed("kernel " + quantize->name + " is persistent; the row quantization runs one CTA per block_m rows");
+      (form == "quantize_rows" ? state->quantize : state->swiglu_quantize).push_back(*quantize);
+      state->kernels.erase(quantize);
+    }
   }
   if (state->fp8 && (state->quantize.empty() || state->quantize.back().variant != "quantize_rows_any"))
     return failed("the fp8 images have no \"quantize_rows_any\" image serving " + gpu +
@@ -456,6 +479,14 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   if (misaligned(a) || misaligned(b) || misaligned(offs) || misaligned(out))
     return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
   if (fp8) {
+    if (fp8->swiglu && (state_->swiglu_quantize.empty() ||
+                        state_->swiglu_quantize.back().variant != "quantize_rows_swiglu_any"))
+      return fail(error, "grouped_mm: a launch with a gate+up output as a (Fp8Operands::swiglu) needs the "
+                         "\"quantize_rows_swiglu\" images, and the loaded fp8 images have no "
+                         "\"quantize_rows_swiglu_any\"; re-export with this release");
+    if (fp8->swiglu && 2 * k >= kIndexLimit)
+      return fail(error, "grouped_mm: a gate+up output of 2K = " + std::to_string(2 * k) +
+                             " columns exceeds the kernels' 32-bit indexing " + shape + "; split the call");
     if (fp8->b_scale == nullptr || misaligned(fp8->b_scale))
       return fail(error, "grouped_mm: fp8 weights need b_scale, float32 [G, N] in a 16-byte aligned device buffer");
     const size_t need = fp8_workspace_bytes(rows, k);
@@ -510,15 +541,18 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   const LoadedKernel* quantized_by = nullptr;
   if (fp8) {
     // The activations' row quantization into the workspace first, on the same stream: (a, a_q, a_scale,
-    // rows, K, global scratch, profile scratch), one CTA per block_m rows.
+    // rows, K, global scratch, profile scratch), one CTA per block_m rows. With swiglu, a is [rows, 2K] and
+    // the rows quantized are its SwiGLU (K is the GEMM's).
     const CUdeviceptr a_q = reinterpret_cast<CUdeviceptr>(fp8->workspace);
     a_scale_arg = a_q + round_up(static_cast<size_t>(rows * k), 256);
     b_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->b_scale);
     CUdeviceptr a_q_arg = a_q, no_scratch = 0;
     void* quantize_args[] = {&a_arg, &a_q_arg, &a_scale_arg, &rows_arg, &k_arg, &no_scratch, &no_scratch};
+    const std::vector<LoadedKernel>& quantizations = fp8->swiglu ? state_->swiglu_quantize : state_->quantize;
     const LoadedKernel& quantize = *std::find_if(
-        state_->quantize.begin(), state_->quantize.end(), [&](const LoadedKernel& q) {  // "_any" takes any K
-          return k % q.k_multiple == 0 && (q.max_k == 0 || (k <= q.max_k && rows * k <= kWholeRowsMaxElements));
+        quantizations.begin(), quantizations.end(), [&](const LoadedKernel& q) {  // "_any" takes any K
+          return k % q.k_multiple == 0 && (q.max_k == 0 || k <= q.max_k) &&
+                 (q.max_elements == 0 || rows * k <= q.max_elements);
         });
     quantized_by = &quantize;
     const int64_t blocks = (rows + quantize.block_m - 1) / quantize.block_m;

@@ -53,7 +53,9 @@ namespace et_trt::kernels {
 //   "quantize_rows": fp8 images only, the row quantization that runs before the GEMM;
 //                needs K % 16 == 0 ("quantize_rows_any": any K, and required;
 //                "quantize_rows_whole": one read of each row, K % 16 == 0 and K <= block_k,
-//                taken for launches of few elements)
+//                taken for launches of few elements); "quantize_rows_swiglu" (and _whole, _any)
+//                the same for launches with Fp8Operands::swiglu, needed only by them (their
+//                _whole one taken wherever K <= its block_k)
 // Every variant needs 16-byte aligned pointers. With fp8 weights the GEMM variants are
 // wgmma (K % 16 == 0, N % 8 == 0, at most 1024 groups), tma (K % 16 == 0, N % 16 == 0)
 // and any.
@@ -74,10 +76,14 @@ const char* kernel_dtype_name(blob::DType dtype);
 // memory of at least fp8_workspace_bytes(rows, k) bytes, 256-byte aligned, that no other
 // work on another stream uses during the launch: a_q [rows, K] at offset 0, a_scale
 // float32 [rows] at round_up(rows * k, 256).
+// With `swiglu`, a is a gate+up GEMM's output [rows, 2K] and the GEMM's activations are its SwiGLU,
+// a'[r, k] = silu(a[r, k]) * a[r, K + k] (each step rounded to the images' dtype), quantized by the
+// "quantize_rows_swiglu" images in the same pass: K is the GEMM's, a's rows hold 2K.
 struct Fp8Operands {
   const float* b_scale = nullptr;  // [G, N], 16-byte aligned
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  bool swiglu = false;
 };
 
 class GroupedMMLauncher {

@@ -62,11 +62,13 @@ class GroupedMMPluginBuild : public ::testing::Test {
   }
   void TearDown() override { set_grouped_mm_logger(nullptr); }
 
-  // A plugin as the parser creates it from a node with this trans_b.
-  std::unique_ptr<nvinfer1::IPluginV3> plugin(int32_t trans_b) {
+  // A plugin as the parser creates it from a node with this trans_b (and activation, where given).
+  std::unique_ptr<nvinfer1::IPluginV3> plugin(int32_t trans_b, const int64_t* activation = nullptr) {
     KernelImagesForParsing parsing(pack_);
-    nvinfer1::PluginField field(kTransBField, &trans_b, nvinfer1::PluginFieldType::kINT32, 1);
-    nvinfer1::PluginFieldCollection fields{1, &field};
+    nvinfer1::PluginField field[2] = {
+        nvinfer1::PluginField(kTransBField, &trans_b, nvinfer1::PluginFieldType::kINT32, 1),
+        nvinfer1::PluginField(kActivationField, activation, nvinfer1::PluginFieldType::kINT64, 1)};
+    nvinfer1::PluginFieldCollection fields{activation != nullptr ? 2 : 1, field};
     return std::unique_ptr<nvinfer1::IPluginV3>(
         grouped_mm_creator().createPlugin("experts", &fields, nvinfer1::TensorRTPhase::kBUILD));
   }
@@ -151,9 +153,42 @@ TEST_F(GroupedMMPluginBuild, Fp8WorkspaceIsTheLaunchersAtTheProfilesMaxRowsPlusA
   in[0].min = nvinfer1::Dims2(1, 64);
   in[0].opt = nvinfer1::Dims2(16, 64);
   in[0].max = nvinfer1::Dims2(1000, 64);
+  in[1].max = nvinfer1::Dims3(4, 48, 64);  // b [G, N, K]
   EXPECT_EQ(build(*p)->getWorkspaceSize(in.data(), 4, out.data(), 1),
             kernels::GroupedMMLauncher::fp8_workspace_bytes(1000, 64) + 255);
   EXPECT_EQ(build(*p)->getWorkspaceSize(in.data(), 3, out.data(), 1), 0u);  // the dense form needs none
+  // A gate+up output as a ([rows, 2K]): the quantized rows are the GEMM's, K of b.
+  const int64_t swiglu = kActivationSwiGLU;
+  auto fused = plugin(1, &swiglu);
+  ASSERT_NE(fused, nullptr);
+  in[0].max = nvinfer1::Dims2(1000, 128);
+  EXPECT_EQ(build(*fused)->getWorkspaceSize(in.data(), 4, out.data(), 1),
+            kernels::GroupedMMLauncher::fp8_workspace_bytes(1000, 64) + 255);
+}
+
+TEST_F(GroupedMMPluginBuild, TakesAGateUpOutputInTheFp8FormOnly) {
+  const int64_t swiglu = kActivationSwiGLU, unknown = 2;
+  auto fused = plugin(1, &swiglu);
+  ASSERT_NE(fused, nullptr);
+  DataType out = DataType::kFLOAT;
+  EXPECT_EQ(output_type(*fused, {DataType::kBF16, DataType::kFP8, DataType::kINT32, DataType::kFLOAT}, &out), 0);
+  EXPECT_EQ(out, DataType::kBF16);
+  EXPECT_EQ(output_type(*fused, {DataType::kBF16, DataType::kBF16, DataType::kINT32}, &out), -1);
+  EXPECT_NE(messages_.text.find("activation=1 (a gate+up output as a) is the FP8 form's only (4 inputs); the node "
+                                "has 3"), std::string::npos) << messages_.text;
+  // Serialized with the plugin, so that an engine's plugin takes the same input.
+  const nvinfer1::PluginFieldCollection* fields =
+      static_cast<nvinfer1::IPluginV3OneRuntime*>(fused->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME))
+          ->getFieldsToSerialize();
+  bool serialized = false;
+  for (int32_t i = 0; i < fields->nbFields; ++i)
+    if (std::string(fields->fields[i].name) == kActivationField)
+      serialized = *static_cast<const int32_t*>(fields->fields[i].data) == kActivationSwiGLU;
+  EXPECT_TRUE(serialized);
+  messages_.text.clear();
+  EXPECT_EQ(plugin(1, &unknown), nullptr);
+  EXPECT_NE(messages_.text.find("field activation must be 0 (a holds the activations) or 1 (a gate+up output, its "
+                                "SwiGLU), got 2"), std::string::npos) << messages_.text;
 }
 
 }  // namespace

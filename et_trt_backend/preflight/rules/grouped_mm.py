@@ -2,7 +2,8 @@
 which the parser finds it, three inputs a [rows, K], b [G, K, N] (or [G, N, K]
 with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's type.
 The FP8 form has a fourth input, b_scale float32 [G, N]: b is then e4m3 weights
-[G, N, K] of the type plugin_names.FP8_WEIGHT_ONNX_TYPE, trans_b=1."""
+[G, N, K] of the type plugin_names.FP8_WEIGHT_ONNX_TYPE, trans_b=1; with attribute
+activation=1 its a is a gate+up output [rows, 2K] (plugin_names.ACTIVATIONS)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from collections.abc import Iterator
 
 from onnx import TensorProto
 
-from et_trt_backend.plugin_names import FP8_WEIGHT_ONNX_TYPE, GROUPED_MM_DOMAIN, GROUPED_MM_OP, PLUGIN_ATTRIBUTES
+from et_trt_backend.plugin_names import (
+    ACTIVATION_ATTRIBUTE,
+    ACTIVATIONS,
+    FP8_WEIGHT_ONNX_TYPE,
+    GROUPED_MM_DOMAIN,
+    GROUPED_MM_OP,
+    PLUGIN_ATTRIBUTES,
+)
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
 from et_trt_backend.preflight.violation import Violation
@@ -43,6 +51,12 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
         return
     a, b, offs = node.input[:3]
     fp8 = len(node.input) == 4
+    activation = attrs.get(ACTIVATION_ATTRIBUTE, ACTIVATIONS["none"])
+    if activation not in ACTIVATIONS.values():
+        yield f"attribute {ACTIVATION_ATTRIBUTE} must be an int of {ACTIVATIONS}, got {activation!r}"
+    elif activation != ACTIVATIONS["none"] and not fp8:
+        yield f"attribute {ACTIVATION_ATTRIBUTE}={activation} (a gate+up output as a) is the FP8 form's only"
+    a_columns = 2 if activation == ACTIVATIONS["swiglu"] else 1  # a gate+up output holds 2K
     types = {name: view.elem_type(name) for name in (*node.input, node.output[0])}
     if types[a] is not None and types[a] not in _KERNEL_DTYPES:
         yield f"a is {trt.dtype_name(types[a])}; the kernel takes BF16 or FP16 (fp32 grouped mm is lowered densely)"
@@ -62,8 +76,9 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
             return
     if shapes[a] and shapes[b] and trans_b in (0, 1):
         k_a, k_b = shapes[a][1], shapes[b][2 if trans_b else 1]
-        if isinstance(k_a, int) and isinstance(k_b, int) and k_a != k_b:
-            yield f"a's K ({k_a}) differs from b's K ({k_b}, trans_b={trans_b})"
+        if isinstance(k_a, int) and isinstance(k_b, int) and k_a != a_columns * k_b:
+            yield (f"a's K ({k_a}) differs from b's K ({k_b}, trans_b={trans_b})" if a_columns == 1 else
+                   f"a ({k_a} columns) is not a gate+up output of 2 x b's K ({k_b}) (activation={activation})")
     if shapes[b] and shapes[offs]:
         groups, count = shapes[b][0], shapes[offs][0]
         if isinstance(groups, int) and isinstance(count, int) and groups != count:

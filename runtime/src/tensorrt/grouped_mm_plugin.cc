@@ -77,8 +77,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                               public nvinfer1::IPluginV3OneBuild,
                               public nvinfer1::IPluginV3OneRuntime {
  public:
-  GroupedMMPlugin(bool trans_b, std::shared_ptr<const KernelPack> images)
-      : trans_b_(trans_b ? 1 : 0), images_(std::move(images)) {}
+  GroupedMMPlugin(bool trans_b, int32_t activation, std::shared_ptr<const KernelPack> images)
+      : trans_b_(trans_b ? 1 : 0), activation_(activation), images_(std::move(images)) {}
 
   // ---- IPluginV3 ----
   nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override {
@@ -93,7 +93,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // A clone shares the images and makes its own launcher: one per execution
   // context, so launches on different contexts never share scratch memory.
   nvinfer1::IPluginV3* clone() noexcept override {
-    auto* copy = new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, images_);
+    auto* copy = new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, activation_, images_);
     if (copy != nullptr) copy->fp8_ = fp8_;
     return copy;
   }
@@ -159,12 +159,12 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   }
 
   // The FP8 form's activations, quantized, at the profile's max rows (an engine
-  // records this size; the Python build-phase plugin asks the same).
+  // records this size; the Python build-phase plugin asks the same). K is b's.
   size_t getWorkspaceSize(const DynamicPluginTensorDesc* inputs, int32_t nb_inputs, const DynamicPluginTensorDesc*,
                           int32_t) const noexcept override {
     if (nb_inputs != kFp8Inputs) return 0;
-    const nvinfer1::Dims& a = inputs[0].max;
-    return kernels::GroupedMMLauncher::fp8_workspace_bytes(a.d[0], a.d[1]) + kWorkspaceAlignment - 1;
+    return kernels::GroupedMMLauncher::fp8_workspace_bytes(inputs[0].max.d[0], inputs[1].max.d[2]) +
+           kWorkspaceAlignment - 1;
   }
 
   // ---- IPluginV3OneRuntime ----
@@ -173,7 +173,9 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     if (!is_form(nb_inputs) || nb_outputs != 1) return -1;
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims, &offs = in[2].dims;
     const int64_t k = b.d[trans_b_ ? 2 : 1];
-    bool consistent = a.nbDims == 2 && b.nbDims == 3 && offs.nbDims == 1 && a.d[1] == k && offs.d[0] == b.d[0];
+    const int64_t a_columns = activation_ == kActivationSwiGLU ? 2 * k : k;  // a gate+up output holds 2K
+    bool consistent =
+        a.nbDims == 2 && b.nbDims == 3 && offs.nbDims == 1 && a.d[1] == a_columns && offs.d[0] == b.d[0];
     if (nb_inputs == kFp8Inputs) {
       const nvinfer1::Dims& scale = in[3].dims;
       consistent = consistent && trans_b_ != 0 && scale.nbDims == 2 && scale.d[0] == b.d[0] && scale.d[1] == b.d[1];
@@ -181,10 +183,10 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     if (!consistent) {
       char text[320];
       std::snprintf(text, sizeof(text),
-                    "inconsistent shapes a[%lld, %lld], b[%lld, %lld, %lld], offs[%lld]%s (trans_b=%d)",
+                    "inconsistent shapes a[%lld, %lld], b[%lld, %lld, %lld], offs[%lld]%s (trans_b=%d%s)",
                     (long long)a.d[0], (long long)a.d[1], (long long)b.d[0], (long long)b.d[1], (long long)b.d[2],
                     (long long)offs.d[0], nb_inputs == kFp8Inputs ? ", b_scale of another shape than [G, N]" : "",
-                    trans_b_);
+                    trans_b_, activation_ == kActivationSwiGLU ? ", activation=1: a is [rows, 2K]" : "");
       log(ILogger::Severity::kERROR, text);
       return -1;
     }
@@ -200,7 +202,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       return -1;
     }
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims;
-    const int64_t rows = a.d[0], k = a.d[1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
+    const int64_t rows = a.d[0], k = b.d[trans_b_ ? 2 : 1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
     kernels::Fp8Operands fp8;
     if (fp8_) {
       // TensorRT's workspace is getWorkspaceSize's bytes: the launcher's, plus the slack to align it here.
@@ -209,6 +211,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       fp8.b_scale = static_cast<const float*>(inputs[3]);
       fp8.workspace = reinterpret_cast<void*>(aligned);
       fp8.workspace_bytes = kernels::GroupedMMLauncher::fp8_workspace_bytes(rows, k);
+      fp8.swiglu = activation_ == kActivationSwiGLU;
     }
     if (!launcher_->launch(inputs[0], inputs[1], static_cast<const int32_t*>(inputs[2]), outputs[0], rows, k, n,
                            groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error, fp8_ ? &fp8 : nullptr)) {
@@ -224,7 +227,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     fields_[0] = PluginField(kTransBField, &trans_b_, PluginFieldType::kINT32, 1);
     fields_[1] = PluginField(kKernelImagesIdField, images_->id().data(), PluginFieldType::kUNKNOWN,
                              static_cast<int32_t>(images_->id().size()));
-    collection_.nbFields = 2;
+    fields_[2] = PluginField(kActivationField, &activation_, PluginFieldType::kINT32, 1);
+    collection_.nbFields = 3;
     collection_.fields = fields_;
     return &collection_;
   }
@@ -242,6 +246,11 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       return "GroupedMM takes 3 inputs (a, b, offs) or 4 (a, b FP8, offs, b_scale); the node has " +
              std::to_string(nb_inputs);
     const bool fp8 = nb_inputs == kFp8Inputs;
+    if (activation_ != kActivationNone && activation_ != kActivationSwiGLU)
+      return "attribute activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU); "
+             "the node has " + std::to_string(activation_);
+    if (!fp8 && activation_ == kActivationSwiGLU)
+      return "activation=1 (a gate+up output as a) is the FP8 form's only (4 inputs); the node has 3";
     if (fp8 && trans_b_ == 0)
       return "the FP8 form (4 inputs) needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0";
     if (fp8 && inputs[1] != DataType::kFP8)
@@ -301,12 +310,20 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   }
 
   int32_t trans_b_;
+  int32_t activation_;  // kActivationNone or kActivationSwiGLU
   std::shared_ptr<const KernelPack> images_;
   bool fp8_ = false;  // the FP8 form (4 inputs), as configurePlugin / onShapeChange saw it
   std::unique_ptr<kernels::GroupedMMLauncher> launcher_;
-  PluginField fields_[2];
+  PluginField fields_[3];
   PluginFieldCollection collection_{};
 };
+
+// An int field's value (ONNX attributes arrive as kINT32 or kINT64); `fallback` for another type.
+int64_t int_field(const PluginField& f, int64_t fallback) {
+  if (f.type == PluginFieldType::kINT32) return *static_cast<const int32_t*>(f.data);
+  if (f.type == PluginFieldType::kINT64) return *static_cast<const int64_t*>(f.data);
+  return fallback;
+}
 
 // The 1-byte field types a 32-byte id may arrive as: kUNKNOWN (our engines)
 // or, from an ONNX attribute, kINT8 / kCHAR.
@@ -316,25 +333,28 @@ bool is_byte_field(PluginFieldType type) {
 
 class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
  public:
-  // The ONNX node's attributes: trans_b only. kernel_images_id comes from a
+  // The ONNX node's attributes: trans_b and activation. kernel_images_id comes from a
   // serialized engine (or the images being parsed), so it is not listed: the
   // parser would warn about every node that lacks it.
   GroupedMMCreator() {
     field_names_[0] = PluginField(kTransBField, nullptr, PluginFieldType::kINT32, 1);
-    collection_.nbFields = 1;
+    field_names_[1] = PluginField(kActivationField, nullptr, PluginFieldType::kINT32, 1);
+    collection_.nbFields = 2;
     collection_.fields = field_names_;
   }
 
   nvinfer1::IPluginV3* createPlugin(const char*, const PluginFieldCollection* fc,
                                     nvinfer1::TensorRTPhase phase) noexcept override {
     bool trans_b = false;
+    int64_t activation = kActivationNone;  // absent in engines and ONNX from before the field
     const PluginField* id_field = nullptr;
     for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i) {
       const PluginField& f = fc->fields[i];
       if (f.name == nullptr || f.data == nullptr) continue;
       if (std::strcmp(f.name, kTransBField) == 0 && f.length >= 1) {
-        if (f.type == PluginFieldType::kINT32) trans_b = *static_cast<const int32_t*>(f.data) != 0;
-        else if (f.type == PluginFieldType::kINT64) trans_b = *static_cast<const int64_t*>(f.data) != 0;
+        trans_b = int_field(f, 0) != 0;
+      } else if (std::strcmp(f.name, kActivationField) == 0 && f.length >= 1) {
+        activation = int_field(f, -1);
       } else if (std::strcmp(f.name, kKernelImagesIdField) == 0) {
         id_field = &f;
       }
@@ -367,7 +387,12 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
         return nullptr;
       }
     }
-    return new (std::nothrow) GroupedMMPlugin(trans_b, std::move(images));
+    if (activation != kActivationNone && activation != kActivationSwiGLU) {
+      refuse("field activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU), got " +
+             std::to_string(activation));
+      return nullptr;
+    }
+    return new (std::nothrow) GroupedMMPlugin(trans_b, static_cast<int32_t>(activation), std::move(images));
   }
 
   const PluginFieldCollection* getFieldNames() noexcept override { return &collection_; }
@@ -376,7 +401,7 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
   const char* getPluginNamespace() const noexcept override { return kGroupedMMNamespace; }
 
  private:
-  PluginField field_names_[1];
+  PluginField field_names_[2];
   PluginFieldCollection collection_{};
 };
 

@@ -34,6 +34,11 @@ constexpr char kGroupedMMNamespace[] = "et_trt";
 constexpr char kGroupedMMVersion[] = "1";
 constexpr char kTransBField[] = "trans_b";
 constexpr char kKernelImagesIdField[] = "kernel_images_id";
+// What a node's input a is (et_trt_backend/plugin_names.py): kActivationNone, the activations; kActivationSwiGLU
+// (FP8 form only), a gate+up output [rows, 2K] whose SwiGLU silu(a[:, :K]) * a[:, K:] the GEMM multiplies.
+constexpr char kActivationField[] = "activation";
+constexpr int32_t kActivationNone = 0;
+constexpr int32_t kActivationSwiGLU = 1;
 
 // The creator, one per process (lives as long as the process, like a registry).
 nvinfer1::IPluginCreatorV3One& grouped_mm_creator();
@@ -50,7 +55,7 @@ void set_grouped_mm_logger(nvinfer1::ILogger* logger);
 std::string take_grouped_mm_error();
 
 // While alive, GroupedMM plugins created on this thread from an ONNX node
-// (which carries only trans_b) take `images`. Whoever parses a blob's ONNX
+// (which carries only trans_b and activation) take `images`. Whoever parses a blob's ONNX
 // holds one around the parse.
 class KernelImagesForParsing {
  public:
