@@ -25,17 +25,20 @@ python3 -m pytest -q -p no:cacheprovider --noconftest -rs tests/test_kernel_gpu.
 tests_rc=${PIPESTATUS[0]}
 
 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  python3 -m pytest -q -p no:cacheprovider --noconftest tests/test_kernel_gpu.py -k "invalid or odd or empty" \
+  python3 -m pytest -q -p no:cacheprovider --noconftest tests/test_kernel_gpu.py -k "invalid or odd or empty or swiglu" \
   > "$OUT/memcheck.log" 2>&1
 memcheck_rc=$?
 grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3
 fi
 
-# BENCHES: which benchmarks run, "bf16 fp8" unless told.
+# BENCHES: which benchmarks run, "bf16 fp8" unless told; "swiglu" adds the FP8 down stage's (fp8_swiglu_bench.py).
 if [[ " ${BENCHES:-bf16 fp8} " == *" bf16 "* ]]; then
 python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60
 fi
 if [[ " ${BENCHES:-bf16 fp8} " == *" fp8 "* ]]; then
 python3 benchmarks/fp8_grouped_mm_bench.py --images .device/fp8_bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8_bench.log" | tail -60
+fi
+if [[ " ${BENCHES:-bf16 fp8} " == *" swiglu "* ]]; then  # its SwiGLU comparators are Triton kernels: unblocked
+PYTHONPATH=$PWD python3 benchmarks/fp8_swiglu_bench.py --images .device/fp8_bench_images.json --out "$OUT" ${SWIGLU_ARGS:-} 2>&1 | tee "$OUT/fp8_swiglu_bench.log" | tail -40
 fi
 echo "tests rc=$tests_rc memcheck rc=$memcheck_rc"
