@@ -43,12 +43,15 @@ def _static_width(node) -> int | None:
     return val.shape[1]
 
 
+_SLICE_DEFAULTS = (None, 0, None, None, 1)  # aten.slice.Tensor(self, dim, start, end, step)
+
+
 def _half_of(node, half: int, k: int) -> torch.fx.Node | None:
     """x where `node` is half `half` (0: columns [0, K), 1: [K, 2K)) of a 2-D x of 2K columns."""
     if not isinstance(node, torch.fx.Node):
         return None
     if node.target is aten.slice.Tensor:
-        x, dim, start, end, step = (list(node.args) + [0, None, None, 1][len(node.args) - 1:])[:5]
+        x, dim, start, end, step = tuple(node.args) + _SLICE_DEFAULTS[len(node.args):]
         if _static_width(x) != 2 * k or dim not in (1, -1) or step != 1:
             return None
         span = (start or 0, 2 * k if end is None else min(end, 2 * k))
@@ -82,7 +85,8 @@ def _silu_input(node) -> torch.fx.Node | None:
         return None
     if node.target is aten.silu.default:
         return node.args[0]
-    if not _is_cast(node, _val(node).dtype) or node.args[0].target is not aten.mul.Tensor:
+    val = _val(node)
+    if val is None or not _is_cast(node, val.dtype) or node.args[0].target is not aten.mul.Tensor:
         return None
     product = node.args[0]
     for c, sigmoid in (product.args, product.args[::-1]):
@@ -90,7 +94,7 @@ def _silu_input(node) -> torch.fx.Node | None:
             continue
         d = sigmoid.args[0]  # c again, or a second cast of the same g
         if (_is_cast(c, torch.float32) and _is_cast(d, torch.float32) and c.args[0] is d.args[0]
-                and _val(c.args[0]).dtype == _val(node).dtype):
+                and _val(c.args[0]).dtype == val.dtype):
             return c.args[0]
     return None
 
