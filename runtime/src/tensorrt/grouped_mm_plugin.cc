@@ -246,9 +246,6 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       return "GroupedMM takes 3 inputs (a, b, offs) or 4 (a, b FP8, offs, b_scale); the node has " +
              std::to_string(nb_inputs);
     const bool fp8 = nb_inputs == kFp8Inputs;
-    if (activation_ != kActivationNone && activation_ != kActivationSwiGLU)
-      return "attribute activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU); "
-             "the node has " + std::to_string(activation_);
     if (!fp8 && activation_ == kActivationSwiGLU)
       return "activation=1 (a gate+up output as a) is the FP8 form's only (4 inputs); the node has 3";
     if (fp8 && trans_b_ == 0)
