@@ -48,17 +48,12 @@ CANDIDATE_PREFIX = "ours_fp8_try_"
 
 @triton.jit
 def _swiglu_kernel(x_ptr, h_ptr, rows, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """h = silu(x[:, :K]) * x[:, K:] in x's dtype, rounded as quantization.swiglu_rows."""
+    """h = silu(x[:, :K]) * x[:, K:] in x's dtype: the SwiGLU our row quantization computes (its _block)."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rm < rows)[:, None] & (rk < K)[None, :]
-    x_at = x_ptr + rm.to(tl.int64)[:, None] * (2 * K) + rk[None, :]
-    gate = tl.load(x_at, mask=mask, other=0.0)
-    up = tl.load(x_at + K, mask=mask, other=0.0)
-    g = gate.to(tl.float32)
-    silu = (g * tl.sigmoid(g)).to(gate.dtype)
-    h = (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
-    tl.store(h_ptr + rm.to(tl.int64)[:, None] * K + rk[None, :], h, mask=mask)
+    h = quantize_rows._block(x_ptr, rm.to(tl.int64)[:, None] * (2 * K), rk, K, mask, SWIGLU=True)
+    tl.store(h_ptr + rm.to(tl.int64)[:, None] * K + rk[None, :], h.to(h_ptr.dtype.element_ty), mask=mask)
 
 
 def swiglu(x, h):

@@ -439,13 +439,13 @@ def test_fp8_swiglu_rows_are_quantized_as_the_reference(dtype, path):
 @pytest.mark.parametrize("variant", FP8_VARIANTS)
 def test_fp8_gemms_take_a_gate_up_output(variant):
     """Each fp8 GEMM variant behind the SwiGLU row quantization, at K and N it takes, groups empty and clamped."""
+    from et_trt_backend.quantization import swiglu_rows
+
     k, n = {"wgmma": (192, 264), "tma": (192, 272), "tma_small": (192, 272), "any": (30, 50)}[variant]
     x = _gate_up_output(500, k, torch.bfloat16, seed=41)
     _, b_q, b_scale = _fp8_inputs(1, k, n, 5, torch.bfloat16, seed=42)
     offs = torch.tensor([0, 120, 120, 400, 450], dtype=torch.int32, device="cuda")
     out, _, kernel = _fp8_run(x, b_q, b_scale, offs, variant, swiglu=True)
-    from et_trt_backend.quantization import swiglu_rows
-
     _assert_fp8_matches(out, swiglu_rows(x), b_q, b_scale, offs, kernel)
     assert (out[450:] == 0).all()  # rows past the last group
 

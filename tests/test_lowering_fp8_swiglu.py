@@ -14,11 +14,10 @@ import torch
 import torch.nn.functional as F
 
 import onnx_reference
-from et_trt_backend import quantization
+from et_trt_backend import preflight, quantization
 from et_trt_backend.lowering import GroupedMMUse, lower_to_onnx
 from et_trt_backend.options import parse_options
 from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE
-from et_trt_backend import preflight
 
 FP8 = parse_options({"expert_precision": "fp8", "kernel_archs": ["sm_90a"]})
 K, HIDDEN, GROUPS = 48, 64, 4

@@ -153,6 +153,20 @@ def test_transformers_decoder_layers(rtx, name):
     _assert_builds_everywhere(rtx, partitions)
 
 
+@pytest.mark.slow
+def test_transformers_decoder_layer_with_fp8_experts(rtx):
+    """A whole unmodified Qwen3-MoE decoder layer with FP8 experts: its down GroupedMM takes the gate+up output
+    (activation 1) and the real builder takes the partition for both FP8 targets, through both plugins."""
+    layer = moe_models.bf16(moe_models.HFDecoderLayer("qwen3_moe"))
+    with torch.no_grad():
+        exported = torch.export.export(layer, (torch.randn(1, 8, moe_models.HF_HIDDEN, dtype=moe_models.DTYPE),),
+                                       dynamic_shapes=({1: torch.export.Dim("tokens", min=2, max=256)},))
+    partitions = _partitions(exported, {"default": {**RECIPE, "expert_precision": "fp8", "kernel_archs": FP8_TARGETS}})
+    _assert_builds_everywhere(rtx, partitions, targets=FP8_TARGETS)
+    (plan,) = [onnx_build.parse_and_build(rtx, c, FP8_TARGETS[0]).plan for c in partitions if c.kernels]
+    assert sorted(f.activation for f in serialized_plugin_fields(plan)) == [0, 1]
+
+
 def test_dense_lowering_and_fp16(rtx):
     model = moe_models.bf16(moe_models.GroupedMoE(experts=8, shared=True))
     for options in ({"grouped_gemm_kernel": False}, {"precision": "fp16"}, {"precision": "fp32"}):
