@@ -20,7 +20,7 @@ from et_trt_backend.lowering.to_aten import aten_target
 from et_trt_backend.options import ShapeRange
 from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import _shape, assert_onnx_matches_partition, delegated_parts, lower_program
+from test_lowering import _shape, assert_onnx_matches_partition, delegated_parts, lower_program, run_partition_float32
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENS = (1, 7, 100, 4096)
@@ -148,21 +148,27 @@ class _RecordRouterScores(torch.fx.Interpreter):
 
 
 def _near_tie_tokens(scores: list[tuple[torch.Tensor, int]], tokens: int) -> torch.Tensor:
-    """Tokens whose k-th and (k+1)-th router score are equal within bf16 rounding (2^-7 relative):
-    bf16 arithmetic in another order may pick the other expert there."""
+    """Tokens whose k-th and (k+1)-th router score are within two bf16 steps (2^-6 relative): each
+    score may land one step off in arithmetic of another order (ONNX rounds the router's product
+    before its bias, PyTorch's addmm once), so either expert may be picked there."""
     tied = torch.zeros(tokens, dtype=torch.bool)
     for values, k in scores:
         if values.shape[0] != tokens or values.shape[-1] <= k:
             continue
         top = values.topk(k + 1, dim=-1).values
         gap = top[..., k - 1] - top[..., k]
-        close = gap <= 2**-7 * top[..., k - 1].abs().clamp(min=1.0)
+        close = gap <= 2**-6 * top[..., k - 1].abs().clamp(min=1.0)
         tied |= close.reshape(tokens, -1).any(1)
     return tied
 
 
-def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> int:
-    """Rows agree within bf16 tolerance except tokens at a router near-tie; returns how many those were."""
+def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> None:
+    """The bf16 ONNX is as close to the partition's float32 twin as PyTorch's own bf16 run of the
+    partition is, row by row, except tokens at a router near-tie.
+
+    The bound is twice PyTorch's worst bf16 row, at least 5% of the row's scale: a long bf16 chain
+    with large intermediates (GPT-OSS's clamped GLU, up to 56 before the down projection) loses over
+    3% in PyTorch too (measured over 60 inputs of 4096 tokens); a wrong lowering is off by its whole scale."""
     import ml_dtypes
 
     import onnx_reference
@@ -175,15 +181,19 @@ def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> int:
     args = [values[named[s.arg.name]] if s.arg.name in named else x for s in sig.input_specs]
     recorder = _RecordRouterScores(program.graph_module)
     with torch.no_grad():
-        expected = recorder.run(*args)[-1].float().reshape(tokens, -1)
+        pytorch_bf16 = recorder.run(*args)[-1].float().reshape(tokens, -1)
+    reference = run_partition_float32(program, [x])[-1].reshape(tokens, -1)
     model = external_data.onnx_with_weights(contents.onnx, contents.weights)
     got = onnx_reference.evaluator(model).run(None, {spec.name: x.float().numpy().astype(ml_dtypes.bfloat16)})[-1]
     got = torch.from_numpy(got.astype("float32")).reshape(tokens, -1)
-    row_scale = expected.abs().amax(1, keepdim=True)
-    bad = ((got - expected).abs() > 0.03 * row_scale + 1e-3).any(1)
+    row_scale = reference.abs().amax(1).clamp(min=1e-3)
     tied = _near_tie_tokens(recorder.scores, tokens)
-    assert not (bad & ~tied).any(), f"rows {torch.nonzero(bad & ~tied).flatten().tolist()} differ without a router tie"
-    return int(bad.sum())
+    pytorch_error = ((pytorch_bf16 - reference).abs().amax(1) / row_scale)[~tied]
+    bound = max(0.05, 2 * pytorch_error.max().item()) if pytorch_error.numel() else 0.05
+    bad = (got - reference).abs().amax(1) > bound * row_scale + 1e-3
+    assert not (bad & ~tied).any(), (
+        f"rows {torch.nonzero(bad & ~tied).flatten().tolist()} are further than {bound:.3f} of their scale from "
+        "the float32 twin without a router tie")
 
 
 BF16_MODELS = {
