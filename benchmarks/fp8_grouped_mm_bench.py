@@ -22,11 +22,8 @@ Contenders:
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import pathlib
-import statistics
 import sys
 import time
 
@@ -177,22 +174,13 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
-    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser = bench.fp8_parser(__doc__.split("\n")[0])
     parser.add_argument("--sustained", type=float, default=0.0, metavar="S",
                         help=f"also run {', '.join(SUSTAINED)} alone for S seconds each at the large shapes")
-    parser.add_argument("--skip-robot", action="store_true", help="the MoE shapes only (tuning runs)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    launchers = bench.load_launchers(args.images)
-    bench.print_device()
+    args, launchers = bench.start_fp8_bench(parser)
     sampler = sustained.GpuSampler().start() if sustained.GpuSampler.available() else None
     rows = []
-    shapes = [(f"{t}tok", t, e, h, f, top_k, 0.03, 21) for t, e, h, f, top_k in bench.LARGE]
-    if not args.skip_robot:
-        shapes += [(f"robot {t}tok {e}e h{h}", t, e, h, f, top_k, 0.015, 15) for t, e, h, f, top_k in bench.ROBOT]
-    for prefix, tokens, experts, hidden, ffn, top_k, replay_s, rounds in shapes:
+    for prefix, tokens, experts, hidden, ffn, top_k, replay_s, rounds in bench.layer_shapes(args.skip_robot):
         for gemm, k, n in (("gate_up", hidden, 2 * ffn), ("down", ffn, hidden)):
             name = f"{prefix} {gemm}"
             large = not prefix.startswith("robot")
@@ -201,18 +189,10 @@ def main() -> None:
             logger.info("%s: %s", name, {k: round(v, 1) for k, v in rows[-1]["us"].items()})
     if sampler is not None:
         sampler.stop()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fp8_grouped_mm_bench.json").write_text(json.dumps(rows, indent=1))
     text = table(rows)
     large = [r for r in rows if not r["shape"].startswith("robot")]
-    robot = [r for r in rows if r["shape"].startswith("robot")]
-    for label, subset in (("MoE shapes", large), ("robot sizes", robot)):
-        for x, y in (("ours_fp8", "torch_fp8"), ("ours_fp8", "torch_fp8_fast"), ("ours_fp8", "torch_fp8_quant"),
-                     ("ours_fp8", "ours_bf16")):
-            values = [r["us"][y] / r["us"][x] for r in subset if x in r["us"] and y in r["us"]]
-            if values:
-                text += (f"\n{label}: {x} x {y}: median {statistics.median(values):.2f}x, "
-                         f"range {min(values):.2f}x-{max(values):.2f}x over {len(values)} GEMMs")
+    text += bench.ratio_summary(rows, "ours_fp8", ("torch_fp8", "torch_fp8_fast", "torch_fp8_quant", "ours_bf16"),
+                                "GEMMs")
     if any("sm_mhz" in r for r in rows):
         text += "\nSM clock / power while timing (median over each shape's rounds): " + ", ".join(
             f"{r['shape']} {r['sm_mhz']:.0f} MHz {r['watts']:.0f} W" for r in large if "sm_mhz" in r)
@@ -239,8 +219,7 @@ def main() -> None:
         for r in steady:
             for label, s in r["sustained"].items():
                 text += f"\n| {r['shape']} | {label} | {s['tflops']:.1f} | {s['sm_mhz']:.0f} | {s['watts']:.0f} |"
-    (args.out / "fp8_grouped_mm_bench.md").write_text(text + "\n")
-    print("\n" + text)
+    bench.save_results(args.out, "fp8_grouped_mm_bench", rows, text)
 
 
 if __name__ == "__main__":

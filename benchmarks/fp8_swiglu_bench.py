@@ -24,11 +24,8 @@ round, medians; each result is checked against the float32 reference of the unfu
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import pathlib
-import statistics
 import sys
 
 import torch
@@ -61,11 +58,11 @@ def swiglu(x, h):
     _swiglu_kernel[(triton.cdiv(rows, 8), triton.cdiv(k, 512))](x, h, rows, k, BLOCK_M=8, BLOCK_K=512, num_warps=4)
 
 
-def swiglu_quantized(x, q, scale):
-    """Our SwiGLU row quantization (quantize_rows.py, SWIGLU), for torch's GEMM."""
+def quantized_rows(x, q, scale, swiglu=True):
+    """Our row quantization (quantize_rows.py) of x, or of its SwiGLU (SWIGLU), for torch's GEMM."""
     rows, k = q.shape
     quantize_rows.quantize_rows_kernel[(triton.cdiv(rows, 4),)](
-        x, q, scale, rows, k, BLOCK_M=4, BLOCK_K=1024, LAUNCH_DEPENDENTS=False, WHOLE_ROWS=False, SWIGLU=True,
+        x, q, scale, rows, k, BLOCK_M=4, BLOCK_K=1024, LAUNCH_DEPENDENTS=False, WHOLE_ROWS=False, SWIGLU=swiglu,
         num_warps=4)
 
 
@@ -106,7 +103,7 @@ def bench_stage(name, tokens, experts, hidden, ffn, top_k, launchers, replay_s, 
     fns = {
         "torch_bf16": lambda: (swiglu(x, h), torch._grouped_mm(h, w.transpose(-2, -1), offs=offs))[1],
         "ours_bf16": lambda: (swiglu(x, h), ours("ours_bf16", h, None)),
-        "torch_fp8": lambda: (swiglu_quantized(x, q, scale), torch._scaled_grouped_mm(
+        "torch_fp8": lambda: (quantized_rows(x, q, scale), torch._scaled_grouped_mm(
             q, b_q.transpose(-2, -1), scale, b_scale, offs=offs, out_dtype=torch.bfloat16))[1],
         "ours_fp8": lambda: (swiglu(x, h), ours("ours_fp8", h, fp8_operands("ours_fp8", False))),
         "ours_fp8_fused": lambda: ours("ours_fp8_fused", x, fp8_operands("ours_fp8_fused", True)),
@@ -144,38 +141,19 @@ def table(rows: list[dict]) -> str:
         lines += ["", "| shape | candidate | us | ours fp8 fused us / candidate's |", "|---|---|---|---|"]
         lines += [f"| {r['shape']} | {label} | {r['us'][label]:.1f} | {r['us']['ours_fp8_fused'] / r['us'][label]:.2f}x |"
                   for r in rows for label in candidates if label in r["us"]]
-    text = "\n".join(lines)
-    for part, subset in (("MoE shapes", [r for r in rows if not r["shape"].startswith("robot")]),
-                         ("robot sizes", [r for r in rows if r["shape"].startswith("robot")])):
-        for y in ("ours_bf16", "torch_fp8", "ours_fp8"):
-            values = [r["us"][y] / r["us"]["ours_fp8_fused"] for r in subset]
-            if values:
-                text += (f"\n{part}: ours_fp8_fused x {y}: median {statistics.median(values):.2f}x, "
-                         f"range {min(values):.2f}x-{max(values):.2f}x over {len(values)} stages")
-    return text
+    return "\n".join(lines) + bench.ratio_summary(rows, "ours_fp8_fused", ("ours_bf16", "torch_fp8", "ours_fp8"),
+                                                  "stages")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
-    parser.add_argument("--out", type=pathlib.Path, required=True)
-    parser.add_argument("--skip-robot", action="store_true", help="the MoE shapes only (tuning runs)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    launchers = bench.load_launchers(args.images)
-    bench.print_device()
-    shapes = [(f"{t}tok", t, e, h, f, k, 0.03, 21) for t, e, h, f, k in bench.LARGE]
-    if not args.skip_robot:
-        shapes += [(f"robot {t}tok {e}e h{h}", t, e, h, f, k, 0.015, 15) for t, e, h, f, k in bench.ROBOT]
+    parser = bench.fp8_parser(__doc__.split("\n")[0])
+    args, launchers = bench.start_fp8_bench(parser)
     rows = []
-    for name, *shape in shapes:
+    for name, *shape in bench.layer_shapes(args.skip_robot):
         rows.append(bench_stage(name, *shape[:5], launchers, *shape[5:]))
         logger.info("%s: %s", name, {label: round(us, 1) for label, us in rows[-1]["us"].items()})
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fp8_swiglu_bench.json").write_text(json.dumps(rows, indent=1))
     text = table(rows)
-    (args.out / "fp8_swiglu_bench.md").write_text(text + "\n")
-    print("\n" + text)
+    bench.save_results(args.out, "fp8_swiglu_bench", rows, text)
 
 
 if __name__ == "__main__":

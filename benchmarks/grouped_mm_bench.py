@@ -46,6 +46,55 @@ LARGE = [(t, 128, 3072, 3072, 8) for t in (3500, 8740)]  # tokens, experts, hidd
 ROBOT = [(t, e, h, h, 2) for t in (1, 32, 256) for e in (8, 64) for h in (1024, 2048)]
 
 
+def layer_shapes(skip_robot: bool) -> list[tuple]:
+    """(name, tokens, experts, hidden, ffn, top_k, replay seconds, rounds): the MoE shapes, then (unless
+    skipped) the robot sizes, with the replay length and rounds the FP8 benchmarks time them with."""
+    shapes = [(f"{t}tok", t, e, h, f, k, 0.03, 21) for t, e, h, f, k in LARGE]
+    if not skip_robot:
+        shapes += [(f"robot {t}tok {e}e h{h}", t, e, h, f, k, 0.015, 15) for t, e, h, f, k in ROBOT]
+    return shapes
+
+
+def ratio_summary(rows: list[dict], fast: str, others: tuple[str, ...], unit: str) -> str:
+    """Lines "<part>: <fast> x <other>: median, range" over the MoE shapes and over the robot sizes: each
+    other's time over fast's (rows' "us"), where both were timed."""
+    text = ""
+    for part, robot in (("MoE shapes", False), ("robot sizes", True)):
+        subset = [r for r in rows if r["shape"].startswith("robot") == robot]
+        for other in others:
+            values = [r["us"][other] / r["us"][fast] for r in subset if fast in r["us"] and other in r["us"]]
+            if values:
+                text += (f"\n{part}: {fast} x {other}: median {statistics.median(values):.2f}x, "
+                         f"range {min(values):.2f}x-{max(values):.2f}x over {len(values)} {unit}")
+    return text
+
+
+def fp8_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments the FP8 benchmarks share: the images prepare.py saved, the output folder, --skip-robot."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--skip-robot", action="store_true", help="the MoE shapes only (tuning runs)")
+    return parser
+
+
+def start_fp8_bench(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, dict[str, GroupedMMLauncher]]:
+    """The parsed arguments and the contenders' launchers, with logging on and the device printed."""
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    launchers = load_launchers(args.images)
+    print_device()
+    return args, launchers
+
+
+def save_results(out: pathlib.Path, stem: str, rows: list[dict], text: str) -> None:
+    """<stem>.json (every row) and <stem>.md (the table) in `out`; the table printed last."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+    (out / f"{stem}.md").write_text(text + "\n")
+    print("\n" + text)
+
+
 def routed_offsets(tokens: int, experts: int, top_k: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     choice = torch.rand(tokens, experts, generator=gen).topk(top_k, dim=1).indices.flatten()

@@ -31,7 +31,8 @@ memcheck_rc=$?
 grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3
 fi
 
-# BENCHES: which benchmarks run, "bf16 fp8" unless told; "swiglu" adds the FP8 down stage's (fp8_swiglu_bench.py).
+# BENCHES: which benchmarks run, "bf16 fp8" unless told; "swiglu" adds the FP8 down stage's (fp8_swiglu_bench.py),
+# "experts" the whole experts' (fp8_experts_bench.py: gate+up, SwiGLU, down).
 if [[ " ${BENCHES:-bf16 fp8} " == *" bf16 "* ]]; then
 python3 benchmarks/grouped_mm_bench.py --images .device/bench_images.json --out "$OUT" --sustained "${SUSTAINED_S:-3}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60
 fi
@@ -40,5 +41,8 @@ python3 benchmarks/fp8_grouped_mm_bench.py --images .device/fp8_bench_images.jso
 fi
 if [[ " ${BENCHES:-bf16 fp8} " == *" swiglu "* ]]; then  # its SwiGLU comparators are Triton kernels: unblocked
 PYTHONPATH=$PWD python3 benchmarks/fp8_swiglu_bench.py --images .device/fp8_bench_images.json --out "$OUT" ${SWIGLU_ARGS:-} 2>&1 | tee "$OUT/fp8_swiglu_bench.log" | tail -40
+fi
+if [[ " ${BENCHES:-bf16 fp8} " == *" experts "* ]]; then  # Triton SwiGLU comparators here too: unblocked
+PYTHONPATH=$PWD python3 benchmarks/fp8_experts_bench.py --images .device/fp8_bench_images.json --out "$OUT" ${EXPERTS_ARGS:-} 2>&1 | tee "$OUT/fp8_experts_bench.log" | tail -25
 fi
 echo "tests rc=$tests_rc memcheck rc=$memcheck_rc"
