@@ -31,6 +31,10 @@ def _slices(x):
     return x[:, :K], x[..., K:]
 
 
+def _negative_slices(x):  # bounds counted from the end, as aten.slice keeps them
+    return x[:, :-K], x[:, -K:]
+
+
 def _split(x):
     return torch.split(x, K, dim=1)
 
@@ -68,6 +72,7 @@ FUSED = {
     "chunk-silu": {},
     "slices-up-first": {"halves": _slices, "glu": lambda g, u: u * F.silu(g)},
     "split": {"halves": _split},
+    "negative-slices": {"halves": _negative_slices},
     "sigmoid-written-out": {"glu": lambda g, u: (g.float() * torch.sigmoid(g.float())).to(g.dtype) * u},
 }
 
@@ -99,6 +104,8 @@ NOT_FUSED = {
     "h-read-twice": {"also_return_h": True},
     "geglu": {"glu": lambda g, u: F.gelu(g) * u},
     "halves-swapped": {"halves": lambda x: _chunk(x)[::-1]},
+    "negative-slices-swapped": {"halves": lambda x: _negative_slices(x)[::-1]},
+    "negative-slices-overlapping": {"halves": lambda x: (x[:, :-K], x[:, -K - 1:-1])},
     "silu-times-gate": {"glu": lambda g, u: F.silu(g) * g},
 }
 

@@ -46,6 +46,16 @@ def _static_width(node) -> int | None:
 _SLICE_DEFAULTS = (None, 0, None, None, 1)  # aten.slice.Tensor(self, dim, start, end, step)
 
 
+def _slice_bound(bound, default: int, width: int) -> int | None:
+    """A slice bound as the column it stands for, as Python and aten.slice read it: None is `default`,
+    negatives count from the end, and the result is clamped to [0, width]; None where it is not an int."""
+    if bound is None:
+        return default
+    if not isinstance(bound, int):
+        return None
+    return min(max(bound + width if bound < 0 else bound, 0), width)
+
+
 def _half_of(node, half: int, k: int) -> torch.fx.Node | None:
     """x where `node` is half `half` (0: columns [0, K), 1: [K, 2K)) of a 2-D x of 2K columns."""
     if not isinstance(node, torch.fx.Node):
@@ -54,7 +64,7 @@ def _half_of(node, half: int, k: int) -> torch.fx.Node | None:
         x, dim, start, end, step = tuple(node.args) + _SLICE_DEFAULTS[len(node.args):]
         if _static_width(x) != 2 * k or dim not in (1, -1) or step != 1:
             return None
-        span = (start or 0, 2 * k if end is None else min(end, 2 * k))
+        span = (_slice_bound(start, 0, 2 * k), _slice_bound(end, 2 * k, 2 * k))
         return x if span == (half * k, (half + 1) * k) else None
     if node.target is operator.getitem and node.args[1] == half:
         split = node.args[0]
