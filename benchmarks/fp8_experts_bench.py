@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import grouped_mm_bench as bench  # noqa: E402  (benchmarks/, next to this file)
 import sustained  # noqa: E402
-from fp8_swiglu_bench import quantized_rows, rel_err, swiglu  # noqa: E402
+from fp8_swiglu_bench import quantized_rows, swiglu  # noqa: E402
 
 from et_trt_backend.kernels.launcher import Fp8Operands, fp8_workspace_bytes  # noqa: E402
 from et_trt_backend.quantization import grouped_mm_fp8_reference, quantize_weights_fp8, swiglu_rows  # noqa: E402
@@ -109,8 +109,8 @@ def bench_experts(name, tokens, experts, hidden, ffn, top_k, replay_s, rounds, l
         gate_up, out = fn()
         torch.cuda.synchronize()
         fp8 = "fp8" in label
-        errors = (rel_err(gate_up, gate_up_refs["fp8" if fp8 else "bf16"]),
-                  rel_err(out, down_reference(gate_up, w2, (w2_q, s2), offs, fp8)))
+        errors = (bench.rel_err(gate_up, gate_up_refs["fp8" if fp8 else "bf16"]),
+                  bench.rel_err(out, down_reference(gate_up, w2, (w2_q, s2), offs, fp8)))
         row["err"][label] = max(errors)
         if not (errors[0] < 1e-2 and errors[1] < 2e-2):
             raise AssertionError(f"{name}: {label} is off its reference by {errors[0]:.2e} (gate+up), "
@@ -119,7 +119,7 @@ def bench_experts(name, tokens, experts, hidden, ffn, top_k, replay_s, rounds, l
     row["down_kernels"] = f"{launcher.last_quantize} + {launcher.last_kernel}"
     flops = 6.0 * rows * hidden * ffn
     estimate = max(flops / 1000e12, (3 * experts * hidden * ffn + 6 * rows * (hidden + ffn)) / 4e12, 10e-6)
-    calls = min(1000, max(4, round(replay_s / estimate)))
+    calls = bench.replay_calls(replay_s, estimate)
     graphs = {label: bench.capture(fn, calls) for label, fn in fns.items()}
     started = time.monotonic()
     row["us"] = {label: t * 1e6 for label, t in bench.time_interleaved(graphs, calls, rounds).items()}

@@ -91,7 +91,7 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, replay_s, r
     a_q, a_scale = quantize_rows_fp8(a)
     flops = 2.0 * rows * k * n
     estimate = max(flops / 1000e12, (experts * k * n + rows * (k + 2 * n)) / 4e12, 5e-6)
-    calls = min(1000, max(4, round(replay_s / estimate)))
+    calls = bench.replay_calls(replay_s, estimate)
     ref_bf16 = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
     ref_fp8 = grouped_mm_fp8_reference(a, b_q, b_scale, offs)
     b_q_t = b_q.transpose(-2, -1)  # [G, K, N] column-major, as _scaled_grouped_mm takes it

@@ -66,10 +66,6 @@ def quantized_rows(x, q, scale, swiglu=True):
         num_warps=4)
 
 
-def rel_err(x, ref) -> float:
-    return float((x.float() - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
 def bench_stage(name, tokens, experts, hidden, ffn, top_k, launchers, replay_s, rounds) -> dict:
     rows, k, n = tokens * top_k, ffn, hidden
     offs = bench.routed_offsets(tokens, experts, top_k, tokens + experts).cuda()
@@ -114,13 +110,13 @@ def bench_stage(name, tokens, experts, hidden, ffn, top_k, launchers, replay_s, 
         result = fn()
         torch.cuda.synchronize()
         got = outs[label] if label in outs else result
-        row["err"][label] = rel_err(got, refs["fp8" if "fp8" in label else "bf16"])
+        row["err"][label] = bench.rel_err(got, refs["fp8" if "fp8" in label else "bf16"])
         if not row["err"][label] < 2e-2:
             raise AssertionError(f"{name}: {label} is off the reference by {row['err'][label]:.2e}")
     fns["ours_fp8_fused"]()  # the kernels it takes
     row["fused_kernels"] = f"{launchers['ours_fp8'].last_quantize} + {launchers['ours_fp8'].last_kernel}"
     estimate = max(2.0 * rows * k * n / 1000e12, (experts * k * n + rows * (4 * k + 2 * n)) / 4e12, 5e-6)
-    calls = min(1000, max(4, round(replay_s / estimate)))
+    calls = bench.replay_calls(replay_s, estimate)
     graphs = {label: bench.capture(fn, calls) for label, fn in fns.items()}
     row["us"] = {label: t * 1e6 for label, t in bench.time_interleaved(graphs, calls, rounds).items()}
     return row

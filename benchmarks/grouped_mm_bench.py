@@ -151,6 +151,11 @@ def launch_fn(launcher: GroupedMMLauncher, a, w, offs, out):
     return run
 
 
+def replay_calls(replay_s: float, call_s: float) -> int:
+    """Calls per CUDA-graph replay: enough to fill about replay_s at an estimated call_s each, 4 to 1000."""
+    return min(1000, max(4, round(replay_s / call_s)))
+
+
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-6))
 
@@ -163,7 +168,7 @@ def bench_shape(name, tokens, experts, k, n, top_k, launchers, seed, sampler=Non
     flops = 2.0 * rows * k * n
     # ~30 ms per replay: a call's time estimated at 500 TFLOP/s or 4 TB/s (weights, a, out).
     estimate = max(flops / 500e12, 2.0 * (experts * k * n + rows * (k + n)) / 4e12, 5e-6)
-    calls, rounds = min(1000, max(4, round(0.03 / estimate))), 21
+    calls, rounds = replay_calls(0.03, estimate), 21
     ref = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
     row = {"shape": name, "tokens": tokens, "experts": experts, "rows": rows, "K": k, "N": n}
     graphs = {"torch": capture(lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs), calls)}
