@@ -44,8 +44,9 @@ from et_trt_backend import BACKEND_ID
 from et_trt_backend import op_support
 from et_trt_backend.op_support._common import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe
+from et_trt_backend.source_lines import source_line
 
-from .errors import PartitionError, source_line
+from .errors import PartitionError
 from .moe import MoEBlock, find_moe_blocks, module_path
 from .rewrites import rewrite_for_edge
 
