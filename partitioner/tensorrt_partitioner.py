@@ -1,7 +1,7 @@
 """TensorRTPartitioner: one TensorRT engine per connected supported region of each model part.
 
 Before decompositions, a few meaning-preserving ATen rewrites keep the
-program lowerable and its token count dynamic (partitioner/rewrites.py), and
+program lowerable and its token count dynamic (partitioner/pre_edge_rewrites.py), and
 ops_to_not_decompose keeps the non-core ops the lowering needs
 (op_support.PRESERVED_OPS). Then, on the edge program:
 1. Each node gets its part from the recipe (module path -> part name) and a
@@ -48,7 +48,7 @@ from et_trt_backend.source_lines import source_line
 
 from .errors import PartitionError
 from .moe import MoEBlock, find_moe_blocks, module_path
-from .rewrites import rewrite_for_edge
+from .pre_edge_rewrites import rewrite_for_edge
 
 logger = logging.getLogger(__name__)
 

@@ -158,7 +158,7 @@ def test_policy_shape_ranges(policy):
 
 
 def test_dynamic_token_count_survives_edge_lowering(policy):
-    # ExecuTorch's edge validator would specialise it through a split (see partitioner/rewrites.py).
+    # ExecuTorch's edge validator would specialise it through a split (see partitioner/pre_edge_rewrites.py).
     observations = next(n for n in policy.program.graph.nodes if n.name == "observations")
     assert isinstance(observations.meta["val"].shape[0], torch.SymInt)
     assert [(int(r.lower), int(r.upper)) for r in policy.program.range_constraints.values()] == [(2, 512)]
