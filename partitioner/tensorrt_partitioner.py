@@ -42,7 +42,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import op_support
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe
 from et_trt_backend.source_lines import source_line
 

@@ -13,7 +13,7 @@ import torch
 
 import moe_models
 from et_trt_backend import BACKEND_ID, op_support
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_partitioner import PartitionError, TensorRTPartitioner
 from et_trt_partitioner.moe import find_moe_blocks
