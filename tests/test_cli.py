@@ -15,7 +15,7 @@ from onnx import helper
 import damaged_pte
 from et_trt_backend import BACKEND_ID, cli
 from et_trt_backend.engines import providers
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.kernels.robot_gpus import robot_gpus_line
 from et_trt_backend.options import DEFAULT_KERNEL_ARCHS
 from et_trt_backend.serialization import blob

@@ -29,8 +29,7 @@ from onnx import external_data_helper, helper, numpy_helper
 import moe_models
 from et_trt_backend import preflight
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build
-from et_trt_backend.kernels import KernelImage
-from et_trt_backend.kernels.images import kernel_name
+from et_trt_backend.serialization.kernel_image import KernelImage, kernel_name
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import (
     ACTIVATION_ATTRIBUTE,
