@@ -371,7 +371,7 @@ def moe_pte(tmp_path_factory, rtx) -> Path:
 
 def _check_build(pte: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "et_trt_backend.cli", "-q", "check", "--build", str(pte), *extra],
+    return subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", "-q", "check", "--build", str(pte), *extra],
                           capture_output=True, text=True, env=env, timeout=600)
 
 
