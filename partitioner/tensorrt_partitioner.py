@@ -43,6 +43,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
+from et_trt_backend.exported_ranges import stamp_exported_ranges
 from et_trt_backend.op_support import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe
 from et_trt_backend.source_lines import source_line
@@ -108,7 +109,8 @@ class TensorRTPartitioner(Partitioner):
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
-        return rewrite_for_edge(exported_program)
+        # The one hook that sees the user's ranges (min 1 included) before ExecuTorch's re-trace narrows them.
+        return rewrite_for_edge(stamp_exported_ranges(exported_program))
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram

@@ -14,6 +14,9 @@
 - example.pte: a link to that .pte, which the runner must refuse without TensorRT.
 - cpu_mlp.pte: a program with no delegate (ExecuTorch's CPU kernels run it all),
   which the runner runs and times on any machine, under emulation too.
+- exported_batch1.blob: the delegate blob of a small policy exported with
+  Dim("batch", min=1) and Dim("tokens", min=1) through TensorRTPartitioner: its
+  ranges start at 1, as the user exported them.
 """
 
 from __future__ import annotations
@@ -110,6 +113,28 @@ def _cpu_program() -> bytes:
     return to_edge_transform_and_lower(program).to_executorch().buffer
 
 
+def _exported_batch1_blob() -> bytes:
+    from executorch.exir import to_edge_transform_and_lower
+
+    from et_trt_partitioner import TensorRTPartitioner
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.down(torch.nn.functional.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    dims = {0: torch.export.Dim("batch", min=1, max=8), 1: torch.export.Dim("tokens", min=1, max=64)}
+    program = torch.export.export(Mlp().to(torch.bfloat16).eval(), (torch.randn(2, 5, 16, dtype=torch.bfloat16),),
+                                  dynamic_shapes=(dims,))
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner({"default": {"engine_build": "never"}})])
+    (module,) = [m for name, m in edge.exported_program().graph_module.named_children() if name.startswith("lowered")]
+    return module.processed_bytes
+
+
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -128,6 +153,7 @@ def main() -> None:
                                                                  DimSpec(16, "x:1", 16, 16, 16)], dynamic))
 
     (out / "cpu_mlp.pte").write_bytes(_cpu_program())
+    (out / "exported_batch1.blob").write_bytes(_exported_batch1_blob())
 
     pte = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
     (out / "example.pte").unlink(missing_ok=True)
