@@ -23,6 +23,9 @@ would otherwise break the program for TensorRT:
   TensorRT form. Their values are undefined, so zeros are one valid choice
   (model code overwrites them whole: an inverse permutation, a key assembled
   slice by slice), and a deterministic one.
+- complex tensors -> real pairs (complex_pairs.py): TensorRT has no complex
+  type and ExecuTorch's to_edge refuses polar and complex views (DeepSeek-V2's
+  rotary embedding); the real-pair arithmetic is exact.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -37,6 +40,7 @@ from et_trt_backend.op_support import unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
 from et_trt_backend.source_lines import source_line
 
+from .complex_pairs import complex_to_real_pairs, has_complex
 from .errors import PartitionError
 
 aten = torch.ops.aten
@@ -127,11 +131,15 @@ def _refuse_other_bincounts(program: ExportedProgram) -> None:
 def rewrite_for_edge(program: ExportedProgram) -> ExportedProgram:
     """`program` with the rewrites above (a new program; the input is not changed)."""
     bincounts = _countable_bincounts(program)
-    if bincounts:
+    complex_ops = has_complex(program)
+    if bincounts or complex_ops:
         program = program.run_decompositions({})  # a copy whose graph we may edit
         _bincounts_to_one_hot(program, _countable_bincounts(program))
+        if complex_ops:
+            complex_to_real_pairs(program)
     _refuse_other_bincounts(program)
     targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
-    if not bincounts and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
+    edited = bincounts or complex_ops  # then re-traced below, which gives the new nodes their metadata
+    if not edited and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
         return program
     return program.run_decompositions(dict(PRE_DECOMPOSITIONS))
