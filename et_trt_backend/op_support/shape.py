@@ -50,6 +50,11 @@ def _cat(node: Node) -> str | None:
     return None
 
 
+# Views (edge programs hold their *_copy forms): a partition of nothing else only moves data.
+VIEWS = frozenset({aten.view_copy.default, aten.permute_copy.default, aten.expand_copy.default,
+                   aten.unsqueeze_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim, aten.select_copy.int,
+                   aten.slice_copy.Tensor, aten.alias_copy.default})
+
 RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.view_copy.default: _any,
     aten.permute_copy.default: _any,
