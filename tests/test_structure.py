@@ -71,3 +71,12 @@ def test_a_circle_through_an_import_inside_a_function_is_found(tmp_path):
 def test_the_kernel_modules_depend_one_way(module, imported):
     modules = modules_of(PACKAGES)
     assert imported in imports_of(module, modules[module], modules)
+
+
+def test_test_modules_share_helpers_through_support_only():
+    """What several test modules need lives in tests/support/; no test module (nor a helper) imports a test module."""
+    tests = ROOT / "tests"
+    test_modules = {path.stem: path for path in tests.glob("test_*.py")}
+    importers = {**test_modules, **{f"support.{path.stem}": path for path in (tests / "support").glob("*.py")}}
+    found = {name: sorted(imports_of(name, path, test_modules)) for name, path in importers.items()}
+    assert {name: imported for name, imported in found.items() if imported} == {}
