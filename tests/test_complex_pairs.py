@@ -13,7 +13,7 @@ from executorch.exir import to_edge_transform_and_lower
 
 from et_trt_backend.serialization import external_data
 from et_trt_partitioner import PartitionError, TensorRTPartitioner
-from test_lowering import delegated_parts, run_reference_evaluator
+from support.lowering import delegated_parts, run_reference_evaluator
 
 HEADS, DIM = 2, 8
 

@@ -11,8 +11,8 @@ import torch
 
 from et_trt_backend.engines import onnx_build
 from et_trt_partitioner import TensorRTPartitioner
-from nvidia_builders import tensorrt_rtx_or_skip
-from test_lowering import assert_onnx_matches_partition, lower_program
+from support.lowering import assert_onnx_matches_partition, lower_program
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 
 class StridedWrites(torch.nn.Module):

@@ -13,7 +13,7 @@ from executorch.exir import to_edge_transform_and_lower
 
 from et_trt_backend.op_support import aten_overload
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import assert_onnx_matches_partition, delegated_parts
+from support.lowering import assert_onnx_matches_partition, delegated_parts
 
 NEVER_BUILD = {"default": {"engine_build": "never"}}
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-import moe_models
+from support import moe_models
 from et_trt_backend.options import ShapeRange
 from et_trt_backend.recipe import Recipe, RecipeError
 from et_trt_partitioner import TensorRTPartitioner, cli
-from test_lowering import assert_onnx_matches_partition, delegated_parts
+from support.lowering import assert_onnx_matches_partition, delegated_parts
 
 BATCH = torch.export.Dim("batch", min=1, max=8)
 TOKENS = torch.export.Dim("tokens", min=1, max=64)
