@@ -11,11 +11,18 @@ import torch
 import torch.nn.functional as F
 from executorch.exir import to_edge_transform_and_lower
 
+from et_trt_backend.engines import onnx_build
 from et_trt_backend.op_support import aten_overload
 from et_trt_partitioner import TensorRTPartitioner
 from support.lowering import assert_onnx_matches_partition, delegated_parts
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 NEVER_BUILD = {"default": {"engine_build": "never"}}
+
+
+def outside_tensorrt(t: torch.Tensor) -> torch.Tensor:
+    """The diagonal of `t`'s last two dimensions: an op that stays in ExecuTorch (no TensorRT lowering)."""
+    return t.diagonal(0, -2, -1)
 
 
 def _lower(module, x, dims):
@@ -33,7 +40,7 @@ def _onnx_ops(contents) -> list[str]:
 
 class RotaryTable(torch.nn.Module):
     """Issue 35's first form: a rotary table computed from the token count alone, split from the rest by an op
-    that stays in ExecuTorch (flip: no TensorRT lowering), and a second reader of the same count."""
+    that stays in ExecuTorch, and a second reader of the same count."""
 
     def __init__(self, strided_write: bool):
         super().__init__()
@@ -45,7 +52,7 @@ class RotaryTable(torch.nn.Module):
         if self.strided_write:
             ang[:, 1:4:2] = ang[:, 1:4:2] * 2.0
         else:
-            ang = ang.flip(-1)
+            ang = outside_tensorrt(ang[:, :, None].expand(-1, -1, 4))
         pos = torch.arange(x.shape[1]).float()[None, :, None]
         return x * torch.cat([ang.cos(), ang.sin()], -1).to(x.dtype) + pos.to(x.dtype)
 
@@ -55,8 +62,8 @@ TOKENS = {1: torch.export.Dim("tokens", min=2, max=64)}
 
 def test_a_size_no_tensor_carries_is_read_in_executorch():
     parts, outside = _lower(RotaryTable(strided_write=False), torch.randn(1, 6, 8), TOKENS)
-    # The table's arange stays with the flip: its output carries the token count into the engine.
-    assert sorted(outside) == ["aten.arange.start_step", "aten.flip.default"], outside
+    # The table's arange stays with the diagonal: its output carries the token count into the engine.
+    assert "aten.arange.start_step" in outside and "aten.diagonal_copy.default" in outside, outside
     assert len(parts) == 2
     for program, contents in parts:
         for tokens in (2, 7, 64):
@@ -83,35 +90,37 @@ class PaddedCumsum(torch.nn.Module):
         return y[:, : y.shape[1] - pad]
 
 
-def test_the_padded_form_lowers():
+def test_the_padded_form_is_one_partition_the_real_builder_takes():
     parts, outside = _lower(PaddedCumsum(), torch.randn(1, 6, 8), {1: torch.export.Dim("tokens", min=2, max=64)})
-    assert parts
-    for program, contents in parts:
-        for tokens in (2, 16, 17, 64):
-            assert_onnx_matches_partition(program, contents, tokens)
+    assert outside == [] and len(parts) == 1, outside
+    ((program, contents),) = parts
+    assert "Pad" in _onnx_ops(contents)
+    for tokens in (2, 16, 17, 64):
+        assert_onnx_matches_partition(program, contents, tokens)
+    assert len(onnx_build.parse_and_build(tensorrt_rtx_or_skip(), contents, "sm_80").plan) > 0
 
 
-class FlippedImageHead(torch.nn.Module):
+class ImageFeaturesHead(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.head = torch.nn.Linear(3 * 4 * 4, 8)
+        self.head = torch.nn.Linear(3 * 4, 8)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        feats = image.flip(-1)  # stays in ExecuTorch
+        feats = outside_tensorrt(image)
         return self.head(feats.reshape(image.shape[0], -1))
 
 
 def test_an_engine_takes_no_tensor_only_for_its_size():
-    parts, _ = _lower(FlippedImageHead(), torch.randn(2, 3, 4, 4), {0: torch.export.Dim("batch", min=1, max=8)})
+    parts, _ = _lower(ImageFeaturesHead(), torch.randn(2, 3, 4, 4), {0: torch.export.Dim("batch", min=1, max=8)})
     ((program, contents),) = parts
-    assert len(contents.inputs) == 1  # the flipped features, not the image too
+    assert len(contents.inputs) == 1  # the features, not the image too
     for batch in (1, 5):
         assert_onnx_matches_partition(program, contents, {"batch": batch})
 
 
-class CastThenFlip(torch.nn.Module):
+class CastOutside(torch.nn.Module):
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        return image.to(torch.bfloat16).flip(-1)
+        return outside_tensorrt(image.to(torch.bfloat16))
 
 
 class CastThenLinear(torch.nn.Module):
@@ -124,9 +133,26 @@ class CastThenLinear(torch.nn.Module):
 
 
 def test_a_lone_cast_is_no_engine():
-    parts, outside = _lower(CastThenFlip(), torch.randn(2, 3, 4, 4), {0: torch.export.Dim("batch", min=1, max=8)})
+    parts, outside = _lower(CastOutside(), torch.randn(2, 3, 4, 4), {0: torch.export.Dim("batch", min=1, max=8)})
     assert parts == []
-    assert sorted(outside) == ["aten.flip.default", "dim_order_ops._to_dim_order_copy.default"], outside
+    assert "dim_order_ops._to_dim_order_copy.default" in outside, outside
+
+
+class CastThenConv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3).to(torch.bfloat16)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.conv(image.to(torch.bfloat16))
+
+
+def test_a_cast_joins_the_convolution_it_feeds():
+    parts, outside = _lower(CastThenConv(), torch.randn(2, 3, 8, 8), {0: torch.export.Dim("batch", min=1, max=8)})
+    assert outside == []
+    ((program, contents),) = parts
+    assert _onnx_ops(contents)[:2] == ["Cast", "Conv"]
+    assert_onnx_matches_partition(program, contents, {"batch": 1}, rtol=2e-2, atol=2e-2)  # bf16 weights and image
 
 
 def test_a_cast_joins_the_computation_it_feeds():
