@@ -29,6 +29,10 @@ would otherwise break the program for TensorRT:
 - float64 program inputs and outputs -> a float32 round trip (truncate_double):
   TensorRT binds no float64, so the cast to and from float64 at the edge of a
   partition stays on ExecuTorch (_float64_boundary_casts).
+- eye -> (arange(n)[:, None] == arange(m)) in int64. PyTorch's own
+  decomposition counts in uint8 where n and m fit (Qwen3-Next's chunked delta
+  rule builds torch.eye(chunk)), a dtype TensorRT tensors do not have, which
+  would leave the identity to ExecuTorch.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -77,6 +81,13 @@ def _one_hot(ids: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     return aten._to_copy.default(aten.eq.Tensor(aten.unsqueeze.default(ids, -1), classes), dtype=torch.int64)
 
 
+def _eye(n: int, m: int | None = None, *, dtype=None, layout=None, device=None, pin_memory=None) -> torch.Tensor:
+    rows = aten.arange.start(0, n, dtype=torch.int64, device=device)
+    columns = aten.arange.start(0, n if m is None else m, dtype=torch.int64, device=device)
+    identity = aten.eq.Tensor(aten.unsqueeze.default(rows, -1), columns)
+    return aten._to_copy.default(identity, dtype=dtype or torch.get_default_dtype())
+
+
 def _empty_like(x: torch.Tensor, **kwargs) -> torch.Tensor:
     return aten.zeros_like.default(x, **kwargs)
 
@@ -86,6 +97,8 @@ def _new_empty(x: torch.Tensor, size, **kwargs) -> torch.Tensor:
 
 
 PRE_DECOMPOSITIONS = {
+    aten.eye.default: _eye,
+    aten.eye.m: _eye,
     aten.empty_like.default: _empty_like,
     aten.new_empty.default: _new_empty,
     aten.one_hot.default: _one_hot,
