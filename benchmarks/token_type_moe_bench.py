@@ -24,7 +24,7 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import moe_models  # noqa: E402
-from et_trt_partitioner.rewrites import rewrite_for_edge  # noqa: E402
+from et_trt_partitioner.pre_edge_rewrites import rewrite_for_edge  # noqa: E402
 
 
 def _time(fn, *args, device: str, repeats: int = 20) -> float:

@@ -44,7 +44,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 
-from .errors import source_line
+from et_trt_backend.source_lines import source_line
 
 logger = logging.getLogger(__name__)
 

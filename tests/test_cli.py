@@ -13,14 +13,15 @@ from executorch.exir._serialize._program import deserialize_pte_binary, serializ
 from onnx import helper
 
 import damaged_pte
-from et_trt_backend import BACKEND_ID, cli
+from et_trt_backend import BACKEND_ID
 from et_trt_backend.engines import providers
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.kernels.robot_gpus import robot_gpus_line
 from et_trt_backend.options import DEFAULT_KERNEL_ARCHS
 from et_trt_backend.serialization import blob
 from et_trt_backend.serialization.named_data import NamedData
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
+from et_trt_partitioner import cli
 
 
 def run(capsys, *argv):
@@ -326,7 +327,7 @@ def test_export_prints_only_et_trt_lines_unless_verbose(tmp_path):
     recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
 
     def export(*flags):
-        result = subprocess.run([sys.executable, "-m", "et_trt_backend.cli", *flags, "export", "--module",
+        result = subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", *flags, "export", "--module",
                                  f"{factory}:make", "--recipe", str(recipe), "--output", str(tmp_path / "x.pte")],
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]

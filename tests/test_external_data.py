@@ -17,9 +17,9 @@ import torch
 
 import moe_models
 import onnx_reference
-from et_trt_backend import cli
 from et_trt_backend.serialization import blob, external_data
 from et_trt_backend.serialization.pte import read_partitions
+from et_trt_partitioner import cli
 from test_lowering import _shape, lower_program, run_reference_evaluator
 from test_runtime import NOT_BUILT, RUNNER, _run, joined_log, load_method_refused
 

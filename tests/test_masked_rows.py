@@ -23,7 +23,7 @@ from et_trt_backend.engines import onnx_build
 from et_trt_backend.serialization import external_data
 from et_trt_backend.serialization.pte import read_partitions, read_programs
 from et_trt_partitioner import TensorRTPartitioner
-from et_trt_partitioner.rewrites import rewrite_for_edge
+from et_trt_partitioner.pre_edge_rewrites import rewrite_for_edge
 from nvidia_builders import tensorrt_rtx_or_skip
 
 aten = torch.ops.aten

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import moe_models
-from et_trt_partitioner.rewrites import rewrite_for_edge
+from et_trt_partitioner.pre_edge_rewrites import rewrite_for_edge
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

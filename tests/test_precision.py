@@ -26,7 +26,7 @@ import torch
 
 import moe_models
 import onnx_reference
-from et_trt_backend.cli import onnx_precision
+from et_trt_backend.onnx_analysis import onnx_precision
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import external_data

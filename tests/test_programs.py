@@ -22,7 +22,7 @@ from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
-from et_trt_backend import cli
+from et_trt_partitioner import cli
 from et_trt_backend.options import ShapeRange
 from et_trt_backend.recipe import RecipeError
 from et_trt_backend.serialization.pte import read_partitions, read_programs

@@ -29,8 +29,7 @@ from onnx import external_data_helper, helper, numpy_helper
 import moe_models
 from et_trt_backend import preflight
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build
-from et_trt_backend.kernels import KernelImage
-from et_trt_backend.kernels.images import kernel_name
+from et_trt_backend.serialization.kernel_image import KernelImage, kernel_name
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import (
     ACTIVATION_ATTRIBUTE,
@@ -372,7 +371,7 @@ def moe_pte(tmp_path_factory, rtx) -> Path:
 
 def _check_build(pte: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "et_trt_backend.cli", "-q", "check", "--build", str(pte), *extra],
+    return subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", "-q", "check", "--build", str(pte), *extra],
                           capture_output=True, text=True, env=env, timeout=600)
 
 

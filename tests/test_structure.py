@@ -71,3 +71,11 @@ def test_a_circle_through_an_import_inside_a_function_is_found(tmp_path):
 def test_the_kernel_modules_depend_one_way(module, imported):
     modules = modules_of(PACKAGES)
     assert imported in imports_of(module, modules[module], modules)
+
+
+def test_the_backend_never_imports_the_partitioner():
+    """et_trt_partitioner -> et_trt_backend, never back (the CLI and export() live in the partitioner)."""
+    modules = modules_of(PACKAGES)
+    backward = {name: sorted(m for m in imports_of(name, path, modules) if m.partition(".")[0] == "et_trt_partitioner")
+                for name, path in modules.items() if name.partition(".")[0] == "et_trt_backend"}
+    assert not {name: found for name, found in backward.items() if found}

@@ -35,9 +35,10 @@ from torch.export import ExportedProgram
 
 from et_trt_backend.op_support import unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
+from et_trt_backend.source_lines import source_line
 
 from . import masked_rows
-from .errors import PartitionError, source_line
+from .errors import PartitionError
 
 aten = torch.ops.aten
 
