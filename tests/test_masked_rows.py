@@ -99,6 +99,39 @@ def _by_spec(specs, hidden, ids):
     return [hidden if spec.dtype == torch.float32 else ids for spec in specs]
 
 
+class _MaskForms(torch.nn.Module):
+    """One expert written in the other ways PyTorch code selects and writes back masked rows."""
+
+    def __init__(self, form: str):
+        super().__init__()
+        self.expert = moe_models.TokenTypeMoE().experts[0 if form == "boolean" else 1]  # 32 or 16 features
+        self.form = form
+
+    def forward(self, hidden_states, types):
+        output = hidden_states.clone()
+        mask = types == 1
+        if self.form == "boolean":  # out[mask] = f(x[mask])
+            output[mask] = self.expert(hidden_states[mask])
+        else:  # coordinates from mask.nonzero(as_tuple=True), for the read and the write
+            b, s = mask.nonzero(as_tuple=True)
+            output[b, s, 16:] = torch.softmax(self.expert(hidden_states[b, s][:, 16:]), dim=-1) * 2.0
+        return output
+
+
+@pytest.mark.parametrize("form", ["boolean", "nonzero"])
+def test_other_mask_forms_become_dense_and_compute_the_same(form):
+    model = _seeded(_MaskForms(form))
+    rewritten = rewrite_for_edge(_export(model))
+    data_dependent = {aten.index.Tensor, aten.index_put.default, aten.nonzero.default, aten.nonzero_numpy.default}
+    assert not [n for n in rewritten.graph.nodes if n.target in data_dependent]
+    generator = torch.Generator().manual_seed(3)
+    for seq in (2, 11):
+        hidden, _ = _inputs(seq, generator)
+        types = torch.randint(0, 2, (BATCH, seq), generator=generator)
+        with torch.no_grad():
+            torch.testing.assert_close(rewritten.module()(hidden, types), model(hidden, types))
+
+
 class _RowMixing(torch.nn.Module):
     """Masked rows whose result depends on the other selected rows (their mean): not row-wise."""
 
