@@ -15,7 +15,12 @@ lowering (what to translate), so the two never disagree:
                         rules are keyed (and ops are named to the user)
 
 Every rule also gets the generic checks below: TensorRT tensor dtypes and at
-most MAX_RANK dimensions on every tensor in and out.
+most MAX_RANK dimensions on every tensor in and out. And any node, shape
+arithmetic and getitem included, whose inputs or output have a size that
+depends on the data (an unbacked symbol such as u0: what nonzero, boolean-mask
+indexing or unique return, and everything computed from it) stays on
+ExecuTorch: a TensorRT engine's sizes must follow from its input shapes, and
+torch.onnx cannot export such a graph.
 """
 
 from __future__ import annotations
@@ -24,15 +29,36 @@ import operator
 
 import torch
 from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from et_trt_backend.tensorrt_limits import MAX_RANK
 
-from . import activation, conversion, creation, elementwise, grouped_mm, indexing, matmul, reduction, routing, shape
+from . import (
+    activation,
+    bucketize,
+    conversion,
+    convolution,
+    creation,
+    elementwise,
+    grouped_mm,
+    indexing,
+    matmul,
+    normalization,
+    padding,
+    pooling,
+    reduction,
+    resize,
+    routing,
+    shape,
+)
 from ._common import TENSOR_DTYPES, Rule, aten_overload, dtype_name, input_tensors, output_tensors, names
 
 aten = torch.ops.aten
 
-_FAMILIES = (elementwise, activation, reduction, matmul, grouped_mm, shape, indexing, routing, creation, conversion)
+_FAMILIES = (
+    elementwise, activation, reduction, normalization, matmul, convolution, pooling, padding, resize, grouped_mm,
+    shape, indexing, routing, bucketize, creation, conversion,
+)
 
 RULES: dict[torch._ops.OpOverload, Rule] = {}
 for _family in _FAMILIES:
@@ -55,6 +81,8 @@ PRESERVED_OPS: list[torch._ops.OpOverload] = [
     aten.argsort.stable,
     # Not core ATen and no decomposition: expert counts.
     aten.histc.default,
+    # Not core ATen and no ExecuTorch kernel: action and value bins.
+    aten.bucketize.Tensor,
 ]
 
 
@@ -67,10 +95,26 @@ def _generic_reason(node: Node) -> str | None:
     return None
 
 
+def _data_dependent_reason(node: Node) -> str | None:
+    for what, value in (("output", node.meta.get("val")), *(("input", a.meta.get("val")) for a in node.all_input_nodes)):
+        symbols = free_unbacked_symbols(value)
+        if symbols:
+            return (
+                f"its {what} has a size ({', '.join(sorted(map(str, symbols)))}) that depends on the data (from "
+                "nonzero, boolean-mask indexing, unique or the like); a TensorRT engine's sizes must follow from its "
+                "input shapes, so this stays on ExecuTorch. To delegate it, keep shapes static: torch.where or "
+                "masked_fill instead of a mask index, a fixed-size topk instead of nonzero"
+            )
+    return None
+
+
 def unsupported_reason(node: Node) -> str | None:
     """None if the TensorRT lowering supports `node`, else why not (and what to do)."""
     if node.op != "call_function":
         return None  # placeholders, outputs and attributes are structure, not ops
+    data_dependent = _data_dependent_reason(node)
+    if data_dependent:
+        return data_dependent
     if node.target is operator.getitem:
         return None  # picks one output of a multi-output op; lives with its producer
     if node.target in SYMBOLIC_FUNCTIONS:
