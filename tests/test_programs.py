@@ -22,11 +22,11 @@ from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
-from et_trt_partitioner import cli
+from et_trt_backend import BACKEND_ID, runtime
 from et_trt_backend.options import ShapeRange
 from et_trt_backend.recipe import RecipeError
 from et_trt_backend.serialization.pte import read_partitions, read_programs
-from et_trt_partitioner import TensorRTPartitioner
+from et_trt_partitioner import TensorRTPartitioner, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -63,7 +63,7 @@ def test_each_program_is_one_engine(vla_pte):
     programs = {p.name: p for p in read_programs(vla_pte.read_bytes())}
     assert sorted(programs) == ["denoise_step", "prefix"]
     for program in programs.values():
-        assert program.delegate_backends == ["EtTrtBackend"], program.name
+        assert program.delegate_backends == [BACKEND_ID], program.name
         assert not program.kernel_calls, f"{program.name} leaves {dict(program.kernel_calls)} to ExecuTorch"
 
 
@@ -100,6 +100,22 @@ def test_inspect_shows_each_programs_partitions(vla_pte, capsys):
 
 def test_check_build_passes(vla_pte, capsys):
     assert cli.main(["check", "--build", "--require-builder", str(vla_pte)]) == 0, capsys.readouterr().out
+
+
+def test_executorch_loads_each_program_up_to_tensorrt(built_runtime, vla_pte, capfd):
+    # Each method's delegate finds its blob and named data; this runtime build has no TensorRT layer, so
+    # init stops there, in both programs (running them needs TensorRT and a GPU).
+    from executorch.runtime import Runtime
+
+    runtime.load()
+    program = Runtime.get().load_program(vla_pte)
+    assert program.method_names == {"prefix", "denoise_step"}
+    for name in sorted(program.method_names):
+        with pytest.raises(Exception):
+            program.load_method(name)
+    err = capfd.readouterr().err
+    assert err.count(f"{BACKEND_ID}: cannot initialize part") == 2, err[-3000:]
+    assert "TensorRT support was not built into libet_trt_runtime.so" in err, err[-3000:]
 
 
 def test_a_part_no_program_holds_is_refused_before_anything_is_lowered():
