@@ -108,7 +108,10 @@ class TensorRTPartitioner(Partitioner):
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
-        return rewrite_for_edge(exported_program)
+        program = rewrite_for_edge(exported_program)
+        # What runs next is ExecuTorch's own step, silent and long on a large program.
+        logger.info("ExecuTorch decomposes the program to its edge dialect; TensorRTPartitioner partitions it then")
+        return program
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
@@ -123,6 +126,7 @@ class TensorRTPartitioner(Partitioner):
         # Every check runs before the first tag is written: an error leaves the program untouched.
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
+        logger.info("TensorRTPartitioner: partitioning %d nodes", len(nodes))
         self.recipe.check_parts(module_path(n) for n in nodes)
         dims = self.recipe.check_shape_ranges(exported_program)
         parts = self._assign_parts(nodes)
