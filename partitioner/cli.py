@@ -301,6 +301,13 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _add_program_arguments(command: argparse.ArgumentParser) -> None:
+    """The .pte a command reads, and its data files."""
+    command.add_argument("file", type=Path)
+    command.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data file "
+                         "(default: the ones its partitions name, beside the .pte)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="et-trt", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -318,18 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "weights and engines to DIR/<output name>.ptd, beside a small .pte (default: in the .pte)")
     export_cmd.set_defaults(run=_cmd_export)
 
-    inspect_cmd = commands.add_parser("inspect", help="partitions, ops, options, kernel images, engine status")
-    inspect_cmd.add_argument("file", type=Path)
-    inspect_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                             "file (default: the ones its partitions name, beside the .pte)")
+    inspect_cmd = commands.add_parser("inspect", help="partitions, ops (and those outside them), options, kernel "
+                                      "images, engine status")
+    _add_program_arguments(inspect_cmd)
     inspect_cmd.add_argument("--dump-onnx", type=Path, metavar="DIR", help="write each partition's ONNX to DIR "
                              "(for trtexec or Polygraphy)")
     inspect_cmd.set_defaults(run=_cmd_inspect)
 
     check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
-    check_cmd.add_argument("file", type=Path)
-    check_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                           "file (default: the ones its partitions name, beside the .pte)")
+    _add_program_arguments(check_cmd)
     check_cmd.add_argument("--build", action="store_true", help="then parse and build each partition with NVIDIA's "
                            "own ONNX parser and builder (TensorRT where installed, else TensorRT for RTX) for its "
                            "targets; exit 1 on any failure")
