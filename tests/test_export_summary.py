@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,23 @@ def test_python_shows_the_fallbacks_at_warning(exported):
     assert len(warnings) == 1, warnings
     for entry in result["report"][0].left_out:
         assert f"  {entry}" in warnings[0].splitlines()
+
+
+def test_a_python_export_with_no_logging_set_up_prints_the_fallbacks_and_nothing_else():
+    """As a user's script runs it: to_edge_transform_and_lower, logging untouched."""
+    script = ("import sys\n"
+              f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+              "from executorch.exir import to_edge_transform_and_lower\n"
+              "from et_trt_partitioner import TensorRTPartitioner\n"
+              "import test_export_summary as t\n"
+              "to_edge_transform_and_lower(t.export_head(), partitioner=[TensorRTPartitioner(\n"
+              "    {'default': {'engine_build': 'never'}})])\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^TensorRTPartitioner: \d+ op\(s\) left to ExecuTorch, outside TensorRT:$", result.stderr, re.M)
+    assert f"  aten.mul.Tensor at {_source_line(FLOAT64_LINE)}: tensor of dtype float64" in result.stderr
+    # torch.onnx's warnings (torchvision ops it cannot register) are held back; importing ExecuTorch still warns.
+    assert "torchvision is not installed" not in result.stderr, result.stderr
 
 
 def test_other_libraries_info_lines_are_held_back(exported):
