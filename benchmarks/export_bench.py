@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _test_models_largest_first() -> list[tuple[str, Callable[[], object]]]:
-    """(name, program factory) of MoE models of tests/moe_models.py, largest (parameter count) first."""
+    """(name, program factory) of MoE models of tests/support/moe_models.py, largest (parameter count) first."""
     sys.path.insert(0, str(REPO / "tests"))
-    import moe_models
+    from support import moe_models
 
     candidates = {
         "MoEStack(experts=8, shared)": lambda: moe_models.MoEStack(experts=8, shared=True),
@@ -37,7 +37,7 @@ def _test_models_largest_first() -> list[tuple[str, Callable[[], object]]]:
     }
     sizes = {name: sum(p.numel() for p in build().parameters()) for name, build in candidates.items()}
     return [
-        (f"tests/moe_models.py {name}, {sizes[name]} params",
+        (f"tests/support/moe_models.py {name}, {sizes[name]} params",
          lambda build=candidates[name]: moe_models.export(moe_models.bf16(build())))
         for name in sorted(sizes, key=sizes.get, reverse=True)
     ]

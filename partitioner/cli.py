@@ -21,7 +21,7 @@ from typing import Any, Callable
 import et_trt_backend
 
 from . import log_config
-from .export import UsageError, export, file_safe
+from .export import UsageError, export, file_safe, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -115,38 +115,26 @@ def _partitions(path: Path, pte: bytes, data_files: list[Path] | None, missing_d
     from et_trt_backend.serialization.pte import read_partitions
 
     for data_file in data_files or []:
-        if not data_file.is_file():
-            raise UsageError(f"--data {data_file}: no such file")
+        require_file(data_file, "--data", ".ptd")
     return read_partitions(pte, data_files or (), data_dir=path.parent, missing_data_ok=missing_data_ok)
 
 
 def _print_summary(path: Path, pte: bytes, data_files: list[Path] | None = None, detail: bool = False) -> list:
     from et_trt_backend import BACKEND_ID
-    from et_trt_backend.serialization.pte import read_programs
+    from et_trt_backend.serialization.pte import read_delegates, read_plans
 
-    programs = read_programs(pte)
-    others = collections.Counter(b for program in programs for b in program.delegate_backends if b != BACKEND_ID)
+    others = collections.Counter(d.backend_id for d in read_delegates(pte) if d.backend_id != BACKEND_ID)
     partitions = _partitions(path, pte, data_files, missing_data_ok=True)
     print(f"{len(partitions)} TensorRT partition(s)"
           + (f"; other delegates: {dict(others)}" if others else ""))
-    for program in programs:
-        _print_program(program, [i for i, p in enumerate(partitions) if p.delegate.plan == program.name])
+    for plan in read_plans(pte):  # per program: its delegates (the TensorRT ones by number, below), what is left
+        held = ", ".join(f"[{i}]" for i, p in enumerate(partitions) if p.delegate.plan == plan.name)
+        outside = ", ".join(f"{op} {n}" for op, n in plan.kernel_calls.most_common())
+        print(f"plan {plan.name!r}: {plan.delegate_calls} delegate call(s); ops outside the delegates (ExecuTorch's "
+              f"kernels): {outside or 'none'}" + (f"; TensorRT partitions {held}" if held else ""))
     for i, partition in enumerate(partitions):
         _print_partition(i, partition, detail)
     return partitions
-
-
-def _print_program(program, partitions: list[int]) -> None:
-    """Which partitions (their numbers below) a program holds, and what it leaves to ExecuTorch's kernels."""
-    from et_trt_backend import BACKEND_ID
-
-    others = collections.Counter(b for b in program.delegate_backends if b != BACKEND_ID)
-    calls = program.kernel_calls
-    print(f"program {program.name!r}: {len(partitions)} TensorRT partition(s)"
-          + (" " + ", ".join(f"[{i}]" for i in partitions) if partitions else "")
-          + (f"; other delegates: {dict(others)}" if others else "")
-          + "; ExecuTorch kernels: " + (f"{sum(calls.values())} call(s) (" + ", ".join(
-              f"{op} {n}" for op, n in calls.most_common()) + ")" if calls else "none"))
 
 
 def _print_partition(i: int, partition, detail: bool) -> None:
@@ -261,8 +249,8 @@ def _check_builder(args: argparse.Namespace):
     """The NVIDIA builder `check --build` uses (TensorRT, else TensorRT for RTX), or None (said why)."""
     from et_trt_backend.engines import providers
 
-    if args.plugin_library is not None and not args.plugin_library.is_file():
-        raise UsageError(f"--plugin-library {args.plugin_library}: no such file")
+    if args.plugin_library is not None:
+        require_file(args.plugin_library, "--plugin-library", ".so")
     try:
         return providers.any_builder()
     except providers.BuilderUnavailable as e:
@@ -297,10 +285,13 @@ def _check_build(builder, contents, plugin_library: Path | None) -> int:
 
 # ---- shared ----------------------------------------------------------------------
 def _read_pte(path: Path, verbose: bool) -> bytes:
-    """The bytes of the .pte at `path`."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
+    """The bytes of the .pte at `path`, refused (PteError) unless they are an ExecuTorch program, which is known
+    before ExecuTorch is imported to read them."""
+    from et_trt_backend.serialization.pte_header import check_identifier
+
+    require_file(path, "", ".pte")
     pte = path.read_bytes()
+    check_identifier(pte)
     logger.info("loading ExecuTorch's program reader (torch and ExecuTorch)")
     log_config.configure_torch(verbose)  # the reader imports torch
     return pte
@@ -312,6 +303,13 @@ def _size(n: int) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def _add_program_arguments(command: argparse.ArgumentParser) -> None:
+    """The .pte a command reads, and its data files."""
+    command.add_argument("file", type=Path)
+    command.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data file "
+                         "(default: the ones its partitions name, beside the .pte)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -332,18 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "weights and engines to DIR/<output name>.ptd, beside a small .pte (default: in the .pte)")
     export_cmd.set_defaults(run=_cmd_export)
 
-    inspect_cmd = commands.add_parser("inspect", help="partitions, ops, options, kernel images, engine status")
-    inspect_cmd.add_argument("file", type=Path)
-    inspect_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                             "file (default: the ones its partitions name, beside the .pte)")
+    inspect_cmd = commands.add_parser("inspect", help="partitions, ops (and those outside them), options, kernel "
+                                      "images, engine status")
+    _add_program_arguments(inspect_cmd)
     inspect_cmd.add_argument("--dump-onnx", type=Path, metavar="DIR", help="write each partition's ONNX to DIR "
                              "(for trtexec or Polygraphy)")
     inspect_cmd.set_defaults(run=_cmd_inspect)
 
     check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
-    check_cmd.add_argument("file", type=Path)
-    check_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                           "file (default: the ones its partitions name, beside the .pte)")
+    _add_program_arguments(check_cmd)
     check_cmd.add_argument("--build", action="store_true", help="then parse and build each partition with NVIDIA's "
                            "own ONNX parser and builder (TensorRT where installed, else TensorRT for RTX) for its "
                            "targets; exit 1 on any failure")
@@ -363,7 +358,7 @@ EXPLAINED_ERRORS = (
     ("et_trt_backend.options", "OptionsError"),
     ("et_trt_backend.preflight", "PreflightError"),
     ("et_trt_backend.serialization.blob", "BlobError"),
-    ("et_trt_backend.serialization.pte", "PteError"),
+    ("et_trt_backend.serialization.pte_header", "PteError"),
     ("et_trt_partitioner.errors", "PartitionError"),
 )
 

@@ -22,16 +22,32 @@ class UsageError(ValueError):
     without a traceback)."""
 
 
+def require_file(path: Path, what: str, suffix: str = "") -> None:
+    """UsageError unless `path` is a file; a folder is named as one, with its `suffix` files as the hint."""
+    name = f"{what} {path}" if what else str(path)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob(f"*{suffix}") if p.is_file()) if suffix else []
+        raise UsageError(f"{name}: is a directory, not a file"
+                         + (f"; its {suffix} files: {', '.join(found[:5])}" if found else ""))
+    if not path.is_file():
+        raise UsageError(f"{name}: no such file")
+
+
 def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "",
            data_dir: Path | None = None) -> dict[str, Any]:
     """Export the program (or dict of programs) `factory` returns to `output`, its TensorRT partitions' weights,
     kernel images and engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step
-    timings and sizes."""
-    if recipe is not None and not recipe.is_file():
-        raise UsageError(f"--recipe {recipe}: no such file")
+    timings, sizes and the export report (et_trt_backend.export_report: per program, what TensorRT runs and what
+    not, and why)."""
+    if recipe is not None:
+        require_file(recipe, "--recipe")
+    tag = file_safe(output.stem)
+    if data_dir is not None:
+        refuse_data_file_clash(data_dir / f"{tag}.ptd", output)
     logger.info("importing ExecuTorch and the lowering")
     from executorch.exir import to_edge_transform_and_lower
 
+    from et_trt_backend.export_report import report
     from et_trt_partitioner import TensorRTPartitioner
 
     partitioner = TensorRTPartitioner(str(recipe) if recipe else None)  # validates the recipe first
@@ -45,11 +61,12 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
         from et_trt_backend.serialization import external_data
 
         for program in programs.values():  # one .ptd: weights the programs share are stored once
-            external_data.tag_weights(program, file_safe(output.stem))
+            external_data.tag_weights(program, tag)
 
     step = time.perf_counter()
     logger.info("partitioning and lowering %s with recipe %s", ", ".join(programs), recipe or "(defaults)")
     edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
+    exported = report(edge)  # before to_executorch(), which turns the ops left out into their out variants
     timings["lower_s"] = time.perf_counter() - step
 
     step = time.perf_counter()
@@ -62,7 +79,30 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
         logger.info("wrote %s", path)
     logger.info("exported in %.1f s", timings["total_s"])
     data_files = [path for path in written if path != output]
-    return {**timings, "pte_bytes": output.stat().st_size, "data_files": data_files}
+    return {**timings, "pte_bytes": output.stat().st_size, "data_files": data_files, "report": exported}
+
+
+def refuse_data_file_clash(data_file: Path, output: Path) -> None:
+    """UsageError where `data_file` exists but is not the data file of the .pte at `output` (which the export
+    replaces with its own): writing it would destroy another export's weights."""
+    if not data_file.exists() or data_file.name in _data_files_named_by(output):
+        return
+    raise UsageError(
+        f"{data_file} exists and is not the data file of {output}: another export wrote it, and this one would "
+        f"overwrite its weights. Choose another output name (the data file is named after it) or folder, or remove "
+        f"{data_file} first")
+
+
+def _data_files_named_by(pte: Path) -> set[str]:
+    """The data files (.ptd) the TensorRT partitions of the .pte at `pte` name; none if it is no readable .pte."""
+    from et_trt_backend.serialization.blob import BlobError
+    from et_trt_backend.serialization.pte import read_partitions
+    from et_trt_backend.serialization.pte_header import PteError
+
+    try:
+        return {p.contents.data_file for p in read_partitions(pte.read_bytes(), missing_data_ok=True)}
+    except (OSError, PteError, BlobError):
+        return set()
 
 
 def _programs_of(returned: Any, name: str) -> dict[str, Any]:
@@ -105,4 +145,5 @@ def write_program(executorch_program, output: Path, data_dir: Path | None) -> li
 
 
 def file_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    """`name` as a file name: letters (of any script), digits, "_", "." and "-" kept, other runs as "_"."""
+    return re.sub(r"[^\w.-]+", "_", name)

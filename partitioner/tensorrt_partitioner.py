@@ -30,7 +30,6 @@ ops_to_not_decompose keeps the non-core ops the lowering needs
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 from typing import Any, Callable, Iterable, Mapping
@@ -46,6 +45,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
+from et_trt_backend.export_report import describe, is_op, left_out
 from et_trt_backend.op_support import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
 from et_trt_backend.source_lines import source_line
@@ -115,7 +115,10 @@ class TensorRTPartitioner(Partitioner):
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         self._programs.record(method_name() or SINGLE_PROGRAM, exported_program)
-        return rewrite_for_edge(exported_program)
+        program = rewrite_for_edge(exported_program)
+        # What runs next is ExecuTorch's own step, silent and long on a large program.
+        logger.info("ExecuTorch decomposes the program to its edge dialect; TensorRTPartitioner partitions it then")
+        return program
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
@@ -131,6 +134,7 @@ class TensorRTPartitioner(Partitioner):
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
         name = method_name() or SINGLE_PROGRAM
+        logger.info("TensorRTPartitioner: partitioning %d nodes of program %r", len(nodes), name)
         programs = self._programs.to_check(name, exported_program)
         if programs is not None:
             self.recipe.check(programs)
@@ -154,7 +158,7 @@ class TensorRTPartitioner(Partitioner):
             )
             for proposed in proposer.propose_partitions():
                 members = [n for n in proposed.nodes if n.op == "call_function"]
-                if not any(self._is_compute(n) for n in members):
+                if not any(is_op(n) for n in members):
                     continue  # shape arithmetic or getitems alone: not worth an engine
                 tag = f"tensorrt_{len(partitions)}"
                 partitions.append((tag, part, members))
@@ -205,12 +209,6 @@ class TensorRTPartitioner(Partitioner):
             parts[node] = DEFAULT_PART
         return parts
 
-    @staticmethod
-    def _is_compute(node: Node) -> bool:
-        return node.target is not aten.sym_size.int and isinstance(
-            aten_overload(node.target), torch._ops.OpOverload
-        )
-
     def _check_block(self, block: MoEBlock, reasons: Mapping[Node, str | None], parts: Mapping[Node, str]) -> None:
         name = block.module or "<the exported module>"
         for node in (n for n in reasons if n in block.nodes):  # graph order: report the first offender
@@ -257,7 +255,7 @@ class TensorRTPartitioner(Partitioner):
         blocks: list[MoEBlock], tags: Mapping[Node, str], reasons: Mapping[Node, str | None]
     ) -> None:
         for block in blocks:
-            block_tags = {tags.get(n) for n in block.nodes if TensorRTPartitioner._is_compute(n)}
+            block_tags = {tags.get(n) for n in block.nodes if is_op(n)}
             if len(block_tags) == 1 and None not in block_tags:
                 continue
             detour = _detour(block.nodes)
@@ -300,16 +298,15 @@ class TensorRTPartitioner(Partitioner):
 
     @staticmethod
     def _log_summary(name, partitions, blocks, tags, nodes) -> None:
-        outside = collections.Counter(
-            _op_name(n) for n in nodes if n not in tags and TensorRTPartitioner._is_compute(n)
-        )
         logger.info("TensorRTPartitioner: program %r: %d partition(s), %d MoE block(s)", name, len(partitions),
                     len(blocks))
         for tag, part, members in partitions:
             moe = [b.module or "<root>" for b in blocks if tags.get(b.grouped_mms[0]) == tag]
             logger.info(
-                "  %s: part %r, %d ops%s", tag, part, sum(map(TensorRTPartitioner._is_compute, members)),
+                "  %s: part %r, %d ops%s", tag, part, sum(map(is_op, members)),
                 f", MoE blocks {moe}" if moe else "",
             )
+        outside = left_out([n for n in nodes if n not in tags])
         if outside:
-            logger.info("  left to ExecuTorch: %s", dict(outside))
+            # At WARNING: Python shows it with no logging configured (export_report.report(edge) has the same).
+            logger.warning("TensorRTPartitioner: %s", describe(outside))

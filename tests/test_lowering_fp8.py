@@ -17,14 +17,14 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-import onnx_reference
-import test_lowering
 from et_trt_backend import quantization
 from et_trt_backend.lowering import GroupedMMUse, LoweringError, lower_to_onnx
 from et_trt_backend.onnx_analysis import fp8_grouped_mms
 from et_trt_backend.options import parse_options
 from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import cli
+from support import onnx_reference
+from support.lowering import delegated_parts
 
 REPO = Path(__file__).resolve().parents[1]
 FP8 = parse_options({"expert_precision": "fp8", "kernel_archs": ["sm_90a"]})
@@ -163,7 +163,7 @@ def test_example_policy_exports_with_fp8_decoder_experts(kernel_cache, tmp_path,
     recipe = tomllib.loads((REPO / "examples" / "recipe.toml").read_text())
     recipe["parts"]["decoder"].update(expert_precision="fp8", kernel_archs=["sm_90a"])
     edge = to_edge_transform_and_lower(moe_policy.export_policy(), partitioner=[TensorRTPartitioner(recipe)])
-    by_part = {contents.part: contents for _, contents in test_lowering.delegated_parts(edge)}
+    by_part = {contents.part: contents for _, contents in delegated_parts(edge)}
     decoder = onnx.load_from_string(by_part["decoder"].onnx)
     assert [e["swiglu"] for e in fp8_grouped_mms(decoder)] == [False, True] * 2  # each layer's down GEMM
     assert {k.weight_format for k in by_part["decoder"].kernels} == {"fp8"}
