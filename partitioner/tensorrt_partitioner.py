@@ -1,7 +1,7 @@
 """TensorRTPartitioner: one TensorRT engine per connected supported region of each model part.
 
 Before decompositions, a few meaning-preserving ATen rewrites keep the
-program lowerable and its token count dynamic (partitioner/rewrites.py), and
+program lowerable and its token count dynamic (partitioner/pre_edge_rewrites.py), and
 ops_to_not_decompose keeps the non-core ops the lowering needs
 (op_support.PRESERVED_OPS). Then, on the edge program:
 1. Each node gets its part from the recipe (module path -> part name) and a
@@ -41,13 +41,15 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from et_trt_backend import BACKEND_ID
+from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe
+from et_trt_backend.source_lines import source_line
 
-from .errors import PartitionError, source_line
+from .errors import PartitionError
 from .moe import MoEBlock, find_moe_blocks, module_path
-from .rewrites import rewrite_for_edge
+from .pre_edge_rewrites import rewrite_for_edge
 
 logger = logging.getLogger(__name__)
 

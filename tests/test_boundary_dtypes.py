@@ -18,15 +18,15 @@ import onnx
 import pytest
 import torch
 
-import op_checks
 from executorch.exir import to_edge_transform_and_lower
 
 from et_trt_backend import op_support
 from et_trt_backend.engines import onnx_build
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_partitioner import TensorRTPartitioner
-from nvidia_builders import tensorrt_rtx_or_skip
-from test_lowering import delegated_parts
+from support import op_checks
+from support.lowering import delegated_parts
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 
 def _timestep_embedding(t: torch.Tensor, width: int) -> torch.Tensor:

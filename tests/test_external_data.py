@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-import moe_models
-import onnx_reference
-from et_trt_backend import cli
 from et_trt_backend.serialization import blob, external_data
 from et_trt_backend.serialization.pte import read_partitions
-from test_lowering import _shape, lower_program, run_reference_evaluator
-from test_runtime import NOT_BUILT, RUNNER, _run, joined_log, load_method_refused
+from et_trt_partitioner import cli
+from support import moe_models, onnx_reference
+from support.lowering import concrete_shape, lower_program, run_reference_evaluator
+from support.runtime_runs import NOT_BUILT, RUNNER, joined_log, load_method_refused, run_process
 
 TAG = "policy"
 
@@ -55,7 +54,7 @@ def test_external_data_leaves_a_small_pte_and_the_same_partitions(external, exam
 def test_both_exports_give_the_same_outputs_through_the_onnx_reference_path(external, example_pte):
     inside, outside = _partitions(example_pte), _partitions(external, external.with_suffix(".ptd"))
     for part, contents in outside.items():
-        feeds = {spec.name: torch.randn(_shape(spec, 9)).numpy() for spec in contents.inputs}
+        feeds = {spec.name: torch.randn(concrete_shape(spec, 9)).numpy() for spec in contents.inputs}
         got, expected = (run_reference_evaluator(onnx_reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)),
                                                  feeds) for c in (contents, inside[part]))
         assert len(got) == len(expected) == len(contents.outputs)
@@ -92,13 +91,13 @@ def test_the_delegate_reads_its_named_data_through_the_python_runtime(built_runt
 
 def test_the_runner_reads_named_data_from_data_path(built_runtime, external, tmp_path):
     ptd = external.with_suffix(".ptd")
-    result = _run([RUNNER, external, "--data-path", ptd, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", ptd, "--iterations", "1"])
     assert result.returncode == 1 and NOT_BUILT in result.stderr, result.stderr[-3000:]
-    result = _run([RUNNER, external, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
     assert "is not in the program's named data" in log and f"--data-path {TAG}.ptd" in log, log[-3000:]
-    result = _run([RUNNER, external, "--data-path", tmp_path / "none.ptd"])
+    result = run_process([RUNNER, external, "--data-path", tmp_path / "none.ptd"])
     assert result.returncode == 1 and f"cannot open data file {tmp_path / 'none.ptd'}" in result.stderr
 
 
@@ -117,7 +116,7 @@ def _corrupted_ptd(external: pathlib.Path, folder: pathlib.Path) -> tuple[pathli
 
 def test_a_corrupted_ptd_is_refused_naming_the_file_and_key(built_runtime, external, tmp_path):
     bad, weight = _corrupted_ptd(external, tmp_path)
-    result = _run([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", bad, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
     assert f"(named data {weight.key}, {weight.size} bytes): its sha256 is" in log, log[-3000:]
@@ -139,7 +138,7 @@ def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
         {"default": {"kernel_archs": ["sm_80"], "engine_build": "never"}})]).to_executorch()
     program.write_tensor_data_to_file(str(tmp_path))
     other.write_bytes(program.buffer)
-    result = _run([RUNNER, external, "--data-path", tmp_path / f"{TAG}.ptd", "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", tmp_path / f"{TAG}.ptd", "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
     assert "is not in the program's named data" in log and f"exported to '{TAG}.ptd'" in log, log[-3000:]

@@ -13,12 +13,12 @@ import onnx
 import pytest
 import torch
 
-import onnx_reference
 from et_trt_backend import op_support, preflight
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.lowering import ops as lowering_ops
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
+from support import onnx_reference
 
 torch.manual_seed(0)
 
@@ -238,7 +238,7 @@ def test_bincount_of_expert_ids_gets_a_static_size():
 def test_dynamic_dims_keep_their_names_and_ranges():
     import io
 
-    import moe_models
+    from support import moe_models
     from et_trt_backend.options import ShapeRange
 
     program = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))  # Dim("tokens", 2..256)

@@ -5,7 +5,6 @@ builds with NVIDIA's builder (TensorRT for RTX) for sm_80 and sm_86. Refusals na
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
@@ -13,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import op_checks
 from et_trt_backend import op_support
-from nvidia_builders import tensorrt_rtx_or_skip
-from test_op_support import call, meta
+from support import op_checks
+from support.fx_nodes import call, meta
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 aten = torch.ops.aten
 

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import op_checks
 from et_trt_backend import op_support, preflight
-from nvidia_builders import tensorrt_rtx_or_skip
-from test_op_support import call, meta
+from support import op_checks
+from support.fx_nodes import call, meta
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 aten = torch.ops.aten
 

@@ -85,7 +85,8 @@ def exported(installed) -> pathlib.Path:
 def test_the_installed_package_holds_its_libraries_sources_and_example(installed):
     result = _python(installed, """
         import et_trt_backend, et_trt_partitioner
-        from et_trt_backend import cli, runtime
+        from et_trt_backend import runtime
+        from et_trt_partitioner import cli
         from et_trt_backend.kernels import launcher, sm90
         for path in (et_trt_backend.__file__, et_trt_partitioner.__file__, runtime.library_path(),
                      launcher.library_path(), sm90.SOURCE, cli.EXAMPLES_DIR / "moe_policy.py", cli.EXAMPLE_RECIPE):

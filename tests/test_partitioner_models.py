@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import moe_models
-from et_trt_partitioner.rewrites import rewrite_for_edge
+from et_trt_partitioner.pre_edge_rewrites import rewrite_for_edge
+from support import moe_models
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -411,7 +411,7 @@ def test_io_specs_must_describe_the_graph():
     ("transformers DeepseekV3MoE", True),
 ])
 def test_lowered_moe_models_have_no_violations(model_name, kernel):
-    import moe_models
+    from support import moe_models
     from executorch.exir import to_edge_transform_and_lower
 
     import et_trt_backend.backend  # noqa: F401  (registers the backend)

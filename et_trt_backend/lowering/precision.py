@@ -49,9 +49,9 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
 
 from et_trt_backend.program_inputs import user_input_nodes
+from et_trt_backend.source_lines import source_line
 
 from .errors import LoweringError
-from .rewrites import source_line
 
 logger = logging.getLogger(__name__)
 aten = torch.ops.aten

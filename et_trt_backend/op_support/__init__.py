@@ -11,6 +11,8 @@ lowering (what to translate), so the two never disagree:
                         the tensor shapes
     PRESERVED_OPS       non-core ops kept through edge decomposition
                         (the partitioner's ops_to_not_decompose)
+    aten_overload(target)  the ATen overload behind an edge op, by which the
+                        rules are keyed (and ops are named to the user)
 
 Every rule also gets the generic checks below: TensorRT tensor dtypes (float64
 counts as the float32 it is computed in, where the part's truncate_double is
@@ -139,4 +141,4 @@ def unsupported_reason(node: Node, truncate_double: bool = True) -> str | None:
     return _generic_reason(node, truncate_double) or rule(node)
 
 
-__all__ = ["PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "unsupported_reason"]
+__all__ = ["PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "unsupported_reason"]

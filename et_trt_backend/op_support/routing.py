@@ -1,7 +1,7 @@
 """MoE routing ops: top-k, sorts, expert counts, offsets, scatters.
 
 TensorRT limits that shape these rules (and the lowering's rewrites,
-et_trt_backend/lowering/rewrites.py, which they mirror):
+et_trt_backend/lowering/routing_rewrites.py, which they mirror):
 - TopK takes a static K <= TOPK_MAX_K and is not stable. A sort becomes one
   TopK when its axis is static and at most TOPK_MAX_K long. An ascending 1-D
   sort of expert ids (integers in [0, E) from the router's top-k / max /

@@ -29,8 +29,8 @@ from typing import Any, Callable, TypeVar
 import flatbuffers
 import torch
 
-from et_trt_backend.kernels.images import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
-from et_trt_backend.kernels.images import KernelImage
+from et_trt_backend.serialization.kernel_image import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.serialization.named_data import NAMED_DATA_PREFIX, NamedData
 from et_trt_backend.options import CompileOptions, OptionsError, parse_options
 from et_trt_backend.serialization import schema_generated as fb

@@ -2,6 +2,8 @@
 
 - `GroupedMoE`: one configurable MoE block (router scoring, top-k, group-limited
   routing, counting and sorting style, combine style, shared expert).
+- `RoutingMoE`: the bare routing and expert path (top-k, sort, histc, cumsum, two
+  `_grouped_mm`, combine by index_add or by inverse permutation), 32 wide.
 - `MoEStack`: several MoE blocks with an op between them that TensorRT does not
   lower, to show how partitions split around it.
 - `hf_moe_block`, `HFDecoderLayer`, `HFCausalLM`: an unmodified sparse-MoE block,
@@ -131,11 +133,43 @@ class MoEStack(nn.Module):
 
 
 class MoEWithUnsupportedOp(GroupedMoE):
-    """A MoE block whose router computes in float64, a dtype TensorRT does not have."""
+    """A MoE block whose router computes in float64, a dtype TensorRT does not have (unsupported where the
+    recipe's truncate_double is off)."""
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weights, ids = super().route(x)
         return (weights.double() * 2.0).to(x.dtype), ids  # the offending line
+
+
+class RoutingMoE(torch.nn.Module):
+    """Public-code MoE routing: top-k -> argsort/sort -> histc -> cumsum -> _grouped_mm -> combine."""
+
+    def __init__(self, combine: str, dim=32, ffn=32, experts=8, k=2):
+        super().__init__()
+        self.k, self.experts, self.combine = k, experts, combine
+        self.router = torch.nn.Linear(dim, experts, bias=False, dtype=torch.bfloat16)
+        self.gate_up = torch.nn.Parameter(torch.randn(experts, 2 * ffn, dim, dtype=torch.bfloat16) / dim**0.5)
+        self.down = torch.nn.Parameter(torch.randn(experts, ffn, dim, dtype=torch.bfloat16) / ffn**0.5)
+
+    def forward(self, x):
+        weights, ids = torch.topk(torch.softmax(self.router(x).float(), -1), self.k, dim=-1)
+        flat = ids.reshape(-1)
+        if self.combine == "index_add":  # torchtitan style
+            order = torch.argsort(flat, stable=True)
+            counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts)
+        else:  # transformers style: unstable sort, inverse permutation, reshape-and-sum
+            _, order = torch.sort(flat)
+            counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts - 1)
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        rows = x[order // self.k]
+        gate, up = torch._grouped_mm(rows, self.gate_up.transpose(-2, -1), offs=offs).chunk(2, dim=-1)
+        rows = torch._grouped_mm(F.silu(gate) * up, self.down, offs=offs)  # down stored [E, ffn, dim]
+        rows = rows * weights.reshape(-1)[order].unsqueeze(-1).to(rows.dtype)
+        if self.combine == "index_add":
+            return torch.zeros_like(x).index_add(0, order // self.k, rows)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.shape[0])
+        return rows[inverse].view(x.shape[0], self.k, -1).sum(1)
 
 
 def bf16(module: nn.Module, seed: int = 0) -> nn.Module:

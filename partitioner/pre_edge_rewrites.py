@@ -40,8 +40,9 @@ from torch.utils import _pytree as pytree
 
 from et_trt_backend.op_support import unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
+from et_trt_backend.source_lines import source_line
 
-from .errors import PartitionError, source_line
+from .errors import PartitionError
 
 aten = torch.ops.aten
 

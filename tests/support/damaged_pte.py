@@ -1,10 +1,16 @@
-"""Damaged .pte files, made from a good one, for the tools that must refuse them in one clear line."""
+"""Damaged .pte files and blobs, made from good ones, for the tools that must refuse them in one clear line."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+import struct
+import zlib
+
+from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 
 from et_trt_backend import BACKEND_ID
+from et_trt_backend.serialization.blob import HEADER_SIZE
 from et_trt_backend.serialization.pte import read_delegates
 
 KINDS = ("empty", "random", "truncated", "garbage_after_identifier", "flipped_header")
@@ -32,3 +38,20 @@ def damaged(good: bytes, kind: str, seed: int) -> bytes:
             data[i] ^= rng.randint(1, 255)
         return bytes(data)
     raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
+
+
+def rewrite_blob(pte: bytes, change) -> bytes:
+    """The .pte with its first TensorRT blob replaced by change(blob bytes), through ExecuTorch's serializer."""
+    pte_file = deserialize_pte_binary(pte)
+    program = pte_file.program
+    delegate = next(d for d in program.execution_plan[0].delegates if d.id == BACKEND_ID)
+    entry = program.backend_delegate_data[delegate.processed.index]
+    entry.data = change(entry.data)
+    return bytes(serialize_pte_binary(pte_file))
+
+
+def reseal(data: bytes) -> bytes:
+    """The blob with its header recomputed, so corruption reaches the flatbuffer reader."""
+    payload = data[HEADER_SIZE:]
+    tail = struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
+    return data[:12] + struct.pack("<I", zlib.crc32(tail)) + tail
