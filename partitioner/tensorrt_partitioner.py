@@ -88,6 +88,47 @@ def _detour(region: set[Node]) -> list[Node]:
     return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
 
 
+_FLOAT64_BOUNDARY = (
+    "a float64 tensor would cross the TensorRT partition boundary, and TensorRT binds no float64; the "
+    "partition computes float64 in float32 (truncate_double), and the cast to and from float64 stays on "
+    "ExecuTorch. Cast this value to float32 in the model to delegate it"
+)
+
+
+def _keep_float64_inside(nodes: list[Node], parts: Mapping[Node, str], reasons: dict[Node, str | None],
+                         supported: set[Node], user_inputs: set[str]) -> None:
+    """Leaves to ExecuTorch every supported node that would take a float64 tensor from outside a partition or
+    hand one out of it, until none does (in place on `reasons` and `supported`).
+
+    Why the casts stay on ExecuTorch rather than in the ONNX: TensorRT has no float64 tensors, so a float64
+    engine input or output would need the runtime to convert on the host as well as the engine, and the blob's
+    IO specs to differ from the engine's tensors. ExecuTorch's cast kernel does it before the delegate call (as
+    Torch-TensorRT's truncate_double casts outside its engines), so the blob and the runtime only ever see
+    TensorRT types. rewrite_for_edge puts a cast pair at each float64 program input and output, so that what
+    leaves is the outer cast alone.
+    """
+    def outside(producer: Node, consumer: Node) -> bool:
+        if producer.op == "placeholder":
+            return producer.name in user_inputs  # weights go into the partition that uses them
+        return producer not in supported or parts.get(producer) != parts.get(consumer)
+
+    def is_float64(node: Node) -> bool:
+        value = node.meta.get("val")
+        return isinstance(value, torch.Tensor) and value.dtype == torch.float64
+
+    while True:
+        crossing = [
+            n for n in nodes if n in supported and (
+                any(is_float64(a) and outside(a, n) for a in n.all_input_nodes)
+                or (is_float64(n) and any(u.op == "output" or outside(n, u) for u in n.users)))
+        ]
+        if not crossing:
+            return
+        for node in crossing:
+            supported.discard(node)
+            reasons[node] = _FLOAT64_BOUNDARY
+
+
 class _PartSupport(OperatorSupportBase):
     """Supported nodes of one part, for CapabilityBasedPartitioner."""
 
@@ -114,8 +155,11 @@ class TensorRTPartitioner(Partitioner):
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
-        self._programs.record(method_name() or SINGLE_PROGRAM, exported_program)
-        program = rewrite_for_edge(exported_program)
+        name = method_name() or SINGLE_PROGRAM
+        self._programs.record(name, exported_program)
+        recipe = self.recipe.for_program(name)
+        truncate_double = all(o.truncate_double for o in (recipe.default, *recipe.parts.values()))
+        program = rewrite_for_edge(exported_program, truncate_double)
         # What runs next is ExecuTorch's own step, silent and long on a large program.
         logger.info("ExecuTorch decomposes the program to its edge dialect; TensorRTPartitioner partitions it then")
         return program
@@ -141,8 +185,9 @@ class TensorRTPartitioner(Partitioner):
         recipe = self.recipe.for_program(name)
         dims = dynamic_dims(exported_program)
         parts = self._assign_parts(recipe, nodes)
-        reasons = {n: op_support.unsupported_reason(n) for n in nodes}
+        reasons = {n: op_support.unsupported_reason(n, recipe.options_of(parts[n]).truncate_double) for n in nodes}
         supported = {n for n, r in reasons.items() if r is None}
+        _keep_float64_inside(nodes, parts, reasons, supported, set(exported_program.graph_signature.user_inputs))
 
         blocks = find_moe_blocks(graph)
         for block in blocks:

@@ -37,7 +37,7 @@ from . import routing_rewrites, translations
 from .errors import LoweringError
 from .fp8_experts import quantize_experts
 from .fp8_swiglu import fuse_swiglu
-from .precision import apply_precision
+from .precision import apply_precision, truncate_double
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
 
@@ -257,6 +257,8 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     routing_rewrites.rewrite(program)
     _check_no_data_dependent_sizes(program)  # after the rewrites, which give bincount of expert ids a static size
     _check_tensor_inputs(program)
+    if options.truncate_double:
+        truncate_double(program)
     apply_precision(program, options.precision)
     if options.expert_precision == "fp8":
         logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
