@@ -207,12 +207,13 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
             for key in ("val", "tensor_meta"):  # shapes change: the re-trace fills them in
                 dense.meta.pop(key, None)
             env[node] = dense
+        origin = {k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta}  # module, line
         keep = mask
         for _ in range(base_val.dim() - leading):
             keep = graph.call_function(aten.unsqueeze.default, (keep, -1))
-            keep.meta.update({k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta})
+            keep.meta.update(origin)
         selected = graph.call_function(aten.where.self, (keep, env[values], base))
-        selected.meta.update({k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta})
+        selected.meta.update(origin)
     put.replace_all_uses_with(selected)
     graph.erase_node(put)
     for rows_of in (selection, *indices):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from torch.export import ExportedProgram
 
 from et_trt_backend.recipe import ProgramOutline, dynamic_dims
@@ -74,7 +73,7 @@ class ProgramRegistry:
             self._outlines, self._checked = {}, False
         self._outlines[name] = outline(program)
 
-    def to_check(self, name: str, program: torch.export.ExportedProgram) -> dict[str, ProgramOutline] | None:
+    def to_check(self, name: str, program: ExportedProgram) -> dict[str, ProgramOutline] | None:
         """The programs the recipe must be checked against before `program` (named `name`) is tagged: all
         the recorded ones at the first partition() of an export, this one alone where it was not
         recorded (the partitioner called outside to_edge_transform_and_lower), else None (checked)."""
