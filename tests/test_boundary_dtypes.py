@@ -18,15 +18,15 @@ import onnx
 import pytest
 import torch
 
-import op_checks
 from executorch.exir import to_edge_transform_and_lower
 
 from et_trt_backend import op_support
 from et_trt_backend.engines import onnx_build
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_partitioner import TensorRTPartitioner
-from support.nvidia_builders import tensorrt_rtx_or_skip
+from support import op_checks
 from support.lowering import delegated_parts
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 
 def _timestep_embedding(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -130,5 +130,6 @@ def test_int64_inputs_and_outputs_are_bound_as_int64():
     # An IO spec the network does not have (int32 where the parser kept INT64) fails the build check.
     wrong = dataclasses.replace(whole.contents, inputs=[dataclasses.replace(s, dtype=torch.int32)
                                                          for s in whole.contents.inputs])
-    with pytest.raises(onnx_build.BuildFailed, match=r"'inputs_ids': the network's is DataType.INT64, the IO spec's torch.int32"):
+    with pytest.raises(onnx_build.BuildFailed, match=r"'inputs_ids': the network's is DataType.INT64, the IO spec's "
+                       "torch.int32"):
         onnx_build.parse_and_build(rtx, wrong, "sm_80")

@@ -255,7 +255,8 @@ def rewrite_combines(ctx: RewriteContext) -> None:
                 or not all(isinstance(s, int) for s in src_val.shape[1:])):
             if node.target is aten.index_put.default:
                 continue  # another x[idx] += v: translations.index_put adds it by a one-hot MatMul
-            if node.target is aten.index_add.default and out_val.dtype.is_floating_point and index.meta["val"].dim() == 1:
+            one_index = index.meta["val"].dim() == 1
+            if node.target is aten.index_add.default and out_val.dtype.is_floating_point and one_index:
                 _index_add_as_index_put(ctx, node, out, dim, index, src)
                 continue
             raise LoweringError(

@@ -113,7 +113,8 @@ def _generic_reason(node: Node, truncate_double: bool) -> str | None:
 
 
 def _data_dependent_reason(node: Node) -> str | None:
-    for what, value in (("output", node.meta.get("val")), *(("input", a.meta.get("val")) for a in node.all_input_nodes)):
+    values = [("output", node.meta.get("val")), *(("input", a.meta.get("val")) for a in node.all_input_nodes)]
+    for what, value in values:
         symbols = free_unbacked_symbols(value)
         if symbols:
             return (

@@ -18,7 +18,7 @@ from executorch.exir import to_edge_transform_and_lower
 from torch.utils import _pytree as pytree
 
 from et_trt_backend.engines import onnx_build
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner
 from support.lowering import delegated_parts
