@@ -318,12 +318,21 @@ class TensorRTPartitioner(Partitioner):
                 if chain is None:
                     continue  # computed from an inner tensor
                 read_outside = any(tags.get(u) != tag for u in node.users)
-                others = [a for n in members if n not in chain for a in n.all_input_nodes
-                          if tags.get(a) != tag and a not in node.all_input_nodes]
-                if read_outside or len(chain) == 1 and carrier(others, node.meta["val"]) is not None:
+                if read_outside or TensorRTPartitioner._only_for_a_carried_size(node, members, tags, tag):
                     for n in chain:
                         members.remove(n)
                         del tags[n]
+
+    @staticmethod
+    def _only_for_a_carried_size(node: Node, members: list[Node], tags: Mapping[Node, str], tag: str) -> bool:
+        """Whether `node` is the partition's one reader of an outside tensor, which it reads for a size that
+        another tensor input of the partition carries (releasing it drops that tensor from the inputs)."""
+        if node.target is not aten.sym_size.int or tags.get(node.args[0]) == tag:
+            return False
+        if any(tags.get(u) == tag for u in node.args[0].users if u is not node):
+            return False  # the tensor is an input all the same: ExecuTorch would compute the size for nothing
+        others = [a for n in members if n is not node for a in n.all_input_nodes if tags.get(a) != tag]
+        return carrier(others, node.meta["val"]) is not None
 
     @staticmethod
     def _size_chain(node: Node, tag: str, tags: Mapping[Node, str]) -> set[Node] | None:
