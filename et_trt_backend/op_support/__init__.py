@@ -58,6 +58,7 @@ from ._common import (
     aten_overload,
     computed_dtype,
     dtype_name,
+    holds_float64,
     input_tensors,
     names,
     output_tensors,
@@ -142,4 +143,6 @@ def unsupported_reason(node: Node, truncate_double: bool = True) -> str | None:
     return _generic_reason(node, truncate_double) or rule(node)
 
 
-__all__ = ["PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "unsupported_reason"]
+__all__ = [
+    "PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "holds_float64", "unsupported_reason",
+]
