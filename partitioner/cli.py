@@ -21,7 +21,7 @@ from typing import Any, Callable
 import et_trt_backend
 
 from . import log_config
-from .export import UsageError, export, file_safe
+from .export import UsageError, export, file_safe, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ EXAMPLE_RECIPE = EXAMPLES_DIR / "recipe.toml"
 
 # ---- export ------------------------------------------------------------------
 def load_factory(spec: str) -> Callable[[], Any]:
-    """The callable named by "pkg.mod:name" or "path/to/file.py:name"."""
+    """The callable named by "pkg.mod:name" or "path/to/file.py:name" (whose folder goes on sys.path)."""
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"--module {spec!r}: write it as pkg.mod:factory or path/to/file.py:factory")
@@ -44,6 +44,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
         path = Path(module_name)
         if not path.is_file():
             raise UsageError(f"--module {spec!r}: no file {path}")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # as `python file.py` would: the file's neighbours are importable
+            sys.path.insert(0, folder)
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[path.stem] = module  # dataclasses and pickling look modules up by name
@@ -112,19 +115,23 @@ def _partitions(path: Path, pte: bytes, data_files: list[Path] | None, missing_d
     from et_trt_backend.serialization.pte import read_partitions
 
     for data_file in data_files or []:
-        if not data_file.is_file():
-            raise UsageError(f"--data {data_file}: no such file")
+        require_file(data_file, "--data", ".ptd")
     return read_partitions(pte, data_files or (), data_dir=path.parent, missing_data_ok=missing_data_ok)
 
 
 def _print_summary(path: Path, pte: bytes, data_files: list[Path] | None = None, detail: bool = False) -> list:
     from et_trt_backend import BACKEND_ID
-    from et_trt_backend.serialization.pte import read_delegates
+    from et_trt_backend.serialization.pte import read_delegates, read_plans
 
     others = collections.Counter(d.backend_id for d in read_delegates(pte) if d.backend_id != BACKEND_ID)
     partitions = _partitions(path, pte, data_files, missing_data_ok=True)
     print(f"{len(partitions)} TensorRT partition(s)"
           + (f"; other delegates: {dict(others)}" if others else ""))
+    for plan in read_plans(pte):  # per program: its delegates (the TensorRT ones by number, below), what is left
+        held = ", ".join(f"[{i}]" for i, p in enumerate(partitions) if p.delegate.plan == plan.name)
+        outside = ", ".join(f"{op} {n}" for op, n in plan.kernel_calls.most_common())
+        print(f"plan {plan.name!r}: {plan.delegate_calls} delegate call(s); ops outside the delegates (ExecuTorch's "
+              f"kernels): {outside or 'none'}" + (f"; TensorRT partitions {held}" if held else ""))
     for i, partition in enumerate(partitions):
         _print_partition(i, partition, detail)
     return partitions
@@ -242,8 +249,8 @@ def _check_builder(args: argparse.Namespace):
     """The NVIDIA builder `check --build` uses (TensorRT, else TensorRT for RTX), or None (said why)."""
     from et_trt_backend.engines import providers
 
-    if args.plugin_library is not None and not args.plugin_library.is_file():
-        raise UsageError(f"--plugin-library {args.plugin_library}: no such file")
+    if args.plugin_library is not None:
+        require_file(args.plugin_library, "--plugin-library", ".so")
     try:
         return providers.any_builder()
     except providers.BuilderUnavailable as e:
@@ -278,10 +285,13 @@ def _check_build(builder, contents, plugin_library: Path | None) -> int:
 
 # ---- shared ----------------------------------------------------------------------
 def _read_pte(path: Path, verbose: bool) -> bytes:
-    """The bytes of the .pte at `path`."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
+    """The bytes of the .pte at `path`, refused (PteError) unless they are an ExecuTorch program, which is known
+    before ExecuTorch is imported to read them."""
+    from et_trt_backend.serialization.pte_header import check_identifier
+
+    require_file(path, "", ".pte")
     pte = path.read_bytes()
+    check_identifier(pte)
     logger.info("loading ExecuTorch's program reader (torch and ExecuTorch)")
     log_config.configure_torch(verbose)  # the reader imports torch
     return pte
@@ -295,6 +305,13 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _add_program_arguments(command: argparse.ArgumentParser) -> None:
+    """The .pte a command reads, and its data files."""
+    command.add_argument("file", type=Path)
+    command.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data file "
+                         "(default: the ones its partitions name, beside the .pte)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="et-trt", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -303,8 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     export_cmd = commands.add_parser("export", help="export a policy to a .pte with TensorRT partitions")
-    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram: pkg.mod:factory "
-                            "or path/to/file.py:factory (default: the example MoE policy)")
+    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram, or a dict of method "
+                            "name -> ExportedProgram for a .pte of several methods: pkg.mod:factory or "
+                            "path/to/file.py:factory (default: the example MoE policy)")
     export_cmd.add_argument("--recipe", type=Path, help="recipe file, TOML or YAML (default: the example's "
                             "recipe for the example policy, else default options)")
     export_cmd.add_argument("--output", "-o", type=Path, help="the .pte to write (default: <module>.pte)")
@@ -312,18 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "weights and engines to DIR/<output name>.ptd, beside a small .pte (default: in the .pte)")
     export_cmd.set_defaults(run=_cmd_export)
 
-    inspect_cmd = commands.add_parser("inspect", help="partitions, ops, options, kernel images, engine status")
-    inspect_cmd.add_argument("file", type=Path)
-    inspect_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                             "file (default: the ones its partitions name, beside the .pte)")
+    inspect_cmd = commands.add_parser("inspect", help="partitions, ops (and those outside them), options, kernel "
+                                      "images, engine status")
+    _add_program_arguments(inspect_cmd)
     inspect_cmd.add_argument("--dump-onnx", type=Path, metavar="DIR", help="write each partition's ONNX to DIR "
                              "(for trtexec or Polygraphy)")
     inspect_cmd.set_defaults(run=_cmd_inspect)
 
     check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
-    check_cmd.add_argument("file", type=Path)
-    check_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                           "file (default: the ones its partitions name, beside the .pte)")
+    _add_program_arguments(check_cmd)
     check_cmd.add_argument("--build", action="store_true", help="then parse and build each partition with NVIDIA's "
                            "own ONNX parser and builder (TensorRT where installed, else TensorRT for RTX) for its "
                            "targets; exit 1 on any failure")
@@ -343,7 +358,7 @@ EXPLAINED_ERRORS = (
     ("et_trt_backend.options", "OptionsError"),
     ("et_trt_backend.preflight", "PreflightError"),
     ("et_trt_backend.serialization.blob", "BlobError"),
-    ("et_trt_backend.serialization.pte", "PteError"),
+    ("et_trt_backend.serialization.pte_header", "PteError"),
     ("et_trt_partitioner.errors", "PartitionError"),
 )
 

@@ -45,6 +45,7 @@ from et_trt_backend.op_support import holds_float64, unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
 from et_trt_backend.source_lines import source_line
 
+from . import masked_rows
 from .errors import PartitionError
 
 aten = torch.ops.aten
@@ -178,18 +179,21 @@ def _float64_boundary_casts(program: ExportedProgram) -> None:
 
 
 def rewrite_for_edge(program: ExportedProgram, truncate_double: bool = True) -> ExportedProgram:
-    """`program` with the rewrites above (a new program; the input is not changed); with truncate_double
-    (every part of the recipe computes float64 in float32), cast pairs at its float64 inputs and outputs."""
-    bincounts = _countable_bincounts(program)
+    """`program` with the rewrites above and masked_rows' (a new program; the input is not changed); with
+    truncate_double (every part of the recipe computes float64 in float32), cast pairs at its float64 inputs
+    and outputs."""
+    edited = False
     float64_casts = truncate_double and _float64_boundaries(program)
-    if bincounts or float64_casts:
-        program = program.run_decompositions({})  # a copy whose graph we may edit
-        _bincounts_to_one_hot(program, _countable_bincounts(program))
+    if float64_casts or _countable_bincounts(program) or masked_rows.has_masked_rows(program):
+        program = program.run_decompositions({})  # a functional copy whose graph we may edit
+        bincounts = _countable_bincounts(program)
+        _bincounts_to_one_hot(program, bincounts)
+        densified = masked_rows.densify(program)
         if float64_casts:
             _float64_boundary_casts(program)
+        edited = bool(bincounts or densified or float64_casts)
     _refuse_other_bincounts(program)
     targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
-    if not (bincounts or float64_casts) and not any(
-            node.op == "call_function" and node.target in targets for node in program.graph.nodes):
-        return program
+    if not edited and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
+        return program  # the re-trace below also gives edited nodes their shapes
     return program.run_decompositions(dict(PRE_DECOMPOSITIONS))

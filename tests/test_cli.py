@@ -252,6 +252,25 @@ def test_not_a_pte(tmp_path, capsys):
     assert code == 2 and "no such file" in err
 
 
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_directory_is_named_as_one(tmp_path, capsys, command):
+    (tmp_path / "policy.pte").write_bytes(b"")
+    code, _, err = run(capsys, command, tmp_path)
+    assert (code, err) == (2, f"et-trt {command}: {tmp_path}: is a directory, not a file; its .pte files: policy.pte\n")
+
+
+def test_a_file_that_is_no_program_is_refused_before_torch_executorch_and_onnxscript_load(tmp_path):
+    """inspect and check read the file first: the heavy imports come only for an ExecuTorch program."""
+    wrong = tmp_path / "random.pte"
+    wrong.write_bytes(random.randbytes(4096))
+    code = ("import sys\nfrom et_trt_partitioner import cli\n"
+            f"codes = [cli.main([command, {str(wrong)!r}]) for command in ('inspect', 'check')]\n"
+            "print(codes, sorted(m for m in ('torch', 'executorch', 'onnxscript') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout == "[1, 1] []\n", result.stdout + result.stderr
+    assert result.stderr.count("not an ExecuTorch program") == 2, result.stderr
+
+
 @pytest.mark.parametrize("spec, words", [
     ("no_colon", "pkg.mod:factory"),
     ("missing_module_xyz:f", "cannot import missing_module_xyz"),
