@@ -40,7 +40,7 @@ class UsageError(Exception):
 
 # ---- export ------------------------------------------------------------------
 def load_factory(spec: str) -> Callable[[], Any]:
-    """The callable named by "pkg.mod:name" or "path/to/file.py:name"."""
+    """The callable named by "pkg.mod:name" or "path/to/file.py:name" (whose folder goes on sys.path)."""
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"--module {spec!r}: write it as pkg.mod:factory or path/to/file.py:factory")
@@ -48,6 +48,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
         path = Path(module_name)
         if not path.is_file():
             raise UsageError(f"--module {spec!r}: no file {path}")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # as `python file.py` would: the file's neighbours are importable
+            sys.path.insert(0, folder)
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[path.stem] = module  # dataclasses and pickling look modules up by name
@@ -65,9 +68,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "",
            data_dir: Path | None = None) -> dict[str, Any]:
-    """Export the program `factory` returns to `output`, its TensorRT partitions' weights, kernel images and
-    engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step timings and sizes."""
-    import torch
+    """Export the program (or dict of programs) `factory` returns to `output`, its TensorRT partitions' weights,
+    kernel images and engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step
+    timings and sizes."""
     from executorch.exir import to_edge_transform_and_lower
 
     import et_trt_backend.backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
@@ -79,22 +82,18 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     timings = {}
     start = time.perf_counter()
     name = name or getattr(factory, "__name__", "the factory")
-    logger.info("exporting the program from %s", name)
-    program = factory()
-    if not isinstance(program, torch.export.ExportedProgram):
-        raise UsageError(
-            f"{name} returned {type(program).__name__}; it must return a torch.export.ExportedProgram "
-            "(call torch.export.export(model, example_inputs, dynamic_shapes=...) in it)"
-        )
+    logger.info("exporting the program(s) from %s", name)
+    programs = _programs_of(factory(), name)
     timings["torch_export_s"] = time.perf_counter() - start
     if data_dir is not None:
         from et_trt_backend.serialization import external_data
 
-        external_data.tag_weights(program, _file_safe(output.stem))
+        for program in programs.values():  # one .ptd: weights the programs share are stored once
+            external_data.tag_weights(program, _file_safe(output.stem))
 
     step = time.perf_counter()
-    logger.info("partitioning and lowering with recipe %s", recipe or "(defaults)")
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
+    logger.info("partitioning and lowering %s with recipe %s", ", ".join(programs), recipe or "(defaults)")
+    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
     timings["lower_s"] = time.perf_counter() - step
 
     step = time.perf_counter()
@@ -108,6 +107,24 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     logger.info("exported in %.1f s", timings["total_s"])
     data_files = [path for path in written if path != output]
     return {**timings, "pte_bytes": output.stat().st_size, "data_files": data_files}
+
+
+def _programs_of(returned: Any, name: str) -> dict[str, Any]:
+    """The programs a factory returned, by name: one ExportedProgram (ExecuTorch names it "forward") or a
+    dict of them (the .pte's methods, e.g. {"prefix": ..., "denoise_step": ...})."""
+    import torch
+
+    programs = returned if isinstance(returned, dict) else {"forward": returned}
+    wrong = {key: type(value).__name__ for key, value in programs.items()
+             if not isinstance(key, str) or not key.isidentifier() or not isinstance(value, torch.export.ExportedProgram)}
+    if not programs or wrong:
+        got = type(returned).__name__ if not isinstance(returned, dict) else (
+            f"a dict with {', '.join(f'{k!r}: {v}' for k, v in wrong.items())}" if wrong else "an empty dict")
+        raise UsageError(
+            f"{name} returned {got}; it must return a torch.export.ExportedProgram (call "
+            "torch.export.export(model, example_inputs, dynamic_shapes=...) in it) or a dict of method name "
+            "(a Python identifier) -> ExportedProgram, one per method of the .pte")
+    return programs
 
 
 def _write_program(executorch_program, output: Path, data_dir: Path | None) -> list[Path]:
@@ -189,15 +206,31 @@ def _partitions(pte: Path, data_files: list[Path] | None, missing_data_ok: bool 
 
 def _print_summary(pte: Path, data_files: list[Path] | None = None, detail: bool = False) -> list:
     from et_trt_backend import BACKEND_ID
-    from et_trt_backend.serialization.pte import read_delegates
+    from et_trt_backend.serialization.pte import read_programs
 
-    others = collections.Counter(d.backend_id for d in read_delegates(_read_pte(pte)) if d.backend_id != BACKEND_ID)
+    programs = read_programs(_read_pte(pte))
+    others = collections.Counter(b for program in programs for b in program.delegate_backends if b != BACKEND_ID)
     partitions = _partitions(pte, data_files, missing_data_ok=True)
     print(f"{len(partitions)} TensorRT partition(s)"
           + (f"; other delegates: {dict(others)}" if others else ""))
+    for program in programs:
+        _print_program(program, [i for i, p in enumerate(partitions) if p.delegate.plan == program.name])
     for i, partition in enumerate(partitions):
         _print_partition(i, partition, detail)
     return partitions
+
+
+def _print_program(program, partitions: list[int]) -> None:
+    """Which partitions (their numbers below) a program holds, and what it leaves to ExecuTorch's kernels."""
+    from et_trt_backend import BACKEND_ID
+
+    others = collections.Counter(b for b in program.delegate_backends if b != BACKEND_ID)
+    calls = program.kernel_calls
+    print(f"program {program.name!r}: {len(partitions)} TensorRT partition(s)"
+          + (" " + ", ".join(f"[{i}]" for i in partitions) if partitions else "")
+          + (f"; other delegates: {dict(others)}" if others else "")
+          + "; ExecuTorch kernels: " + (f"{sum(calls.values())} call(s) (" + ", ".join(
+              f"{op} {n}" for op, n in calls.most_common()) + ")" if calls else "none"))
 
 
 def _print_partition(i: int, partition, detail: bool) -> None:
@@ -429,8 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     export_cmd = commands.add_parser("export", help="export a policy to a .pte with TensorRT partitions")
-    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram: pkg.mod:factory "
-                            "or path/to/file.py:factory (default: the example MoE policy)")
+    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram, or a dict of method "
+                            "name -> ExportedProgram for a .pte of several methods: pkg.mod:factory or "
+                            "path/to/file.py:factory (default: the example MoE policy)")
     export_cmd.add_argument("--recipe", type=Path, help="recipe file, TOML or YAML (default: the example's "
                             "recipe for the example policy, else default options)")
     export_cmd.add_argument("--output", "-o", type=Path, help="the .pte to write (default: <module>.pte)")

@@ -36,6 +36,7 @@ from torch.export import ExportedProgram
 from et_trt_backend.op_support import unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
 
+from . import masked_rows
 from .errors import PartitionError, source_line
 
 aten = torch.ops.aten
@@ -124,13 +125,16 @@ def _refuse_other_bincounts(program: ExportedProgram) -> None:
 
 
 def rewrite_for_edge(program: ExportedProgram) -> ExportedProgram:
-    """`program` with the rewrites above (a new program; the input is not changed)."""
-    bincounts = _countable_bincounts(program)
-    if bincounts:
-        program = program.run_decompositions({})  # a copy whose graph we may edit
-        _bincounts_to_one_hot(program, _countable_bincounts(program))
+    """`program` with the rewrites above and masked_rows' (a new program; the input is not changed)."""
+    edited = False
+    if _countable_bincounts(program) or masked_rows.has_masked_rows(program):
+        program = program.run_decompositions({})  # a functional copy whose graph we may edit
+        bincounts = _countable_bincounts(program)
+        _bincounts_to_one_hot(program, bincounts)
+        densified = masked_rows.densify(program)
+        edited = bool(bincounts or densified)
     _refuse_other_bincounts(program)
     targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
-    if not bincounts and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
-        return program
+    if not edited and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
+        return program  # the re-trace below also gives edited nodes their shapes
     return program.run_decompositions(dict(PRE_DECOMPOSITIONS))

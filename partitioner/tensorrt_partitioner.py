@@ -4,9 +4,12 @@ Before decompositions, a few meaning-preserving ATen rewrites keep the
 program lowerable and its token count dynamic (partitioner/rewrites.py), and
 ops_to_not_decompose keeps the non-core ops the lowering needs
 (op_support.PRESERVED_OPS). Then, on the edge program:
-1. Each node gets its part from the recipe (module path -> part name) and a
-   support verdict from et_trt_backend.op_support. A recipe part that matches
-   no module of the program is refused, with the closest module paths.
+1. Each node gets its part from the recipe of its program (module path ->
+   part name; partitioner/programs.py tells which program it is) and a
+   support verdict from et_trt_backend.op_support. At the first program, the
+   recipe is checked against every program of the export: a part that
+   matches no module of any program it applies to is refused, with the
+   closest module paths.
 2. MoE blocks are found (partitioner/moe.py). A block whose region holds an
    op TensorRT cannot run, or that the recipe splits across parts, stops the
    export with an error naming the op, its source line and the fix.
@@ -43,10 +46,11 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import op_support
 from et_trt_backend.op_support._common import aten_overload
-from et_trt_backend.recipe import DEFAULT_PART, Recipe
+from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
 
 from .errors import PartitionError, source_line
 from .moe import MoEBlock, find_moe_blocks, module_path
+from .programs import SINGLE_PROGRAM, ProgramRegistry, method_name
 from .rewrites import rewrite_for_edge
 
 logger = logging.getLogger(__name__)
@@ -97,15 +101,19 @@ class TensorRTPartitioner(Partitioner):
     """Claims MoE blocks whole, with the supported ops around them, one partition per part region.
 
     recipe: None (defaults), a Recipe, a dict or a path to a TOML/YAML file
-    (see et_trt_backend.recipe).
+    (see et_trt_backend.recipe). One partitioner serves every program of an
+    export (partitioner=[TensorRTPartitioner(recipe)]), so that the recipe is
+    checked against all of them together.
     """
 
     def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None):
         super().__init__()
         self.recipe = Recipe.coerce(recipe)
+        self._programs = ProgramRegistry()
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        self._programs.record(method_name() or SINGLE_PROGRAM, exported_program)
         return rewrite_for_edge(exported_program)
 
     def ops_to_not_decompose(
@@ -121,9 +129,13 @@ class TensorRTPartitioner(Partitioner):
         # Every check runs before the first tag is written: an error leaves the program untouched.
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
-        self.recipe.check_parts(module_path(n) for n in nodes)
-        dims = self.recipe.check_shape_ranges(exported_program)
-        parts = self._assign_parts(nodes)
+        name = method_name() or SINGLE_PROGRAM
+        programs = self._programs.to_check(name, exported_program)
+        if programs is not None:
+            self.recipe.check(programs)
+        recipe = self.recipe.for_program(name)
+        dims = dynamic_dims(exported_program)
+        parts = self._assign_parts(recipe, nodes)
         reasons = {n: op_support.unsupported_reason(n) for n in nodes}
         supported = {n for n, r in reasons.items() if r is None}
 
@@ -154,19 +166,20 @@ class TensorRTPartitioner(Partitioner):
 
         specs = {}
         for tag, part, members in partitions:
-            options = self.recipe.resolve_shape_ranges(
-                self.recipe.options_of(part), dims, self._input_symbols(members, tags, tag)
+            options = recipe.resolve_shape_ranges(
+                recipe.options_of(part), dims, self._input_symbols(members, tags, tag)
             )
             specs[tag] = DelegationSpec(BACKEND_ID, options.to_compile_specs(part))
 
         for node, tag in tags.items():
             node.meta["delegation_tag"] = tag
         tag_constant_data(exported_program)
-        self._log_summary(partitions, blocks, tags, nodes)
+        self._log_summary(name, partitions, blocks, tags, nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=specs)
 
     # ---- steps ----
-    def _assign_parts(self, nodes: list[Node]) -> dict[Node, str]:
+    @staticmethod
+    def _assign_parts(recipe: Recipe, nodes: list[Node]) -> dict[Node, str]:
         """Recipe part of every node; nodes without a module stack follow their producers, else users."""
         parts: dict[Node, str] = {}
         pending = []
@@ -175,7 +188,7 @@ class TensorRTPartitioner(Partitioner):
             if path is None:
                 pending.append(node)
             else:
-                parts[node] = self.recipe.part_for(path)
+                parts[node] = recipe.part_for(path)
         for _ in range(2):  # producers first (topological), then users for what is left
             still = []
             for node in pending:
@@ -285,11 +298,12 @@ class TensorRTPartitioner(Partitioner):
         return symbols
 
     @staticmethod
-    def _log_summary(partitions, blocks, tags, nodes) -> None:
+    def _log_summary(name, partitions, blocks, tags, nodes) -> None:
         outside = collections.Counter(
             _op_name(n) for n in nodes if n not in tags and TensorRTPartitioner._is_compute(n)
         )
-        logger.info("TensorRTPartitioner: %d partition(s), %d MoE block(s)", len(partitions), len(blocks))
+        logger.info("TensorRTPartitioner: program %r: %d partition(s), %d MoE block(s)", name, len(partitions),
+                    len(blocks))
         for tag, part, members in partitions:
             moe = [b.module or "<root>" for b in blocks if tags.get(b.grouped_mms[0]) == tag]
             logger.info(

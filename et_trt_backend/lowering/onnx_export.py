@@ -18,6 +18,8 @@ import logging
 import re
 
 import onnx
+import onnx_ir
+import onnx_ir.passes.common
 import sympy
 import torch
 
@@ -230,6 +232,10 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
         optimize=True,
         verbose=False,
     )
+    # One name per value: the exporter names the inputs after the partition's arguments (say "getitem_3", a
+    # delegate's output in the program) after naming the values inside after their FX nodes, which can
+    # give an inner value the same name; NVIDIA's parser then finds a cycle. Inputs and outputs keep theirs.
+    onnx_ir.passes.common.NameFixPass()(onnx_program.model)
     # The weights leave for files first: no protobuf ever holds them (one stops at 2 GiB).
     weights = external_data.move_weights_out(onnx_program.model)
     model = onnx_program.model_proto

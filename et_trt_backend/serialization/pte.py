@@ -3,6 +3,7 @@ ExecuTorch's own program and data-file deserializers."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 
 from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import PTEFile, _ExtendedHeader, deserialize_pte_binary
-from executorch.exir.schema import DataLocation
+from executorch.exir.schema import DataLocation, KernelCall
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
 from et_trt_backend import BACKEND_ID
@@ -29,6 +30,15 @@ class Delegate:
     backend_id: str
     compile_specs: dict[str, bytes]
     data: bytes  # the backend's processed bytes
+
+
+@dataclasses.dataclass
+class Program:
+    """One program (execution plan, a method) of a .pte: what runs where."""
+
+    name: str
+    delegate_backends: list[str]  # the backend id of each delegate, by delegate index
+    kernel_calls: collections.Counter[str]  # calls of ExecuTorch's own kernels, by operator ("aten::cat.out")
 
 
 @dataclasses.dataclass
@@ -81,6 +91,18 @@ def _delegates(pte_file: PTEFile) -> list[Delegate]:
 def read_delegates(pte: bytes) -> list[Delegate]:
     """Every delegate of every execution plan, with its processed bytes."""
     return _delegates(_load(pte))
+
+
+def read_programs(pte: bytes) -> list[Program]:
+    """Every program of the .pte, with its delegates and the ExecuTorch kernels it calls."""
+    programs = []
+    for plan in _load(pte).program.execution_plan:
+        operators = [op.name + (f".{op.overload}" if op.overload else "") for op in plan.operators]
+        calls = collections.Counter(operators[instruction.instr_args.op_index] for chain in plan.chains
+                                    for instruction in chain.instructions
+                                    if isinstance(instruction.instr_args, KernelCall))
+        programs.append(Program(plan.name, [delegate.id for delegate in plan.delegates], calls))
+    return programs
 
 
 def read_data_file(path: str | os.PathLike) -> dict[str, bytes]:
