@@ -12,6 +12,7 @@ GroupedMM takes trans_b), or with expert_precision "fp8" as FP8 weights and thei
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -22,6 +23,8 @@ import onnx_ir
 import onnx_ir.passes.common
 import sympy
 import torch
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import ACTIVATIONS
@@ -93,6 +96,40 @@ def _check_tensor_inputs(program: torch.export.ExportedProgram) -> None:
                 "TensorRT engine takes tensors only (and integer sizes that a tensor input carries). The "
                 "partitioner should compute such values inside the partition"
             )
+
+
+def _check_no_data_dependent_sizes(program: torch.export.ExportedProgram) -> None:
+    for node in program.graph.nodes:
+        symbols = free_unbacked_symbols(node.meta.get("val"))
+        if symbols:
+            raise LoweringError(
+                f"node '{node.name}' has a size ({', '.join(sorted(map(str, symbols)))}) that depends on the data; "
+                "TensorRT engines need sizes that follow from the input shapes (TensorRTPartitioner leaves such "
+                "ops to ExecuTorch)"
+            )
+
+
+@contextlib.contextmanager
+def _outside_unbacked_symbols_set_aside(program: torch.export.ExportedProgram):
+    """Sets aside the shape environment's pending unbacked symbols while the partition is lowered.
+
+    A partition shares its fake tensors' shape environment with the whole program. Where the program
+    holds data-dependent ops outside the partition (nonzero, a mask index), ExecuTorch's passes leave
+    their fresh unbacked symbols pending there, and the next trace of any op in that environment (the
+    ONNX exporter's) fails with PendingUnbackedSymbolNotFound. The partition holds no such symbol
+    (_check_no_data_dependent_sizes), so they are none of its business.
+    """
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        yield
+        return
+    pending = list(shape_env.pending_fresh_unbacked_symbols)
+    shape_env.pending_fresh_unbacked_symbols.clear()
+    try:
+        yield
+    finally:
+        shape_env.pending_fresh_unbacked_symbols[:0] = pending
 
 
 def _ranges(program, options: CompileOptions) -> dict[str, _DynamicDim]:
@@ -210,6 +247,12 @@ def has_translation(target) -> bool:
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     """The partition as TensorRT-parseable ONNX, with its IO specs."""
+    _check_no_data_dependent_sizes(edge_program)
+    with _outside_unbacked_symbols_set_aside(edge_program):
+        return _lower(edge_program, options)
+
+
+def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     program = to_aten_program(edge_program)
     inline_size_inputs(program)
     rewrites.rewrite(program)

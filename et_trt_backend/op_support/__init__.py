@@ -13,7 +13,12 @@ lowering (what to translate), so the two never disagree:
                         (the partitioner's ops_to_not_decompose)
 
 Every rule also gets the generic checks below: TensorRT tensor dtypes and at
-most MAX_RANK dimensions on every tensor in and out.
+most MAX_RANK dimensions on every tensor in and out. And any node, shape
+arithmetic and getitem included, whose inputs or output have a size that
+depends on the data (an unbacked symbol such as u0: what nonzero, boolean-mask
+indexing or unique return, and everything computed from it) stays on
+ExecuTorch: a TensorRT engine's sizes must follow from its input shapes, and
+torch.onnx cannot export such a graph.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import operator
 
 import torch
 from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from et_trt_backend.tensorrt_limits import MAX_RANK
 
@@ -65,10 +71,26 @@ def _generic_reason(node: Node) -> str | None:
     return None
 
 
+def _data_dependent_reason(node: Node) -> str | None:
+    for what, value in (("output", node.meta.get("val")), *(("input", a.meta.get("val")) for a in node.all_input_nodes)):
+        symbols = free_unbacked_symbols(value)
+        if symbols:
+            return (
+                f"its {what} has a size ({', '.join(sorted(map(str, symbols)))}) that depends on the data (from "
+                "nonzero, boolean-mask indexing, unique or the like); a TensorRT engine's sizes must follow from its "
+                "input shapes, so this stays on ExecuTorch. To delegate it, keep shapes static: torch.where or "
+                "masked_fill instead of a mask index, a fixed-size topk instead of nonzero"
+            )
+    return None
+
+
 def unsupported_reason(node: Node) -> str | None:
     """None if the TensorRT lowering supports `node`, else why not (and what to do)."""
     if node.op != "call_function":
         return None  # placeholders, outputs and attributes are structure, not ops
+    data_dependent = _data_dependent_reason(node)
+    if data_dependent:
+        return data_dependent
     if node.target is operator.getitem:
         return None  # picks one output of a multi-output op; lives with its producer
     if node.target in SYMBOLIC_FUNCTIONS:
