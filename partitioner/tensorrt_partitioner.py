@@ -57,10 +57,9 @@ logger = logging.getLogger(__name__)
 
 aten = torch.ops.aten
 
-# Ops with no ExecuTorch portable kernel: left outside a delegate, the program cannot run.
-MUST_DELEGATE = frozenset(
-    {aten._grouped_mm.default, aten.histc.default, aten.argsort.stable, aten.sort.stable, aten.bincount.default}
-)
+# Ops with no ExecuTorch portable kernel: left outside a delegate, the program cannot run. (Every preserved
+# op is one: core ATen ops have portable kernels.)
+MUST_DELEGATE = frozenset(op_support.PRESERVED_OPS) | {aten.sort.stable, aten.bincount.default}
 
 
 def _op_name(node: Node) -> str:

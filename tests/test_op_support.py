@@ -139,10 +139,12 @@ class TestRouting:
         mask = meta(8, dtype=torch.bool)
         assert "boolean" in op_support.unsupported_reason(call(aten.index_put.default, x, [mask], v))
 
-    def test_accumulating_scatters_only_in_the_moe_combine_form(self):
+    def test_accumulating_scatters_only_in_the_moe_combine_form_or_as_float_sums(self):
         x, idx, v = meta(8, 4), meta(8, dtype=torch.int64), meta(8, 4)
+        assert op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True)) is None
+        x, v = meta(8, 4, dtype=torch.int32), meta(8, 4, dtype=torch.int32)
         reason = op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True))
-        assert "no accumulating scatter" in reason
+        assert "float MatMul" in reason
         reason = op_support.unsupported_reason(call(aten.scatter_add.default, x, 0, meta(8, 4, dtype=torch.int64), v))
         assert "no accumulating scatter" in reason
 

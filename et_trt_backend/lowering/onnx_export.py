@@ -116,8 +116,8 @@ def _outside_unbacked_symbols_set_aside(program: torch.export.ExportedProgram):
     A partition shares its fake tensors' shape environment with the whole program. Where the program
     holds data-dependent ops outside the partition (nonzero, a mask index), ExecuTorch's passes leave
     their fresh unbacked symbols pending there, and the next trace of any op in that environment (the
-    ONNX exporter's) fails with PendingUnbackedSymbolNotFound. The partition holds no such symbol
-    (_check_no_data_dependent_sizes), so they are none of its business.
+    ONNX exporter's) fails with PendingUnbackedSymbolNotFound. Once rewritten, the partition holds no such
+    symbol (_check_no_data_dependent_sizes), so they are none of its business.
     """
     fake_mode = detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
     shape_env = getattr(fake_mode, "shape_env", None)
@@ -247,7 +247,6 @@ def has_translation(target) -> bool:
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     """The partition as TensorRT-parseable ONNX, with its IO specs."""
-    _check_no_data_dependent_sizes(edge_program)
     with _outside_unbacked_symbols_set_aside(edge_program):
         return _lower(edge_program, options)
 
@@ -256,6 +255,7 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     program = to_aten_program(edge_program)
     inline_size_inputs(program)
     rewrites.rewrite(program)
+    _check_no_data_dependent_sizes(program)  # after the rewrites, which give bincount of expert ids a static size
     _check_tensor_inputs(program)
     apply_precision(program, options.precision)
     if options.expert_precision == "fp8":

@@ -31,12 +31,32 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from et_trt_backend.tensorrt_limits import MAX_RANK
 
-from . import activation, conversion, creation, elementwise, grouped_mm, indexing, matmul, reduction, routing, shape
+from . import (
+    activation,
+    bucketize,
+    conversion,
+    convolution,
+    creation,
+    elementwise,
+    grouped_mm,
+    indexing,
+    matmul,
+    normalization,
+    padding,
+    pooling,
+    reduction,
+    resize,
+    routing,
+    shape,
+)
 from ._common import TENSOR_DTYPES, Rule, aten_overload, dtype_name, input_tensors, output_tensors, names
 
 aten = torch.ops.aten
 
-_FAMILIES = (elementwise, activation, reduction, matmul, grouped_mm, shape, indexing, routing, creation, conversion)
+_FAMILIES = (
+    elementwise, activation, reduction, normalization, matmul, convolution, pooling, padding, resize, grouped_mm,
+    shape, indexing, routing, bucketize, creation, conversion,
+)
 
 RULES: dict[torch._ops.OpOverload, Rule] = {}
 for _family in _FAMILIES:
@@ -59,6 +79,8 @@ PRESERVED_OPS: list[torch._ops.OpOverload] = [
     aten.argsort.stable,
     # Not core ATen and no decomposition: expert counts.
     aten.histc.default,
+    # Not core ATen and no ExecuTorch kernel: action and value bins.
+    aten.bucketize.Tensor,
 ]
 
 

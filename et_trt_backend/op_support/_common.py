@@ -91,6 +91,15 @@ def check_arg_dtype(node: Node, index: int, allowed: frozenset[torch.dtype], wha
     return check_dtype(arg_tensor(node, index), allowed, what)
 
 
+def bound_args(node: Node, *names: str) -> tuple:
+    """Arguments by name, with the schema's defaults (overloads differ in which are positional)."""
+    schema = aten_overload(node.target)._schema.arguments
+    bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+    bound.update(zip((a.name for a in schema), node.args))
+    bound.update(node.kwargs)
+    return tuple(bound.get(name) for name in names)
+
+
 def first_reason(*reasons: str | None) -> str | None:
     return next((r for r in reasons if r), None)
 

@@ -64,5 +64,6 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.alias_copy.default: _any,
     aten.cat.default: _cat,
     aten.repeat.default: _any,
+    aten.flip.default: _any,
     aten.sym_size.int: lambda node: None,
 }
