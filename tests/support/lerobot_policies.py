@@ -32,6 +32,7 @@ LEROBOT_VERSION = "0.4.4"
 BATCH = 1
 IMAGE = (3, 32, 32)  # channels, height, width: the tiniest image every vision tower here accepts
 bf16 = torch.bfloat16
+_TORCHVISION_SCHEMAS: list[torch.library.Library] = []
 
 
 class Program(NamedTuple):
@@ -64,10 +65,10 @@ def _torchvision_without_compiled_ops() -> None:
     Declaring the two schemas (no kernel) lets it import; calling them would fail, and nothing here does."""
     if "torchvision" in sys.modules or hasattr(torch.ops.torchvision, "nms"):
         return
-    library = torch.library.Library("torchvision", "FRAGMENT")  # kept alive by the module attribute below
+    library = torch.library.Library("torchvision", "FRAGMENT")
     for name in ("nms", "qnms"):
         library.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _torchvision_without_compiled_ops.library = library
+    _TORCHVISION_SCHEMAS.append(library)  # a Library's definitions last as long as the object
 
 
 def _import_policy_modules() -> None:
