@@ -1,6 +1,6 @@
 """Experts routed by a token type: the authors' masked rows vs the dense form et-trt lowers them to.
 
-WALL-OSS's SparseMoeBlock (tests/moe_models.TokenTypeMoE) runs each expert on the rows its mask selects
+WALL-OSS's SparseMoeBlock (tests/support/moe_models.TokenTypeMoE) runs each expert on the rows its mask selects
 (boolean indexing, torch.where, index_put: a host sync per expert for the row count); partitioner/
 masked_rows.py rewrites that into each expert on every row, selected by torch.where(mask) (the graph
 `rewrite_for_edge` gives, run here eagerly, is the one the export lowers). This times both in eager
@@ -23,8 +23,8 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-import moe_models  # noqa: E402
-from et_trt_partitioner.rewrites import rewrite_for_edge  # noqa: E402
+from et_trt_partitioner.pre_edge_rewrites import rewrite_for_edge  # noqa: E402
+from support import moe_models  # noqa: E402
 
 
 def _time(fn, *args, device: str, repeats: int = 20) -> float:

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import nn
 
-from moe_policy import DTYPE, Block, MoE, RMSNorm
+from moe_policy import DTYPE, Block, MoE, RMSNorm, seeded
 
 IMAGE_SIZE = 32
 PATCH = 8
@@ -101,15 +101,7 @@ class VLAPolicy(nn.Module):
 
 def build_policy(seed: int = 0) -> VLAPolicy:
     """The policy with seeded random weights, bf16, in eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    policy = VLAPolicy()
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if name.endswith("norm.weight"):
-                continue  # norms start at one
-            fan_in = math.prod(param.shape[1:]) or param.shape[0]
-            param.copy_(torch.randn(param.shape, generator=generator) / math.sqrt(fan_in))
-    return policy.to(DTYPE).eval()
+    return seeded(VLAPolicy(), seed)
 
 
 def example_inputs(prompt_tokens: int = 12, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:

@@ -44,7 +44,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 
-from .errors import source_line
+from et_trt_backend.source_lines import source_line
 
 logger = logging.getLogger(__name__)
 
@@ -215,14 +215,16 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
         selected.meta.update({k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta})
     put.replace_all_uses_with(selected)
     graph.erase_node(put)
-    _drop_row_count_checks(graph, selection)
+    for rows_of in (selection, *indices):
+        _drop_row_count_checks(graph, rows_of)
     return True
 
 
-def _drop_row_count_checks(graph: torch.fx.Graph, selection: Node) -> None:
-    """Removes the runtime checks torch.export put on the selected row count (0 <= rows <= max): with the
-    rows gone they check nothing, and they would keep the data-dependent selection alive."""
-    for size in [u for u in selection.users if u.target is aten.sym_size.int]:
+def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
+    """Removes the runtime checks torch.export put on the row count of `rows_of` (the selection, the mask's
+    coordinates: 0 <= rows <= max): with the rows gone they check nothing, and they would keep the
+    data-dependent ops alive."""
+    for size in [u for u in rows_of.users if u.target is aten.sym_size.int and free_unbacked_symbols(_val(u))]:
         checks = set()
         frontier = [size]
         while frontier:

@@ -1,7 +1,7 @@
 """TensorRTPartitioner: one TensorRT engine per connected supported region of each model part.
 
 Before decompositions, a few meaning-preserving ATen rewrites keep the
-program lowerable and its token count dynamic (partitioner/rewrites.py), and
+program lowerable and its token count dynamic (partitioner/pre_edge_rewrites.py), and
 ops_to_not_decompose keeps the non-core ops the lowering needs
 (op_support.PRESERVED_OPS). Then, on the edge program:
 1. Each node gets its part from the recipe of its program (module path ->
@@ -30,7 +30,6 @@ ops_to_not_decompose keeps the non-core ops the lowering needs
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 from typing import Any, Callable, Iterable, Mapping
@@ -44,14 +43,17 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from et_trt_backend import BACKEND_ID
+from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.export_report import describe, is_op, left_out
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
+from et_trt_backend.source_lines import source_line
 
-from .errors import PartitionError, source_line
+from .errors import PartitionError
 from .moe import MoEBlock, find_moe_blocks, module_path
+from .pre_edge_rewrites import rewrite_for_edge
 from .programs import SINGLE_PROGRAM, ProgramRegistry, method_name
-from .rewrites import rewrite_for_edge
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,47 @@ def _detour(region: set[Node]) -> list[Node]:
     return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
 
 
+_FLOAT64_BOUNDARY = (
+    "a float64 tensor would cross the TensorRT partition boundary, and TensorRT binds no float64; the "
+    "partition computes float64 in float32 (truncate_double), and the cast to and from float64 stays on "
+    "ExecuTorch. Cast this value to float32 in the model to delegate it"
+)
+
+
+def _keep_float64_inside(nodes: list[Node], parts: Mapping[Node, str], reasons: dict[Node, str | None],
+                         supported: set[Node], user_inputs: set[str]) -> None:
+    """Leaves to ExecuTorch every supported node that would take a float64 tensor from outside a partition or
+    hand one out of it, until none does (in place on `reasons` and `supported`).
+
+    Why the casts stay on ExecuTorch rather than in the ONNX: TensorRT has no float64 tensors, so a float64
+    engine input or output would need the runtime to convert on the host as well as the engine, and the blob's
+    IO specs to differ from the engine's tensors. ExecuTorch's cast kernel does it before the delegate call (as
+    Torch-TensorRT's truncate_double casts outside its engines), so the blob and the runtime only ever see
+    TensorRT types. rewrite_for_edge puts a cast pair at each float64 program input and output, so that what
+    leaves is the outer cast alone.
+    """
+    def outside(producer: Node, consumer: Node) -> bool:
+        if producer.op == "placeholder":
+            return producer.name in user_inputs  # weights go into the partition that uses them
+        return producer not in supported or parts.get(producer) != parts.get(consumer)
+
+    def is_float64(node: Node) -> bool:
+        value = node.meta.get("val")
+        return isinstance(value, torch.Tensor) and value.dtype == torch.float64
+
+    while True:
+        crossing = [
+            n for n in nodes if n in supported and (
+                any(is_float64(a) and outside(a, n) for a in n.all_input_nodes)
+                or (is_float64(n) and any(u.op == "output" or outside(n, u) for u in n.users)))
+        ]
+        if not crossing:
+            return
+        for node in crossing:
+            supported.discard(node)
+            reasons[node] = _FLOAT64_BOUNDARY
+
+
 class _PartSupport(OperatorSupportBase):
     """Supported nodes of one part, for CapabilityBasedPartitioner."""
 
@@ -112,8 +155,14 @@ class TensorRTPartitioner(Partitioner):
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
-        self._programs.record(method_name() or SINGLE_PROGRAM, exported_program)
-        return rewrite_for_edge(exported_program)
+        name = method_name() or SINGLE_PROGRAM
+        self._programs.record(name, exported_program)
+        recipe = self.recipe.for_program(name)
+        truncate_double = all(o.truncate_double for o in (recipe.default, *recipe.parts.values()))
+        program = rewrite_for_edge(exported_program, truncate_double)
+        # What runs next is ExecuTorch's own step, silent and long on a large program.
+        logger.info("ExecuTorch decomposes the program to its edge dialect; TensorRTPartitioner partitions it then")
+        return program
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
@@ -129,14 +178,16 @@ class TensorRTPartitioner(Partitioner):
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
         name = method_name() or SINGLE_PROGRAM
+        logger.info("TensorRTPartitioner: partitioning %d nodes of program %r", len(nodes), name)
         programs = self._programs.to_check(name, exported_program)
         if programs is not None:
             self.recipe.check(programs)
         recipe = self.recipe.for_program(name)
         dims = dynamic_dims(exported_program)
         parts = self._assign_parts(recipe, nodes)
-        reasons = {n: op_support.unsupported_reason(n) for n in nodes}
+        reasons = {n: op_support.unsupported_reason(n, recipe.options_of(parts[n]).truncate_double) for n in nodes}
         supported = {n for n, r in reasons.items() if r is None}
+        _keep_float64_inside(nodes, parts, reasons, supported, set(exported_program.graph_signature.user_inputs))
 
         blocks = find_moe_blocks(graph)
         for block in blocks:
@@ -152,7 +203,7 @@ class TensorRTPartitioner(Partitioner):
             )
             for proposed in proposer.propose_partitions():
                 members = [n for n in proposed.nodes if n.op == "call_function"]
-                if not any(self._is_compute(n) for n in members):
+                if not any(is_op(n) for n in members):
                     continue  # shape arithmetic or getitems alone: not worth an engine
                 tag = f"tensorrt_{len(partitions)}"
                 partitions.append((tag, part, members))
@@ -203,12 +254,6 @@ class TensorRTPartitioner(Partitioner):
             parts[node] = DEFAULT_PART
         return parts
 
-    @staticmethod
-    def _is_compute(node: Node) -> bool:
-        return node.target is not aten.sym_size.int and isinstance(
-            aten_overload(node.target), torch._ops.OpOverload
-        )
-
     def _check_block(self, block: MoEBlock, reasons: Mapping[Node, str | None], parts: Mapping[Node, str]) -> None:
         name = block.module or "<the exported module>"
         for node in (n for n in reasons if n in block.nodes):  # graph order: report the first offender
@@ -255,7 +300,7 @@ class TensorRTPartitioner(Partitioner):
         blocks: list[MoEBlock], tags: Mapping[Node, str], reasons: Mapping[Node, str | None]
     ) -> None:
         for block in blocks:
-            block_tags = {tags.get(n) for n in block.nodes if TensorRTPartitioner._is_compute(n)}
+            block_tags = {tags.get(n) for n in block.nodes if is_op(n)}
             if len(block_tags) == 1 and None not in block_tags:
                 continue
             detour = _detour(block.nodes)
@@ -298,16 +343,15 @@ class TensorRTPartitioner(Partitioner):
 
     @staticmethod
     def _log_summary(name, partitions, blocks, tags, nodes) -> None:
-        outside = collections.Counter(
-            _op_name(n) for n in nodes if n not in tags and TensorRTPartitioner._is_compute(n)
-        )
         logger.info("TensorRTPartitioner: program %r: %d partition(s), %d MoE block(s)", name, len(partitions),
                     len(blocks))
         for tag, part, members in partitions:
             moe = [b.module or "<root>" for b in blocks if tags.get(b.grouped_mms[0]) == tag]
             logger.info(
-                "  %s: part %r, %d ops%s", tag, part, sum(map(TensorRTPartitioner._is_compute, members)),
+                "  %s: part %r, %d ops%s", tag, part, sum(map(is_op, members)),
                 f", MoE blocks {moe}" if moe else "",
             )
+        outside = left_out([n for n in nodes if n not in tags])
         if outside:
-            logger.info("  left to ExecuTorch: %s", dict(outside))
+            # At WARNING: Python shows it with no logging configured (export_report.report(edge) has the same).
+            logger.warning("TensorRTPartitioner: %s", describe(outside))

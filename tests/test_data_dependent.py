@@ -9,9 +9,9 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 
 from et_trt_backend import op_support
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import delegated_parts
+from support.lowering import delegated_parts
 
 aten = torch.ops.aten
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from et_trt_backend import cli
 from et_trt_backend.serialization import blob, external_data
 from et_trt_backend.serialization.pte import read_partitions
+from et_trt_partitioner import cli
 from support import moe_models, onnx_reference
 from support.lowering import concrete_shape, lower_program, run_reference_evaluator
 from support.runtime_runs import NOT_BUILT, RUNNER, joined_log, load_method_refused, run_process

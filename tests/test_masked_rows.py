@@ -1,6 +1,6 @@
 """Experts routed by an input (WALL-OSS's token-type MoE): masked row computations lower densely, whole.
 
-The block is written as its authors write it (moe_models.TokenTypeMoE): boolean-mask row selection, one
+The block is written as its authors write it (support/moe_models.TokenTypeMoE): boolean-mask row selection, one
 MLP per expert, of different widths, scattered back under the mask. Its `if mask.sum() == 0: continue`
 cannot be exported; without those two lines the program exports, and partitioner/masked_rows.py turns
 each expert's masked rows into a dense computation selected by the mask, so the block is one partition
@@ -17,14 +17,13 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-import moe_models
-import onnx_reference
 from et_trt_backend.engines import onnx_build
 from et_trt_backend.serialization import external_data
-from et_trt_backend.serialization.pte import read_partitions, read_programs
+from et_trt_backend.serialization.pte import read_partitions, read_plans
 from et_trt_partitioner import TensorRTPartitioner
-from et_trt_partitioner.rewrites import rewrite_for_edge
-from nvidia_builders import tensorrt_rtx_or_skip
+from et_trt_partitioner.pre_edge_rewrites import rewrite_for_edge
+from support import moe_models, onnx_reference
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 aten = torch.ops.aten
 BATCH, HIDDEN = 2, 32
@@ -67,8 +66,8 @@ def test_experts_routed_by_an_input_lower_whole_with_dynamic_lengths(routed_by):
     recipe = {"default": {"precision": "fp32", "engine_build": "never"}}
     pte = to_edge_transform_and_lower(_export(model), partitioner=[TensorRTPartitioner(recipe)]).to_executorch().buffer
 
-    (program,) = read_programs(pte)
-    assert len(program.delegate_backends) == 1 and not program.kernel_calls  # the whole block is one engine
+    (plan,) = read_plans(pte)
+    assert plan.delegate_calls == 1 and not plan.kernel_calls  # the whole block is one engine
     (partition,) = read_partitions(pte)
     contents = partition.contents
     assert [d.name for d in contents.inputs[0].dims][1] == "tokens"
@@ -97,6 +96,39 @@ def test_experts_routed_by_an_input_lower_whole_with_dynamic_lengths(routed_by):
 def _by_spec(specs, hidden, ids):
     """The inputs in the partition's order (by dtype: the hidden states are its one float input)."""
     return [hidden if spec.dtype == torch.float32 else ids for spec in specs]
+
+
+class _MaskForms(torch.nn.Module):
+    """One expert written in the other ways PyTorch code selects and writes back masked rows."""
+
+    def __init__(self, form: str):
+        super().__init__()
+        self.expert = moe_models.TokenTypeMoE().experts[0 if form == "boolean" else 1]  # 32 or 16 features
+        self.form = form
+
+    def forward(self, hidden_states, types):
+        output = hidden_states.clone()
+        mask = types == 1
+        if self.form == "boolean":  # out[mask] = f(x[mask])
+            output[mask] = self.expert(hidden_states[mask])
+        else:  # coordinates from mask.nonzero(as_tuple=True), for the read and the write
+            b, s = mask.nonzero(as_tuple=True)
+            output[b, s, 16:] = torch.softmax(self.expert(hidden_states[b, s][:, 16:]), dim=-1) * 2.0
+        return output
+
+
+@pytest.mark.parametrize("form", ["boolean", "nonzero"])
+def test_other_mask_forms_become_dense_and_compute_the_same(form):
+    model = _seeded(_MaskForms(form))
+    rewritten = rewrite_for_edge(_export(model))
+    data_dependent = {aten.index.Tensor, aten.index_put.default, aten.nonzero.default, aten.nonzero_numpy.default}
+    assert not [n for n in rewritten.graph.nodes if n.target in data_dependent]
+    generator = torch.Generator().manual_seed(3)
+    for seq in (2, 11):
+        hidden, _ = _inputs(seq, generator)
+        types = torch.randint(0, 2, (BATCH, seq), generator=generator)
+        with torch.no_grad():
+            torch.testing.assert_close(rewritten.module()(hidden, types), model(hidden, types))
 
 
 class _RowMixing(torch.nn.Module):

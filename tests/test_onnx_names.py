@@ -18,7 +18,7 @@ from et_trt_backend import preflight
 from et_trt_backend.engines import onnx_build
 from et_trt_backend.serialization.pte import read_partitions
 from et_trt_partitioner import TensorRTPartitioner
-from nvidia_builders import tensorrt_rtx_or_skip
+from support.nvidia_builders import tensorrt_rtx_or_skip
 
 
 class _Project(torch.nn.Module):

@@ -22,11 +22,11 @@ from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
-from et_trt_backend import cli
+from et_trt_backend import BACKEND_ID, runtime
 from et_trt_backend.options import ShapeRange
 from et_trt_backend.recipe import RecipeError
-from et_trt_backend.serialization.pte import read_partitions, read_programs
-from et_trt_partitioner import TensorRTPartitioner
+from et_trt_backend.serialization.pte import read_partitions, read_plans
+from et_trt_partitioner import TensorRTPartitioner, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -60,11 +60,12 @@ def _by_program(pte: Path) -> dict[str, list]:
 
 
 def test_each_program_is_one_engine(vla_pte):
-    programs = {p.name: p for p in read_programs(vla_pte.read_bytes())}
-    assert sorted(programs) == ["denoise_step", "prefix"]
-    for program in programs.values():
-        assert program.delegate_backends == ["EtTrtBackend"], program.name
-        assert not program.kernel_calls, f"{program.name} leaves {dict(program.kernel_calls)} to ExecuTorch"
+    plans = {p.name: p for p in read_plans(vla_pte.read_bytes())}
+    assert sorted(plans) == ["denoise_step", "prefix"]
+    by_program = _by_program(vla_pte)
+    for name, plan in plans.items():
+        assert plan.delegate_calls == len(by_program[name]) == 1, name
+        assert not plan.kernel_calls, f"{name} leaves {dict(plan.kernel_calls)} to ExecuTorch"
 
 
 def test_each_program_takes_its_own_recipe_table(vla_pte):
@@ -93,13 +94,30 @@ def test_inspect_shows_each_programs_partitions(vla_pte, capsys):
     assert cli.main(["inspect", str(vla_pte)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("2 TensorRT partition(s)\n")
-    assert "program 'denoise_step': 1 TensorRT partition(s) [0]; ExecuTorch kernels: none\n" in out
-    assert "program 'prefix': 1 TensorRT partition(s) [1]; ExecuTorch kernels: none\n" in out
+    none = "1 delegate call(s); ops outside the delegates (ExecuTorch's kernels): none"
+    assert f"plan 'denoise_step': {none}; TensorRT partitions [0]\n" in out
+    assert f"plan 'prefix': {none}; TensorRT partitions [1]\n" in out
     assert "[0] part 'default': plan 'denoise_step' delegate 0" in out
 
 
 def test_check_build_passes(vla_pte, capsys):
     assert cli.main(["check", "--build", "--require-builder", str(vla_pte)]) == 0, capsys.readouterr().out
+
+
+def test_executorch_loads_each_program_up_to_tensorrt(built_runtime, vla_pte, capfd):
+    # Each method's delegate finds its blob and named data; this runtime build has no TensorRT layer, so
+    # init stops there, in both programs (running them needs TensorRT and a GPU).
+    from executorch.runtime import Runtime
+
+    runtime.load()
+    program = Runtime.get().load_program(vla_pte)
+    assert program.method_names == {"prefix", "denoise_step"}
+    for name in sorted(program.method_names):
+        with pytest.raises(Exception):
+            program.load_method(name)
+    err = capfd.readouterr().err
+    assert err.count(f"{BACKEND_ID}: cannot initialize part") == 2, err[-3000:]
+    assert "TensorRT support was not built into libet_trt_runtime.so" in err, err[-3000:]
 
 
 def test_a_part_no_program_holds_is_refused_before_anything_is_lowered():
@@ -143,8 +161,9 @@ def test_export_takes_a_dict_of_programs_and_stores_shared_weights_once(tmp_path
     assert cli.main(["export", "--module", f"{factory}:programs", "--recipe", str(recipe), "--output", str(pte),
                      "--external-data", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "program 'project': 1 TensorRT partition(s) [0]; ExecuTorch kernels: none" in out
-    assert "program 'relu': 1 TensorRT partition(s) [1]; ExecuTorch kernels: none" in out
+    none = "1 delegate call(s); ops outside the delegates (ExecuTorch's kernels): none"
+    assert f"plan 'project': {none}; TensorRT partitions [0]\n" in out
+    assert f"plan 'relu': {none}; TensorRT partitions [1]\n" in out
     by_program = _by_program(pte)
     (project,), (relu,) = by_program["project"], by_program["relu"]
     assert (project.options.optimization_level, relu.options.optimization_level) == (3, 5)

@@ -33,11 +33,11 @@ from et_trt_backend.recipe import dynamic_dims
 from et_trt_backend.serialization import external_data
 from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 
-from . import rewrites, translations
+from . import routing_rewrites, translations
 from .errors import LoweringError
 from .fp8_experts import quantize_experts
 from .fp8_swiglu import fuse_swiglu
-from .precision import apply_precision
+from .precision import apply_precision, truncate_double
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
 
@@ -241,7 +241,7 @@ def has_translation(target) -> bool:
     by a rewrite, an et-trt translation, torchlib, or a decomposition into those."""
     target = aten_target(target)
     registry, decompositions = _onnx_registry()
-    return (target in rewrites.REWRITTEN_TARGETS or target in translations.translation_table(True)
+    return (target in routing_rewrites.REWRITTEN_TARGETS or target in translations.translation_table(True)
             or registry.is_registered(target) or target in decompositions)
 
 
@@ -254,9 +254,11 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
 def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     program = to_aten_program(edge_program)
     inline_size_inputs(program)
-    rewrites.rewrite(program)
+    routing_rewrites.rewrite(program)
     _check_no_data_dependent_sizes(program)  # after the rewrites, which give bincount of expert ids a static size
     _check_tensor_inputs(program)
+    if options.truncate_double:
+        truncate_double(program)
     apply_precision(program, options.precision)
     if options.expert_precision == "fp8":
         logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))

@@ -61,7 +61,8 @@ def _register_grouped_mm_schema() -> None:
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
             onnx.defs.OpSchema.Attribute(ACTIVATION_ATTRIBUTE, onnx.defs.OpSchema.AttrType.INT,
                                          "FP8 form: 1 where a is a gate+up output [rows, 2K] and the GEMM takes "
-                                         "its SwiGLU silu(a[:, :K]) * a[:, K:]; 0 (default): a itself",
+                                         "its SwiGLU silu(a[:, :K]) * a[:, K:]; 0: a itself (the default, which "
+                                         "blobs written before the attribute omit)",
                                          required=False),
             *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")
               for name in PLUGIN_ATTRIBUTES),
@@ -74,16 +75,18 @@ _register_grouped_mm_schema()
 et_trt = values.Opset(GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION)
 
 
+# Every plugin field an ONNX node supplies is written, defaults too: TensorRT's parser warns about each field
+# of the plugin creator that a node lacks ("Attribute activation not found in plugin node!").
 def grouped_mm_kernel(a, b, offs, trans_b: bool):
     """`_grouped_mm` as the GroupedMM custom op (the plugin runs the embedded kernel)."""
-    return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **PLUGIN_ATTRIBUTES)
+    return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **{ACTIVATION_ATTRIBUTE: ACTIVATIONS["none"]},
+                            **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_fp8_kernel(a, b_q, offs, b_scale, activation: int = ACTIVATIONS["none"]):
-    """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op; its activation
-    attribute only where a is a gate+up output (so other nodes read as before the attribute)."""
-    extra = {ACTIVATION_ATTRIBUTE: activation} if activation != ACTIVATIONS["none"] else {}
-    return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **extra, **PLUGIN_ATTRIBUTES)
+    """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op."""
+    return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **{ACTIVATION_ATTRIBUTE: activation},
+                            **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):

@@ -81,8 +81,14 @@ def names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(sorted(dtype_name(d) for d in dtypes))
 
 
+def computed_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the lowering computes `dtype` in: float64 in float32 (CompileOptions.truncate_double, which
+    op_support.unsupported_reason checks; the rules take float64 where they take float32)."""
+    return torch.float32 if dtype == torch.float64 else dtype
+
+
 def check_dtype(tensor: torch.Tensor | None, allowed: frozenset[torch.dtype], what: str) -> str | None:
-    if tensor is not None and tensor.dtype not in allowed:
+    if tensor is not None and computed_dtype(tensor.dtype) not in allowed:
         return f"{what} has dtype {dtype_name(tensor.dtype)}; supported: {names(allowed)}"
     return None
 

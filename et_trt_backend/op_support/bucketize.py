@@ -20,7 +20,8 @@ def _bucketize(node: Node) -> str | None:
     boundaries = arg_tensor(node, 1)
     if boundaries is None or boundaries.dim() != 1:
         return "bucketize needs a 1-D tensor of boundaries"
-    return first_reason(check_arg_dtype(node, 0, NUMERIC_DTYPES), check_arg_dtype(node, 1, NUMERIC_DTYPES, "boundaries"))
+    return first_reason(check_arg_dtype(node, 0, NUMERIC_DTYPES),
+                        check_arg_dtype(node, 1, NUMERIC_DTYPES, "boundaries"))
 
 
 RULES: dict[torch._ops.OpOverload, Rule] = {

@@ -13,7 +13,7 @@ import operator
 import torch
 from torch.fx import Node
 
-from ._common import FLOAT_DTYPES, Rule, arg_tensor, bound_args, check_arg_dtype, first_reason, is_static
+from ._common import FLOAT_DTYPES, Rule, arg_tensor, bound_args, check_arg_dtype, is_static
 
 aten = torch.ops.aten
 

@@ -1,7 +1,7 @@
 """MoE routing ops: top-k, sorts, expert counts, offsets, scatters.
 
 TensorRT limits that shape these rules (and the lowering's rewrites,
-et_trt_backend/lowering/rewrites.py, which they mirror):
+et_trt_backend/lowering/routing_rewrites.py, which they mirror):
 - TopK takes a static K <= TOPK_MAX_K and is not stable. A sort becomes one
   TopK when its axis is static and at most TOPK_MAX_K long. An ascending 1-D
   sort of expert ids (integers in [0, E) from the router's top-k / max /
@@ -34,6 +34,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import value_flow
+from .indexing import index_tensors_reason
 from ._common import (
     BOOL_DTYPES,
     FLOAT_DTYPES,
@@ -272,26 +273,15 @@ def _index_put(node: Node) -> str | None:
     """x[..., idx, ...] = v on any dimensions (adjacent index tensors, as ScatterND); with accumulate, the MoE
     combine, or a float x[..., idx, ...] += v by one 1-D index (a one-hot MatMul adds the duplicates)."""
     indices = list(node.args[1])
-    present = [i for i in indices if i is not None]
-    if not present:
-        return "index_put with no index tensor"
-    for index in present:
-        val = index.meta.get("val") if isinstance(index, Node) else None
-        if isinstance(val, torch.Tensor) and val.dtype == torch.bool:
-            return "index_put with a boolean mask is not supported; use torch.where(mask, values, x)"
-        reason = check_dtype(val, INDEX_DTYPES, "index")
-        if reason:
-            return reason
-    first = next(k for k, i in enumerate(indices) if i is not None)
-    if any(i is None for i in indices[first:first + len(present)]):
-        return "index_put with index tensors on non-adjacent dimensions is not supported; index one dimension at a time"
-    reason = first_reason(check_arg_dtype(node, 0, NUMERIC_DTYPES), check_arg_dtype(node, 2, NUMERIC_DTYPES, "values"))
+    reason = first_reason(
+        index_tensors_reason(indices, "index_put with a boolean mask is not supported; use torch.where(mask, values, x)"),
+        check_arg_dtype(node, 0, NUMERIC_DTYPES), check_arg_dtype(node, 2, NUMERIC_DTYPES, "values"))
     if reason or not _arg(node, 3, "accumulate", False):
         return reason
     if len(indices) == 1 and is_topk_combine(node.args[0], 0, indices[0], node.args[2]):
         return None
-    index = present[0].meta.get("val")
-    if len(present) > 1 or index.dim() != 1:
+    present = [i for i in indices if i is not None]
+    if len(present) > 1 or present[0].meta["val"].dim() != 1:
         return ("index_put(accumulate=True) is lowered for one 1-D index tensor (x[:, idx] += v); "
                 f"{_COMBINE_ADVICE}")
     return check_arg_dtype(node, 0, FLOAT_DTYPES, "accumulated tensor (TensorRT adds duplicates by a float MatMul)")

@@ -7,20 +7,16 @@ import collections
 import contextlib
 import dataclasses
 import os
-import re
 from collections.abc import Sequence
 
 from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import PTEFile, _ExtendedHeader, deserialize_pte_binary
-from executorch.exir.schema import DataLocation, KernelCall
+from executorch.exir.schema import DataLocation, DelegateCall, KernelCall
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
 from et_trt_backend import BACKEND_ID
 from et_trt_backend.serialization import blob, external_data
-
-
-class PteError(ValueError):
-    """The file is not a readable ExecuTorch program."""
+from et_trt_backend.serialization.pte_header import PteError, check_identifier
 
 
 @dataclasses.dataclass
@@ -30,15 +26,6 @@ class Delegate:
     backend_id: str
     compile_specs: dict[str, bytes]
     data: bytes  # the backend's processed bytes
-
-
-@dataclasses.dataclass
-class Program:
-    """One program (execution plan, a method) of a .pte: what runs where."""
-
-    name: str
-    delegate_backends: list[str]  # the backend id of each delegate, by delegate index
-    kernel_calls: collections.Counter[str]  # calls of ExecuTorch's own kernels, by operator ("aten::cat.out")
 
 
 @dataclasses.dataclass
@@ -54,9 +41,7 @@ def _check_framing(pte: bytes) -> None:
     """The checks a .pte's first bytes allow, with a message a user can act on: the
     flatbuffer identifier ("ET" + schema version) and, where the extended header is
     present, that the file holds the program and segments it announces."""
-    if len(pte) < 8 or not re.fullmatch(rb"ET\d\d", pte[4:8]):
-        raise PteError(f"not an ExecuTorch program: {len(pte)} bytes without the 'ET..' identifier at byte 4 "
-                       "that every .pte has; export it with to_executorch() or `et-trt export`")
+    check_identifier(pte)
     header = _ExtendedHeader.from_bytes(pte[8:]) if len(pte) >= 8 + _ExtendedHeader.EXPECTED_LENGTH else None
     if header is not None and header.is_valid():
         needed = max(header.program_size, header.segment_base_offset + header.segment_data_size)
@@ -93,16 +78,25 @@ def read_delegates(pte: bytes) -> list[Delegate]:
     return _delegates(_load(pte))
 
 
-def read_programs(pte: bytes) -> list[Program]:
-    """Every program of the .pte, with its delegates and the ExecuTorch kernels it calls."""
-    programs = []
+@dataclasses.dataclass
+class Plan:
+    """One execution plan (method) of a .pte: its delegate calls, and the operators it calls outside them."""
+
+    name: str
+    delegate_calls: int
+    kernel_calls: collections.Counter  # "aten::constant_pad_nd.out" -> calls: ExecuTorch's kernels
+
+
+def read_plans(pte: bytes) -> list[Plan]:
+    """Every execution plan of the .pte, with what its instructions call."""
+    plans = []
     for plan in _load(pte).program.execution_plan:
-        operators = [op.name + (f".{op.overload}" if op.overload else "") for op in plan.operators]
-        calls = collections.Counter(operators[instruction.instr_args.op_index] for chain in plan.chains
-                                    for instruction in chain.instructions
-                                    if isinstance(instruction.instr_args, KernelCall))
-        programs.append(Program(plan.name, [delegate.id for delegate in plan.delegates], calls))
-    return programs
+        calls = [instruction.instr_args for chain in plan.chains for instruction in chain.instructions]
+        kernels = collections.Counter(
+            f"{plan.operators[c.op_index].name}.{plan.operators[c.op_index].overload}".rstrip(".")
+            for c in calls if isinstance(c, KernelCall))
+        plans.append(Plan(plan.name, sum(isinstance(c, DelegateCall) for c in calls), kernels))
+    return plans
 
 
 def read_data_file(path: str | os.PathLike) -> dict[str, bytes]:

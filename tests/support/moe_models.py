@@ -135,7 +135,8 @@ class MoEStack(nn.Module):
 
 
 class MoEWithUnsupportedOp(GroupedMoE):
-    """A MoE block whose router computes in float64, a dtype TensorRT does not have."""
+    """A MoE block whose router computes in float64, a dtype TensorRT does not have (unsupported where the
+    recipe's truncate_double is off)."""
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weights, ids = super().route(x)

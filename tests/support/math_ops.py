@@ -1,22 +1,14 @@
-"""Elementwise math, activations, reductions and index ops of robot policies: each family is exported once as
-a module of independent ops and delegated whole; each op's result, from the partition's ONNX (onnxruntime) on
-fresh inputs, matches PyTorch in float64 (integer and bool results exactly), and the partition parses and
-builds with NVIDIA's builder (TensorRT for RTX) for sm_80 and sm_86. Refusals name the argument and the fix."""
+"""Elementwise math, activations, reductions and index ops of robot policies, as op_checks families."""
 
 from __future__ import annotations
 
-import functools
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import op_checks
-from et_trt_backend import op_support
-from nvidia_builders import tensorrt_rtx_or_skip
-from test_op_support import call, meta
+from support import op_checks
 
 aten = torch.ops.aten
 
@@ -107,35 +99,3 @@ FAMILIES = {
         "embedding of int64 ids": lambda m, i: m["embedding"](i["ids"]),
     }, {"embedding": nn.Embedding(10, 4)}, _inputs_index),
 }
-CASES = [(family, name) for family, f in FAMILIES.items() for name in f.ops]
-
-
-@pytest.mark.parametrize("family, name", CASES, ids=[f"{f}: {n}" for f, n in CASES])
-def test_op_matches_pytorch_in_float64(family, name):
-    FAMILIES[family].assert_op_matches_float64(name)
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_nvidia_builder_takes_the_partition(family):
-    op_checks.assert_builds(tensorrt_rtx_or_skip(), FAMILIES[family].lowered)
-
-
-# ---- refusals: the argument TensorRT cannot take, and what to do -----------------------------------------
-@pytest.mark.parametrize("node, fragment", [
-    (lambda: call(aten.index_put.default, meta(3, 5, dtype=torch.int32), [None, meta(2, dtype=torch.int64)],
-                  meta(3, 2, dtype=torch.int32), True), "accumulated tensor (TensorRT adds duplicates by a float MatMul) has dtype int32"),
-    (lambda: call(aten.index_put.default, meta(3, 5, 4), [meta(2, dtype=torch.int64), None, meta(2, dtype=torch.int64)],
-                  meta(2, 5)), "non-adjacent dimensions"),
-    (lambda: call(aten.index_put.default, meta(3, 5), [None, meta(2, 2, dtype=torch.int64)], meta(3, 2, 2), True),
-     "one 1-D index tensor"),
-    (lambda: call(aten.index_put.default, meta(3, 5), [None, meta(5, dtype=torch.bool)], meta(3, 2)),
-     "boolean mask"),
-    (lambda: call(aten.bucketize.Tensor, meta(4), meta(2, 3)), "1-D tensor of boundaries"),
-], ids=["accumulate-int", "index_put-non-adjacent", "accumulate-2d-index", "index_put-mask", "bucketize-2d"])
-def test_refusals_name_the_argument(node, fragment):
-    reason = op_support.unsupported_reason(node())
-    assert reason and fragment in reason, reason
-
-
-def test_bucketize_is_preserved_through_to_edge():
-    assert aten.bucketize.Tensor in op_support.PRESERVED_OPS

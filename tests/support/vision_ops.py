@@ -1,23 +1,13 @@
-"""Vision ops of robot policies (patch embeddings, ResNet and UNet encoders): convolutions, pooling,
-normalizations, padding and interpolation. Each family is exported once as a module of independent ops over a
-dynamic batch and delegated whole; each op's result, from the partition's ONNX (onnxruntime) on fresh inputs
-at two batch sizes, matches PyTorch in float64; the partition parses and builds with NVIDIA's builder
-(TensorRT for RTX) for sm_80 and sm_86. The refusals say which argument TensorRT cannot take and why."""
+"""Vision ops of robot policies (patch embeddings, ResNet and UNet encoders), as op_checks families:
+convolutions, pooling, normalizations, padding and interpolation, each over a dynamic batch."""
 
 from __future__ import annotations
 
-import onnx
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import op_checks
-from et_trt_backend import op_support, preflight
-from nvidia_builders import tensorrt_rtx_or_skip
-from test_op_support import call, meta
-
-aten = torch.ops.aten
+from support import op_checks
 
 
 def _batch_norm(channels: int, dims: int) -> nn.Module:
@@ -130,67 +120,3 @@ FAMILIES = {
         dynamic_batch=True,
     ),
 }
-CASES = [(family, name) for family, f in FAMILIES.items() for name in f.ops]
-
-
-@pytest.mark.parametrize("family, name", CASES, ids=[f"{f}: {n}" for f, n in CASES])
-def test_op_matches_pytorch_in_float64(family, name):
-    FAMILIES[family].assert_op_matches_float64(name)
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_nvidia_builder_takes_the_partition(family):
-    op_checks.assert_builds(tensorrt_rtx_or_skip(), FAMILIES[family].lowered)
-
-
-def test_bf16_transposed_convolution_runs_in_float32_and_builds():
-    """NVIDIA's builder builds no bf16 deconvolution: the lowering casts around it, and the rest stays bf16."""
-    layers = {"t": nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2), "c": nn.Conv2d(6, 4, 3)}
-    module = op_checks.Ops({"conv(conv_transpose(x))": lambda m, i: m["c"](m["t"](i["x"]))}, layers).bfloat16()
-    whole = op_checks.export_whole(module, {"x": torch.randn(1, 4, 5, 5, dtype=torch.bfloat16)},
-                                   recipe={"default": {"precision": "bf16", "engine_build": "never"}})
-    graph = whole.model.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.value_info, *graph.input, *graph.output]}
-    (deconv,), (conv,) = ([n for n in graph.node if n.op_type == op] for op in ("ConvTranspose", "Conv"))
-    assert types[deconv.input[0]] == onnx.TensorProto.FLOAT
-    assert types[conv.input[0]] == onnx.TensorProto.BFLOAT16
-    op_checks.assert_builds(tensorrt_rtx_or_skip(), whole)
-
-
-# ---- refusals: the argument TensorRT cannot take, and what to do -----------------------------------------
-def _pool_with_indices(used: bool):
-    node = call(aten.max_pool2d_with_indices.default, meta(1, 3, 8, 8, dtype=torch.float32), [2, 2])
-    indices = node.graph.call_function(lambda *a: None, (node, 1))
-    indices.target = __import__("operator").getitem
-    if used:
-        node.graph.call_function(torch.ops.aten.relu.default, (indices,))
-    return node
-
-
-@pytest.mark.parametrize("node, fragment", [
-    (lambda: call(aten.convolution.default, meta(1, 4, 5, 5), meta(4, 6, 3, 3), None, [2, 2], [0, 0], [2, 2], True,
-                  [0, 0], 1), "transposed convolution with dilation [2, 2]"),
-    (lambda: call(aten.max_pool2d_with_indices.default, meta(1, 3, 8, 8), [2, 2], [2, 2], [0, 0], [2, 2]),
-     "max pooling with dilation [2, 2]"),
-    (lambda: _pool_with_indices(used=True), "indices of max pooling are used"),
-    (lambda: call(aten.avg_pool2d.default, meta(1, 3, 8, 8), [2, 2], [2, 2], [0, 0], False, True, 3),
-     "divisor_override=3"),
-], ids=["deconv-dilation", "maxpool-dilation", "maxpool-indices", "avgpool-divisor"])
-def test_refusals_name_the_argument(node, fragment):
-    reason = op_support.unsupported_reason(node())
-    assert reason and fragment in reason, reason
-
-
-def test_unused_max_pool_indices_are_no_refusal():
-    assert op_support.unsupported_reason(_pool_with_indices(used=False)) is None
-
-
-def test_preflight_refuses_a_dilated_conv_transpose():
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="deconv", dilations=[2, 2])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5]),
-                                            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 6, 3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    violations = preflight.check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
-    assert [v.rule for v in violations] == ["attributes"] and "dilations=[2, 2]" in str(violations[0])

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import operator
-import re
 
 import torch
 from torch._guards import detect_fake_mode
@@ -38,6 +37,7 @@ from et_trt_backend.op_support.routing import (
     router_row_width,
     scatter_row_index,
 )
+from et_trt_backend.source_lines import source_line
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
@@ -51,18 +51,6 @@ lowering_ops = torch.ops.et_trt_lowering
 REWRITTEN_TARGETS = frozenset(
     SORTS | {aten.bincount.default, aten.index_add.default, aten.scatter_add.default, aten._grouped_mm.default}
 )
-
-
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
-
-
-def source_line(node: torch.fx.Node) -> str:
-    """The user's source line a node came from: "file:line (function): code"."""
-    frames = list(_FRAME.finditer(node.meta.get("stack_trace") or ""))
-    if not frames:
-        return "(no source line recorded)"
-    f = frames[-1]  # the innermost frame is the user's line
-    return f"{f['file']}:{f['line']} ({f['func']}): {f['code'].strip()}"
 
 
 class RewriteContext:
@@ -267,7 +255,8 @@ def rewrite_combines(ctx: RewriteContext) -> None:
                 or not all(isinstance(s, int) for s in src_val.shape[1:])):
             if node.target is aten.index_put.default:
                 continue  # another x[idx] += v: translations.index_put adds it by a one-hot MatMul
-            if node.target is aten.index_add.default and out_val.dtype.is_floating_point and index.meta["val"].dim() == 1:
+            one_index = index.meta["val"].dim() == 1
+            if node.target is aten.index_add.default and out_val.dtype.is_floating_point and one_index:
                 _index_add_as_index_put(ctx, node, out, dim, index, src)
                 continue
             raise LoweringError(

@@ -18,10 +18,10 @@ from executorch.exir import to_edge_transform_and_lower
 from torch.utils import _pytree as pytree
 
 from et_trt_backend.engines import onnx_build
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import delegated_parts
+from support.lowering import delegated_parts
 
 # fp32 ONNX, which the float64 reference checks tightly; no engine at export (the tests build them).
 RECIPE = {"default": {"precision": "fp32", "engine_build": "never"}}
