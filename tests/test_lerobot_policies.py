@@ -20,8 +20,7 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-from et_trt_backend import cli
-from et_trt_partitioner import TensorRTPartitioner
+from et_trt_partitioner import TensorRTPartitioner, cli
 from support import lerobot_policies as policies
 
 logger = logging.getLogger(__name__)
