@@ -45,7 +45,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
-from et_trt_backend.export_report import describe, is_op, left_out
+from et_trt_backend.export_report import REASON_META, describe, is_op, left_out
 from et_trt_backend.op_support import aten_overload, holds_float64
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
 from et_trt_backend.source_lines import source_line
@@ -219,6 +219,9 @@ class TensorRTPartitioner(Partitioner):
 
         for node, tag in tags.items():
             node.meta["delegation_tag"] = tag
+        for node, reason in reasons.items():
+            if reason is not None:
+                node.meta[REASON_META] = reason  # the report's reason for an op left out (export_report)
         tag_constant_data(exported_program)
         self._log_summary(name, partitions, blocks, tags, nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=specs)
