@@ -32,3 +32,21 @@ def damaged(good: bytes, kind: str, seed: int) -> bytes:
             data[i] ^= rng.randint(1, 255)
         return bytes(data)
     raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
+
+
+def with_part_name(pte: bytes, part: str) -> bytes:
+    """`pte` without its named data (so init refuses its first et-trt delegate naming the part: the named data is
+    missing) and with that delegate's part renamed `part`: a long refusal line holding `part`."""
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+    from et_trt_backend.serialization import blob
+
+    pte_file = deserialize_pte_binary(pte)
+    pte_file.named_data = None
+    program = pte_file.program
+    delegate = next(d for plan in program.execution_plan for d in plan.delegates if d.id == BACKEND_ID)
+    buffer = program.backend_delegate_data[delegate.processed.index]
+    contents = blob.deserialize(bytes(buffer.data))
+    contents.part = part
+    buffer.data = blob.serialize(contents)
+    return bytes(serialize_pte_binary(pte_file))

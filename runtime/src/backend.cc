@@ -2,7 +2,6 @@
 // registered from a static initializer when libet_trt_runtime.so loads.
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
-#include <executorch/runtime/platform/log.h>
 
 #include <cstring>
 #include <new>
@@ -172,8 +171,8 @@ class EtTrtBackend final : public BackendInterface {
     // ExecuTorch passes the call's inputs (tensors, and Int sizes shared with
     // other partitions), then its outputs.
     if (args.size() < io.outputs.size()) {
-      ET_LOG(Error, "%s: part '%s' has %zu outputs, called with %zu values", kBackendId, handle->part.c_str(),
-             io.outputs.size(), args.size());
+      log_error(std::string(kBackendId) + ": part '" + handle->part + "' has " + std::to_string(io.outputs.size()) +
+                " outputs, called with " + std::to_string(args.size()) + " values");
       return Error::InvalidArgument;
     }
     const size_t num_input_args = args.size() - io.outputs.size();
@@ -205,8 +204,8 @@ class EtTrtBackend final : public BackendInterface {
     for (size_t i = 0; i < io.outputs.size(); ++i) {
       EValue* out = args[num_input_args + i];
       if (!out->isTensor() || static_cast<blob::DType>(out->toTensor().scalar_type()) != io.outputs[i].dtype) {
-        ET_LOG(Error, "%s: output %zu ('%s') must be a %s tensor", kBackendId, i, io.outputs[i].name.c_str(),
-               dtype_name(io.outputs[i].dtype).c_str());
+        log_error(std::string(kBackendId) + ": output " + std::to_string(i) + " ('" + io.outputs[i].name +
+                  "') must be a " + dtype_name(io.outputs[i].dtype) + " tensor");
         return Error::InvalidArgument;
       }
     }
