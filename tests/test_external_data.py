@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -143,6 +144,33 @@ def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
     assert result.returncode == 1
     log = joined_log(result.stderr)
     assert "is not in the program's named data" in log and f"exported to '{TAG}.ptd'" in log, log[-3000:]
+
+
+def _wild_root_table(external: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
+    """A copy of the .ptd whose root table's offset to its vtable points far outside the file: one of the edits
+    that crash ExecuTorch's FlatTensorDataMap, which reads the flatbuffer unverified (issue 34)."""
+    data = bytearray(external.with_suffix(".ptd").read_bytes())
+    root = int.from_bytes(data[:4], "little")
+    data[root:root + 4] = (0x7FFF0000).to_bytes(4, "little")
+    bad = folder / "wild.ptd"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+def test_both_front_ends_refuse_a_damaged_ptd_in_one_line_before_executorch_reads_it(built_runtime, external,
+                                                                                     tmp_path):
+    bad = _wild_root_table(external, tmp_path)
+    problem = f"{bad}: its flatbuffer (the key table, "
+    result = _run([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.startswith(f"et_trt_runner: {problem}") and result.stderr.count("\n") == 1, result.stderr
+    script = ("from et_trt_backend import runtime\n"
+              "try:\n"
+              f"    runtime.load_program({str(external)!r}, data_path={str(bad)!r})\n"
+              "except runtime.DataFileError as e:\n"
+              "    print(e)\n")
+    result = _run([sys.executable, "-c", script])
+    assert result.returncode == 0 and result.stdout.startswith(problem) and result.stdout.count("\n") == 1, result
 
 
 # ---- et-trt inspect and check ------------------------------------------------------------------------------

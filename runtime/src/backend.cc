@@ -15,6 +15,7 @@
 #include "io_spec.h"
 #include "log.h"
 #include "named_data.h"
+#include "program_named_data.h"
 
 namespace et_trt {
 namespace {
@@ -32,7 +33,6 @@ using executorch::runtime::DelegateHandle;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
 using executorch::runtime::FreeableBuffer;
-using executorch::runtime::NamedDataMap;
 using executorch::runtime::Result;
 using executorch::runtime::Span;
 
@@ -69,32 +69,6 @@ class TensorOutputs final : public OutputBuffers {
  private:
   const PartitionIo& io_;
   Span<EValue*> outputs_;
-};
-
-// The program's named data (.pte data segment, or the .ptd it was loaded with).
-class ProgramNamedData final : public NamedDataSource {
- public:
-  explicit ProgramNamedData(const NamedDataMap* map) : map_(map) {}
-
-  bool get(const std::string& key, NamedBytes* out, std::string* error) const override {
-    if (map_ == nullptr) {
-      *error = "the program was loaded without named data";
-      return false;
-    }
-    Result<FreeableBuffer> found = map_->get_data(key.c_str());
-    if (!found.ok()) {
-      *error = std::string("NamedDataMap: ") + executorch::runtime::to_string(found.error());
-      return false;
-    }
-    auto buffer = std::make_shared<FreeableBuffer>(std::move(found.get()));
-    out->data = buffer->data();
-    out->size = buffer->size();
-    out->owner = buffer;
-    return true;
-  }
-
- private:
-  const NamedDataMap* map_;
 };
 
 CallArg call_arg(const EValue& value) {
