@@ -122,6 +122,8 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     global _loaded
     if engine_cache_dir is not None:
         os.environ[ENGINE_CACHE_ENV] = str(engine_cache_dir)
+    if path is None and _loaded is not None:
+        return _loaded  # loaded from a path given earlier: the default path may hold none
     _point_at_tensorrt_rtx()
     lib_path = pathlib.Path(path) if path is not None else library_path()
     if not lib_path.is_file():

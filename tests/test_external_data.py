@@ -9,6 +9,7 @@ and et_trt_runner), and a missing, foreign or corrupted .ptd is refused naming t
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import sys
 
@@ -128,7 +129,7 @@ def test_a_corrupted_ptd_is_refused_naming_the_file_and_key(built_runtime, exter
     assert code == 1
 
 
-def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
+def test_a_ptd_of_another_export_is_refused_saying_so(built_runtime, external, tmp_path, capsys):
     other = tmp_path / f"{TAG}.pte"
     exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
     external_data.tag_weights(exported, TAG)
@@ -140,10 +141,21 @@ def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
         {"default": {"kernel_archs": ["sm_80"], "engine_build": "never"}})]).to_executorch()
     program.write_tensor_data_to_file(str(tmp_path))
     other.write_bytes(program.buffer)
-    result = _run([RUNNER, external, "--data-path", tmp_path / f"{TAG}.ptd", "--iterations", "1"])
+    foreign = tmp_path / f"{TAG}.ptd"
+    result = _run([RUNNER, external, "--data-path", foreign, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
-    assert "is not in the program's named data" in log and f"exported to '{TAG}.ptd'" in log, log[-3000:]
+    said = (r"is not in the program's named data \(NamedDataMap: Error::NotFound\)\. The program's data holds \d+ of "
+            r"this part's \d+ named data \(\d+ et-trt entries in all\): the data file it was loaded with is from "
+            rf"another export, or damaged; load the program with the '{TAG}.ptd' exported with this .pte")
+    assert re.search(said, log), log[-3000:]
+    assert re.search(said, _load_in_python(external, foreign))
+    assert cli.main(["-q", "inspect", str(external), "--data", str(foreign)]) == 0
+    assert re.search(rf"named data in {TAG}.ptd, NOT FOUND \({TAG}.ptd is from another export, or damaged: it holds "
+                     rf"\d+ of this part's \d+ named data; pass the {TAG}.ptd exported with this .pte\)",
+                     capsys.readouterr().out)
+    assert cli.main(["-q", "check", str(external), "--data", str(foreign)]) == 1
+    assert f"{TAG}.ptd is from another export, or damaged" in capsys.readouterr().err
 
 
 def _wild_root_table(external: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
@@ -171,6 +183,16 @@ def test_both_front_ends_refuse_a_damaged_ptd_in_one_line_before_executorch_read
               "    print(e)\n")
     result = _run([sys.executable, "-c", script])
     assert result.returncode == 0 and result.stdout.startswith(problem) and result.stdout.count("\n") == 1, result
+
+
+def test_inspect_and_check_refuse_a_damaged_ptd_in_one_line(external, tmp_path, capsys):
+    """Not with flatc's command line, which crashes on this file (issue 35)."""
+    bad = _wild_root_table(external, tmp_path)
+    for command in ("inspect", "check"):
+        assert cli.main(["-q", command, str(external), "--data", str(bad)]) != 0
+        err = capsys.readouterr().err
+        assert f"{bad}: its flatbuffer (the key table) does not parse; copy the file again" in err, err
+        assert err.count("\n") == 1 and "flatc" not in err, err
 
 
 # ---- et-trt inspect and check ------------------------------------------------------------------------------

@@ -123,6 +123,17 @@ def test_load_registers_the_backend(built_runtime, example_pte):
     assert all(d.backend_id == BACKEND_ID for d in read_delegates(example_pte.read_bytes()))
 
 
+def test_load_from_a_path_serves_build_engine(built_runtime, example_pte, monkeypatch, tmp_path):
+    """load(PATH), then build_engine (which calls load() again) with no library at the default path: the library
+    already loaded serves it (issue 35: it failed with "...libet_trt_runtime.so does not exist")."""
+    monkeypatch.setattr(runtime, "_loaded", None)
+    monkeypatch.setenv(runtime.LIBRARY_ENV, str(tmp_path / "none" / runtime.LIBRARY_NAME))
+    runtime.load(built_runtime / runtime.LIBRARY_NAME)
+    contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
+    with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
+        runtime.build_engine(contents)
+
+
 def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
     with pytest.raises(runtime.RuntimeLoadError, match="scripts/build_runtime.sh"):
         runtime.load(tmp_path / "libet_trt_runtime.so")
@@ -328,6 +339,7 @@ def test_python_runtime_survives_a_part_name_that_is_not_utf8(built_runtime, exa
     bad.write_bytes(bytes(data))
     result = load_method_refused(bad)
     assert "blob field part is not UTF-8 text" in result.stderr, result.stderr[-3000:]
+
 
 # Multi-byte characters at every offset from the delegate's 200-byte line cuts: 2-, 3- and 4-byte ones.
 LONG_PART_NAMES = ["a" * lead + wide * (300 // len(wide.encode())) for wide in ("é", "€", "🤖")

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "named_data.h"
 
@@ -31,6 +32,16 @@ class ProgramNamedData final : public NamedDataSource {
     out->size = buffer->size();
     out->owner = buffer;
     return true;
+  }
+
+  std::vector<std::string> keys() const override {
+    std::vector<std::string> out;
+    const auto count = map_ == nullptr ? executorch::runtime::Result<uint32_t>(0u) : map_->get_num_keys();
+    for (uint32_t i = 0; count.ok() && i < count.get(); ++i) {
+      const auto key = map_->get_key(i);
+      if (key.ok()) out.emplace_back(key.get());
+    }
+    return out;
   }
 
  private:
