@@ -14,7 +14,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <limits>
 
 #include "data_file_check.h"
 #include "et_trt/data_file.h"
