@@ -19,13 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-import moe_models
-import onnx_reference
-from et_trt_backend import cli
 from et_trt_backend.serialization import blob, external_data
 from et_trt_backend.serialization.pte import read_partitions
-from test_lowering import _shape, lower_program, run_reference_evaluator
-from test_runtime import NOT_BUILT, RUNNER, _run, joined_log, load_method_refused
+from et_trt_partitioner import cli
+from support import moe_models, onnx_reference
+from support.lowering import concrete_shape, lower_program, run_reference_evaluator
+from support.runtime_runs import NOT_BUILT, RUNNER, joined_log, load_method_refused, run_process
 
 TAG = "policy"
 
@@ -59,7 +58,7 @@ def test_external_data_leaves_a_small_pte_and_the_same_partitions(external, exam
 def test_both_exports_give_the_same_outputs_through_the_onnx_reference_path(external, example_pte):
     inside, outside = _partitions(example_pte), _partitions(external, external.with_suffix(".ptd"))
     for part, contents in outside.items():
-        feeds = {spec.name: torch.randn(_shape(spec, 9)).numpy() for spec in contents.inputs}
+        feeds = {spec.name: torch.randn(concrete_shape(spec, 9)).numpy() for spec in contents.inputs}
         got, expected = (run_reference_evaluator(onnx_reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)),
                                                  feeds) for c in (contents, inside[part]))
         assert len(got) == len(expected) == len(contents.outputs)
@@ -96,13 +95,13 @@ def test_the_delegate_reads_its_named_data_through_the_python_runtime(built_runt
 
 def test_the_runner_reads_named_data_from_data_path(built_runtime, external, tmp_path):
     ptd = external.with_suffix(".ptd")
-    result = _run([RUNNER, external, "--data-path", ptd, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", ptd, "--iterations", "1"])
     assert result.returncode == 1 and NOT_BUILT in result.stderr, result.stderr[-3000:]
-    result = _run([RUNNER, external, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
     assert "is not in the program's named data" in log and f"--data-path {TAG}.ptd" in log, log[-3000:]
-    result = _run([RUNNER, external, "--data-path", tmp_path / "none.ptd"])
+    result = run_process([RUNNER, external, "--data-path", tmp_path / "none.ptd"])
     assert result.returncode == 1 and f"cannot open data file {tmp_path / 'none.ptd'}" in result.stderr
 
 
@@ -121,7 +120,7 @@ def _corrupted_ptd(external: pathlib.Path, folder: pathlib.Path) -> tuple[pathli
 
 def test_a_corrupted_ptd_is_refused_naming_the_file_and_key(built_runtime, external, tmp_path):
     bad, weight = _corrupted_ptd(external, tmp_path)
-    result = _run([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", bad, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
     assert f"(named data {weight.key}, {weight.size} bytes): its sha256 is" in log, log[-3000:]
@@ -144,7 +143,7 @@ def test_a_ptd_of_another_export_is_refused_saying_so(built_runtime, external, t
     program.write_tensor_data_to_file(str(tmp_path))
     other.write_bytes(program.buffer)
     foreign = tmp_path / f"{TAG}.ptd"
-    result = _run([RUNNER, external, "--data-path", foreign, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", foreign, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
     said = (r"is not in the program's named data \(NamedDataMap: Error::NotFound\)\. The program's data holds \d+ of "
@@ -175,7 +174,7 @@ def test_both_front_ends_refuse_a_damaged_ptd_in_one_line_before_executorch_read
                                                                                      tmp_path):
     bad = _wild_root_table(external, tmp_path)
     problem = f"{bad}: its flatbuffer (the key table, "
-    result = _run([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    result = run_process([RUNNER, external, "--data-path", bad, "--iterations", "1"])
     assert result.returncode == 1, result.stderr[-3000:]
     assert result.stderr.startswith(f"et_trt_runner: {problem}") and result.stderr.count("\n") == 1, result.stderr
     script = ("from et_trt_backend import runtime\n"
@@ -183,7 +182,7 @@ def test_both_front_ends_refuse_a_damaged_ptd_in_one_line_before_executorch_read
               f"    runtime.load_program({str(external)!r}, data_path={str(bad)!r})\n"
               "except runtime.DataFileError as e:\n"
               "    print(e)\n")
-    result = _run([sys.executable, "-c", script])
+    result = run_process([sys.executable, "-c", script])
     assert result.returncode == 0 and result.stdout.startswith(problem) and result.stdout.count("\n") == 1, result
 
 
@@ -199,10 +198,10 @@ def test_inspect_and_check_refuse_a_damaged_ptd_in_one_line(external, tmp_path, 
 
 @pytest.mark.parametrize("front_end", ["et_trt_runner", "Python"])
 def test_ptd_and_blob_mutants_are_refused_in_one_line_without_a_crash(built_runtime, external, tmp_path, front_end):
-    """A few hundred of tests/loading_fuzz.py's mutants (its full run is >= 7000, runtime/README.md "Tests"): data
+    """A few hundred of tests/support/loading_fuzz.py's mutants (its full run is >= 7000, runtime/README.md "Tests"): data
     files cut, flipped and with swapped keys, and resealed blobs, each refused by the data file check, the blob
     reader, the named data's digests or (past them all) for want of TensorRT; none crashes or is refused unclearly."""
-    import loading_fuzz
+    from support import loading_fuzz
 
     seed = random.randrange(1 << 30)
     ptd_count, blob_count = (60, 60) if front_end == "et_trt_runner" else (100, 100)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from test_runtime import joined_log
+from support.runtime_runs import joined_log
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BUILD = REPO / "runtime" / "build-tensorrt-11.1"

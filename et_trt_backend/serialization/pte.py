@@ -3,6 +3,7 @@ ExecuTorch's own program and data-file deserializers."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -12,15 +13,12 @@ from collections.abc import Sequence
 
 from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import PTEFile, _ExtendedHeader, deserialize_pte_binary
-from executorch.exir.schema import DataLocation
+from executorch.exir.schema import DataLocation, DelegateCall, KernelCall
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeader, FlatTensorSerializer
 
 from et_trt_backend import BACKEND_ID
 from et_trt_backend.serialization import blob, external_data
-
-
-class PteError(ValueError):
-    """The file is not a readable ExecuTorch program."""
+from et_trt_backend.serialization.pte_header import PteError, check_identifier
 
 
 @dataclasses.dataclass
@@ -46,9 +44,7 @@ def _check_framing(pte: bytes) -> None:
     """The checks a .pte's first bytes allow, with a message a user can act on: the
     flatbuffer identifier ("ET" + schema version) and, where the extended header is
     present, that the file holds the program and segments it announces."""
-    if len(pte) < 8 or not re.fullmatch(rb"ET\d\d", pte[4:8]):
-        raise PteError(f"not an ExecuTorch program: {len(pte)} bytes without the 'ET..' identifier at byte 4 "
-                       "that every .pte has; export it with to_executorch() or `et-trt export`")
+    check_identifier(pte)
     header = _ExtendedHeader.from_bytes(pte[8:]) if len(pte) >= 8 + _ExtendedHeader.EXPECTED_LENGTH else None
     if header is not None and header.is_valid():
         needed = max(header.program_size, header.segment_base_offset + header.segment_data_size)
@@ -83,6 +79,27 @@ def _delegates(pte_file: PTEFile) -> list[Delegate]:
 def read_delegates(pte: bytes) -> list[Delegate]:
     """Every delegate of every execution plan, with its processed bytes."""
     return _delegates(_load(pte))
+
+
+@dataclasses.dataclass
+class Plan:
+    """One execution plan (method) of a .pte: its delegate calls, and the operators it calls outside them."""
+
+    name: str
+    delegate_calls: int
+    kernel_calls: collections.Counter  # "aten::constant_pad_nd.out" -> calls: ExecuTorch's kernels
+
+
+def read_plans(pte: bytes) -> list[Plan]:
+    """Every execution plan of the .pte, with what its instructions call."""
+    plans = []
+    for plan in _load(pte).program.execution_plan:
+        calls = [instruction.instr_args for chain in plan.chains for instruction in chain.instructions]
+        kernels = collections.Counter(
+            f"{plan.operators[c.op_index].name}.{plan.operators[c.op_index].overload}".rstrip(".")
+            for c in calls if isinstance(c, KernelCall))
+        plans.append(Plan(plan.name, sum(isinstance(c, DelegateCall) for c in calls), kernels))
+    return plans
 
 
 def _data_file_problem(data: bytes) -> str | None:

@@ -6,7 +6,7 @@ built with AddressSanitizer and UBSan; runtime/README.md, "Tests") is:
 
     ./scripts/build_runtime.sh --build-dir runtime/build-asan -DET_TRT_SANITIZE=ON -DET_TRT_BUILD_TESTS=OFF
     .venv/bin/et-trt export --output /tmp/fuzz/policy.pte --external-data /tmp/fuzz
-    .venv/bin/python tests/loading_fuzz.py /tmp/fuzz/policy.pte --build runtime/build-asan --sanitized \\
+    .venv/bin/python tests/support/loading_fuzz.py /tmp/fuzz/policy.pte --build runtime/build-asan --sanitized \\
         --ptd-mutants 2000 --blob-mutants 5000
 
 A mutant is made from (seed, index) alone, so a crash names what reproduces it. The Python runtime runs
@@ -27,12 +27,12 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import damaged_pte  # noqa: E402
-from test_blob import reseal  # noqa: E402
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/, when run as a script
 
 from et_trt_backend.serialization.blob import HEADER_SIZE, deserialize  # noqa: E402
+from support import damaged_pte  # noqa: E402
+from support.damaged_pte import reseal  # noqa: E402
+from support.runtime_runs import joined_log  # noqa: E402
 
 PTD_KINDS = ("truncation", "header bit", "key table bit", "key table word", "payload byte", "swapped keys")
 BLOB_KINDS = ("bit", "word", "word swap", "truncated string")
@@ -131,12 +131,6 @@ def _verdict(log: str) -> str:
     return "unclear"
 
 
-def _joined(stderr: str) -> str:
-    from test_runtime import joined_log
-
-    return joined_log(stderr)
-
-
 def _write(mutant: Mutant, subject_paths: tuple[pathlib.Path, pathlib.Path], workdir: pathlib.Path):
     """The mutant's .pte and .ptd paths: the good files, or the mutant's bytes written under `workdir`."""
     pte, ptd = subject_paths
@@ -165,7 +159,7 @@ def through_runner(subject: Subject, paths, runner: pathlib.Path, indices, workd
         elif ours[0].startswith(f"et_trt_runner: {ptd}: "):
             verdict = "data file"
         elif "cannot load method 'forward'" in ours[0]:
-            verdict = _verdict(_joined(result.stderr))
+            verdict = _verdict(joined_log(result.stderr))
         else:
             verdict = "unclear"
         outcomes.append(Outcome(index, mutant.kind, verdict, result.stderr[-3000:]))
@@ -186,7 +180,7 @@ def through_python(subject: Subject, paths, indices: range, workdir: pathlib.Pat
         logs = dict(re.findall(r"^@@mutant (\d+)\n(.*?)(?=^@@mutant |\Z)", stderr, re.M | re.S))
         done = [line.split("\t", 2) for line in child.stdout.splitlines() if line.count("\t") >= 2]
         for index, kind, message in done:
-            log = _joined(logs.get(index, ""))
+            log = joined_log(logs.get(index, ""))
             if message.startswith("DataFileError: ") and "\n" not in message:
                 verdict = "data file"
             elif message.startswith("RuntimeError: ") and any(m in log for m in CRASH_MARKS):
