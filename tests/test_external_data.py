@@ -198,7 +198,7 @@ def test_inspect_and_check_refuse_a_damaged_ptd_in_one_line(external, tmp_path, 
 
 @pytest.mark.parametrize("front_end", ["et_trt_runner", "Python"])
 def test_ptd_and_blob_mutants_are_refused_in_one_line_without_a_crash(built_runtime, external, tmp_path, front_end):
-    """A few hundred of tests/support/loading_fuzz.py's mutants (its full run is >= 7000, runtime/README.md "Tests"): data
+    """A few hundred of support/loading_fuzz.py's mutants (its full run is >= 7000, runtime/README.md "Tests"): data
     files cut, flipped and with swapped keys, and resealed blobs, each refused by the data file check, the blob
     reader, the named data's digests or (past them all) for want of TensorRT; none crashes or is refused unclearly."""
     from support import loading_fuzz
@@ -208,8 +208,10 @@ def test_ptd_and_blob_mutants_are_refused_in_one_line_without_a_crash(built_runt
     subject = loading_fuzz.Subject(external, external.with_suffix(".ptd"), seed, ptd_count)
     env = dict(os.environ, ET_TRT_RUNTIME_LIBRARY=str(built_runtime / "libet_trt_runtime.so"))
     paths, indices = (external, external.with_suffix(".ptd")), range(ptd_count + blob_count)
-    outcomes = (loading_fuzz.through_runner(subject, paths, RUNNER, indices, tmp_path, env)
-                if front_end == "et_trt_runner" else loading_fuzz.through_python(subject, paths, indices, tmp_path, env))
+    if front_end == "et_trt_runner":
+        outcomes = loading_fuzz.through_runner(subject, paths, RUNNER, indices, tmp_path, env)
+    else:
+        outcomes = loading_fuzz.through_python(subject, paths, indices, tmp_path, env)
     bad = [o for o in outcomes if o.verdict in ("crash", "unclear")]
     assert not bad, f"seed {seed}: mutant {bad[0].index} ({bad[0].kind}) {bad[0].verdict}:\n{bad[0].detail}"
     verdicts = {o.verdict for o in outcomes}

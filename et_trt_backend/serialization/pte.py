@@ -114,13 +114,14 @@ def _data_file_problem(data: bytes) -> str | None:
     if data[4:8] != b"FT01" or header.magic != FlatTensorHeader.EXPECTED_MAGIC:
         return "not an ExecuTorch data file (.ptd): no 'FT01' identifier and 'FH01' header at bytes 4-12"
     if header.length < FlatTensorHeader.EXPECTED_LENGTH:
-        return f"its header is {header.length} bytes long, less than the {FlatTensorHeader.EXPECTED_LENGTH} it must hold"
+        return (f"its header is {header.length} bytes long, less than the {FlatTensorHeader.EXPECTED_LENGTH} it "
+                "must hold")
     if header.flatbuffer_offset + header.flatbuffer_size > len(data):
         return (f"its header announces a flatbuffer of {header.flatbuffer_size} bytes at offset "
                 f"{header.flatbuffer_offset}, past the file's end ({len(data)} bytes): truncated?")
     if header.segment_base_offset + header.segment_data_size > len(data):
-        return (f"its header announces {header.segment_data_size} bytes of data at offset {header.segment_base_offset}, "
-                f"past the file's end ({len(data)} bytes): truncated?")
+        return (f"its header announces {header.segment_data_size} bytes of data at offset "
+                f"{header.segment_base_offset}, past the file's end ({len(data)} bytes): truncated?")
     return None
 
 
