@@ -222,12 +222,12 @@ def test_export_of_a_module_with_a_recipe(tmp_path, monkeypatch, capsys):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "policies.py").write_text(
-        "import moe_models\n"
+        "from support import moe_models\n"
         "def exported_moe():\n"
         "    return moe_models.export(moe_models.bf16(moe_models.GroupedMoE(experts=4)))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # moe_models
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # support.moe_models
     recipe = tmp_path / "dense.toml"
     recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
     monkeypatch.chdir(tmp_path)
@@ -309,7 +309,7 @@ def test_export_prints_only_et_trt_lines_unless_verbose(tmp_path):
     the default output; -v shows them."""
     factory = tmp_path / "small.py"
     factory.write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport moe_models\n"
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nfrom support import moe_models\n"
         "def make():\n    return moe_models.export(moe_models.bf16(moe_models.GroupedMoE(experts=4)))\n")
     recipe = tmp_path / "dense.toml"
     recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
