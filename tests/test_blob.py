@@ -12,7 +12,7 @@ import zlib
 import pytest
 import torch
 
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.options import (
     ENGINE_BUILD_POLICIES,
     FIELDS,

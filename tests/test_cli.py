@@ -11,14 +11,15 @@ import onnx
 import pytest
 from onnx import helper
 
-from et_trt_backend import BACKEND_ID, cli
+from et_trt_backend import BACKEND_ID
 from et_trt_backend.engines import providers
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.kernels.robot_gpus import robot_gpus_line
 from et_trt_backend.options import DEFAULT_KERNEL_ARCHS
 from et_trt_backend.serialization import blob
 from et_trt_backend.serialization.named_data import NamedData
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
+from et_trt_partitioner import cli
 from support import damaged_pte
 
 
@@ -251,6 +252,25 @@ def test_not_a_pte(tmp_path, capsys):
     assert code == 2 and "no such file" in err
 
 
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_directory_is_named_as_one(tmp_path, capsys, command):
+    (tmp_path / "policy.pte").write_bytes(b"")
+    code, _, err = run(capsys, command, tmp_path)
+    assert (code, err) == (2, f"et-trt {command}: {tmp_path}: is a directory, not a file; its .pte files: policy.pte\n")
+
+
+def test_a_file_that_is_no_program_is_refused_before_torch_executorch_and_onnxscript_load(tmp_path):
+    """inspect and check read the file first: the heavy imports come only for an ExecuTorch program."""
+    wrong = tmp_path / "random.pte"
+    wrong.write_bytes(random.randbytes(4096))
+    code = ("import sys\nfrom et_trt_partitioner import cli\n"
+            f"codes = [cli.main([command, {str(wrong)!r}]) for command in ('inspect', 'check')]\n"
+            "print(codes, sorted(m for m in ('torch', 'executorch', 'onnxscript') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout == "[1, 1] []\n", result.stdout + result.stderr
+    assert result.stderr.count("not an ExecuTorch program") == 2, result.stderr
+
+
 @pytest.mark.parametrize("spec, words", [
     ("no_colon", "pkg.mod:factory"),
     ("missing_module_xyz:f", "cannot import missing_module_xyz"),
@@ -315,7 +335,7 @@ def test_export_prints_only_et_trt_lines_unless_verbose(tmp_path):
     recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
 
     def export(*flags):
-        result = subprocess.run([sys.executable, "-m", "et_trt_backend.cli", *flags, "export", "--module",
+        result = subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", *flags, "export", "--module",
                                  f"{factory}:make", "--recipe", str(recipe), "--output", str(tmp_path / "x.pte")],
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]

@@ -24,7 +24,7 @@ import onnx
 import pytest
 import torch
 
-from et_trt_backend.cli import onnx_precision
+from et_trt_backend.onnx_analysis import onnx_precision
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import external_data

@@ -73,6 +73,14 @@ def test_the_kernel_modules_depend_one_way(module, imported):
     assert imported in imports_of(module, modules[module], modules)
 
 
+def test_the_backend_never_imports_the_partitioner():
+    """et_trt_partitioner -> et_trt_backend, never back (the CLI and export() live in the partitioner)."""
+    modules = modules_of(PACKAGES)
+    backward = {name: sorted(m for m in imports_of(name, path, modules) if m.partition(".")[0] == "et_trt_partitioner")
+                for name, path in modules.items() if name.partition(".")[0] == "et_trt_backend"}
+    assert not {name: found for name, found in backward.items() if found}
+
+
 def test_test_modules_share_helpers_through_support_only():
     """What several test modules need lives in tests/support/; no test module (nor a helper) imports a test module."""
     tests = ROOT / "tests"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from et_trt_backend.kernels import KernelImage
-from et_trt_backend.kernels.images import kernel_name
+from et_trt_backend.serialization.kernel_image import KernelImage, kernel_name
 from et_trt_backend.serialization.named_data import NamedData
 
 

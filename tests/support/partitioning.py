@@ -8,7 +8,7 @@ from collections import Counter
 
 import torch
 
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.options import CompileOptions
 from et_trt_partitioner import TensorRTPartitioner
 from et_trt_partitioner.moe import find_moe_blocks
