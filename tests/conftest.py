@@ -27,6 +27,16 @@ def run_folder(tmp_path_factory) -> pathlib.Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def pytest_collection_modifyitems(items):
+    """The modules that export whole models (`slow` tests) first, those with the most first: pytest-xdist's
+    loadfile hands out modules in collection order (scripts/test.sh turns off its reordering by test count,
+    which started the one-test exports last, one worker running them alone at the end)."""
+    slow = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # stable: a module's tests keep their order
+
+
 @pytest.fixture(scope="session")
 def built_runtime() -> pathlib.Path:
     """runtime/build, (re)built by scripts/build_runtime.sh (incremental: seconds when up to date)."""
@@ -65,7 +75,7 @@ def example_pte(tmp_path_factory) -> pathlib.Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.is_file():
             logger.info("exporting the example policy for this test run to %s", path)
-            result = subprocess.run([sys.executable, "-m", "et_trt_backend.cli", "-q", "export", "--output", str(path)],
+            result = subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", "-q", "export", "--output", str(path)],
                                     capture_output=True, text=True, timeout=1800)
             assert result.returncode == 0, f"et-trt export failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
             path.chmod(0o444)
