@@ -29,17 +29,11 @@
 #include <string>
 #include <vector>
 
-#include "schema_generated.h"
+#include "image_loading.h"  // KernelImageRef, kernel_dtype_name
 
 namespace et_trt::kernels {
 
-// One compiled kernel image: its fields as the blob schema defines them (table
-// KernelImage in et_trt_backend/serialization/schema.fbs, as flatc's object
-// API holds them) and its bytes (the cubin, or PTX text with or without a NUL
-// terminator). Both are borrowed: they only need to live until
-// GroupedMMLauncher::create returns.
-//
-// The variant says which kernel it is:
+// The images a GroupedMMLauncher takes (KernelImageRef, image_loading.h): the variant says which kernel it is:
 //   "wgmma":     hand-written sm_90a kernel (et_trt_backend/kernels/grouped_mm_sm90.cu): rows
 //                as wgmma's N in steps of 8; layout nk (trans_b) only; needs K % 8 == 0, N % 8 == 0
 //                and at most 1024 groups (else the next variant serves); takes TMA
@@ -63,14 +57,6 @@ namespace et_trt::kernels {
 // this GPU, that accepts K and N, in the order wgmma, tma, tile, others, any; it
 // takes tma_small instead of wgmma or tma when rows < 64 * groups or when their
 // tiles would not fill every multiprocessor once.
-struct KernelImageRef {
-  const blob::KernelImageT* fields = nullptr;
-  const uint8_t* bytes = nullptr;
-  size_t size = 0;
-};
-
-// "bf16" or "fp16" (the kernels' element types, as et-trt names them); nullptr for any other.
-const char* kernel_dtype_name(blob::DType dtype);
 
 // What a launch with fp8 weights needs beside launch()'s arguments. `workspace` is device
 // memory of at least fp8_workspace_bytes(rows, k) bytes, 256-byte aligned, that no other
@@ -101,6 +87,7 @@ class GroupedMMLauncher {
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
   // The images must also share one weight format; fp8 ones need a quantize_rows_any image.
+  // Images of the MoE experts kernels (is_moe_experts_image) are left out.
   static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
                                                    std::string* error);
   ~GroupedMMLauncher();

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "grouped_mm_launcher.h"  // KernelImageRef
+#include "image_loading.h"  // KernelImageRef, is_moe_experts_image
 
 namespace et_trt::kernels {
 
@@ -56,9 +56,6 @@ enum class GateUpLayout : int32_t {
 };
 // The layout of the ONNX attribute's string ("concat", "interleaved", "blocked8"); false for any other.
 bool parse_gate_up_layout(const std::string& name, GateUpLayout* layout);
-
-// Whether an image is one of the MoE experts kernels' (kernel name "moe_..."), not the grouped GEMM's.
-bool is_moe_experts_image(const blob::KernelImageT& image);
 
 // One call's operands: device pointers, 16-byte aligned, dense row-major.
 struct MoEExpertsArgs {
