@@ -1,4 +1,4 @@
-"""The MoEExperts op's semantics (issue 32): one function from top-k ids to the combined output, on the CPU.
+"""The MoEExperts op's semantics (issue 32): one function from top-k ids to the combined output, in float32.
 
     out[t] = sum over j < k with 0 <= e = topk_ids[t, j] < E of
              topk_weights[t, j] * down_e(act(gate_up_e(hidden[t])))
@@ -127,26 +127,30 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
               w_down: torch.Tensor, b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None, *,
               activation: str = "swiglu", gate_up_layout: str = "concat", alpha: float = GPTOSS_ALPHA,
               limit: float = GPTOSS_LIMIT) -> torch.Tensor:
-    """out [T, H] in hidden's dtype, by the module docstring's semantics, in float32 on the CPU (any device's
-    tensors are copied there)."""
+    """out [T, H] in hidden's dtype, by the module docstring's semantics, in float32 where hidden is (the CPU, or a
+    GPU for large checks: its float32 matmuls, TF32 off as PyTorch's default, are float32's)."""
     tokens, top_k, experts, size, _ = check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up,
                                                    b_down, activation, gate_up_layout)
-    dtype = hidden.dtype
-    x = hidden.detach().cpu().float()
-    ids = topk_ids.detach().cpu().long()
-    weights = topk_weights.detach().cpu().float()
-    pairs = torch.zeros(tokens, top_k, size)  # each pair's weighted down output, float32
+    dtype, device = hidden.dtype, hidden.device
+    x = hidden.detach().float()
+    ids = topk_ids.detach().to(device, torch.long)
+    weights = topk_weights.detach().to(device, torch.float32)
+
+    def f32(t: torch.Tensor | None, e: int) -> torch.Tensor | None:
+        return None if t is None else t[e].detach().to(device, torch.float32)
+
+    pairs = torch.zeros(tokens, top_k, size, device=device)  # each pair's weighted down output, float32
     for e in ids[(ids >= 0) & (ids < experts)].unique().tolist():
         token, slot = (ids == e).nonzero(as_tuple=True)
-        gate_up = x[token] @ w_gate_up[e].detach().cpu().float().T
+        gate_up = x[token] @ f32(w_gate_up, e).T
         if b_gate_up is not None:
-            gate_up += b_gate_up[e].detach().cpu().float()
+            gate_up += f32(b_gate_up, e)
         h = activate(gate_up.to(dtype), activation, gate_up_layout, alpha, limit).to(dtype).float()
-        y = h @ w_down[e].detach().cpu().float().T
+        y = h @ f32(w_down, e).T
         if b_down is not None:
-            y += b_down[e].detach().cpu().float()
+            y += f32(b_down, e)
         pairs[token, slot] = y * weights[token, slot, None]
-    out = pairs[:, 0] if top_k else torch.zeros(tokens, size)
+    out = pairs[:, 0] if top_k else torch.zeros(tokens, size, device=device)
     for j in range(1, top_k):  # in order of j, as the kernels' combine sums
         out = out + pairs[:, j]
     return out.to(dtype)

@@ -3,9 +3,11 @@ moe_experts.reference, and their AOT images for every default architecture (reso
 tests/test_moe_experts_gpu.py."""
 
 import collections
+import ctypes.util
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -75,3 +77,64 @@ def test_bad_arch_and_dtype_are_named():
         moe_aot.moe_experts_images(["sm_75"], "bf16")
     with pytest.raises(ValueError, match="fp32"):
         moe_aot.moe_experts_images(["sm_90a"], "fp32")
+
+
+def test_launcher_library_exports_the_moe_abi(launcher_library):
+    shared = launcher_library / "libet_trt_grouped_mm.so"
+    exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True, check=True).stdout
+    for symbol in ("create", "launch", "workspace_bytes", "last_kernels", "destroy"):
+        assert f"et_trt_moe_experts_{symbol}" in exported
+
+
+def test_args_struct_matches_the_c_header(tmp_path):
+    """launcher.MoEExpertsArgs lays out et_trt_moe_experts_args as the C compiler does, field by field."""
+    import ctypes
+
+    from et_trt_backend.kernels.launcher import MoEExpertsArgs
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    fields = [name for name, _ in MoEExpertsArgs._fields_]
+    program = tmp_path / "layout.c"
+    program.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "moe_experts_capi.h"\nint main(void) {\n'
+                       + "".join(f'  printf("%zu\\n", offsetof(et_trt_moe_experts_args, {f}));\n' for f in fields)
+                       + '  printf("%zu\\n", sizeof(et_trt_moe_experts_args));\n  return 0;\n}\n')
+    subprocess.run([compiler, f"-I{REPO / 'runtime' / 'kernels'}", program, "-o", tmp_path / "layout"], check=True)
+    layout = [int(x) for x in subprocess.run([tmp_path / "layout"], capture_output=True, text=True,
+                                             check=True).stdout.split()]
+    assert layout == [getattr(MoEExpertsArgs, f).offset for f in fields] + [ctypes.sizeof(MoEExpertsArgs)]
+
+
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed here")
+def test_launcher_without_a_driver_says_so(launcher_library, monkeypatch):
+    from et_trt_backend.kernels import launcher
+
+    monkeypatch.setenv(launcher.LIBRARY_ENV, str(launcher_library / "libet_trt_grouped_mm.so"))
+    monkeypatch.setattr(launcher, "_lib", None)
+    with pytest.raises(launcher.LauncherError, match="libcuda.so.1"):
+        launcher.MoEExpertsLauncher(moe_aot.moe_experts_images(["sm_90a"], "bf16"))
+    assert launcher.moe_workspace_bytes(0, 2, 8, 64, 32) > 0  # the offsets' region
+
+
+def test_eager_op_fake_shapes_and_input_errors():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from et_trt_backend.kernels import moe_op  # noqa: F401 (registers torch.ops.et_trt.moe_experts)
+
+    with FakeTensorMode():
+        hidden = torch.empty(37, 64, dtype=torch.bfloat16)
+        ids = torch.empty(37, 2, dtype=torch.int32)
+        weights = torch.empty(37, 2)
+        w_down = torch.empty(4, 64, 24, dtype=torch.bfloat16)
+        out = torch.ops.et_trt.moe_experts(hidden, ids, weights, torch.empty(4, 48, 64, dtype=torch.bfloat16), w_down)
+        assert out.shape == (37, 64) and out.dtype == torch.bfloat16
+        out = torch.ops.et_trt.moe_experts(hidden, ids, weights, torch.empty(4, 24, 64, dtype=torch.bfloat16), w_down,
+                                           activation="relu2")
+        assert out.shape == (37, 64)
+        with pytest.raises(ValueError, match="w_gate_up must be"):
+            torch.ops.et_trt.moe_experts(hidden, ids, weights, torch.empty(4, 24, 64, dtype=torch.bfloat16), w_down)
+        with pytest.raises(ValueError, match="topk_ids must be int32"):
+            torch.ops.et_trt.moe_experts(hidden, ids.long(), weights, torch.empty(4, 48, 64, dtype=torch.bfloat16),
+                                         w_down)
