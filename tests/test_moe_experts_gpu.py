@@ -3,7 +3,8 @@ et_trt_backend.moe_experts.reference (float32 on the CPU).
 
 Runs on the device through benchmarks/device/moe_run.sh, which builds the launcher and points
 ET_TRT_KERNEL_IMAGES at images compiled on the CPU machine; skipped where there is no CUDA GPU. The
-invalid-id, odd-size, empty and single-token cases also run under `compute-sanitizer --tool memcheck` there.
+invalid-id, odd-size, empty, single-token, family and wgmma cases also run under `compute-sanitizer --tool memcheck`
+there.
 """
 
 import os
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from et_trt_backend import moe_experts
-from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
+from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS, MOE_GATED_ACTIVATIONS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from moe_models import HF_FAMILIES, HF_HIDDEN  # noqa: E402
@@ -89,7 +90,7 @@ def _family_experts(name):
 
 
 @pytest.mark.parametrize("family", list(HF_FAMILIES))
-@pytest.mark.parametrize("tokens", [1, 7, 64])
+@pytest.mark.parametrize("tokens", [1, 7, 64], ids=lambda t: f"t{t}")
 def test_every_family_expert_shape(family, tokens):
     """Each family's tiny config (the partitioner's test models): GPT-OSS as it stores its experts
     (interleaved gate and up rows, biases, its clamped GLU), the others SwiGLU with concatenated rows."""
@@ -170,6 +171,46 @@ def test_dynamic_tokens_one_launcher():
 def test_moe_layer_shape():
     """An MoE layer's proportions at a tenth of the size: 64 experts of hidden 1024 and FFN 512, top-8."""
     _check(make_inputs(512, 8, 64, 1024, 512, "swiglu", seed=17), "swiglu", "blocked8")
+
+
+def _takes_wgmma() -> bool:
+    """Whether this GPU runs the wgmma kernels (sm_90 with their images: moe_aot's sm_90a set)."""
+    from et_trt_backend.kernels import moe_op
+
+    pool = moe_op.load_images(os.environ[moe_op.IMAGES_ENV]) if os.environ.get(moe_op.IMAGES_ENV) else []
+    return torch.cuda.get_device_capability() == (9, 0) and (
+        not pool or any(i.variant == "wgmma" and i.kernel.startswith("moe_") for i in pool))
+
+
+def _assert_path(kernels: str) -> None:
+    """sm_90: the wgmma GEMMs behind the gather (five launches); elsewhere the Triton tilings (four)."""
+    if _takes_wgmma():
+        assert "moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma)" in kernels, kernels
+    else:
+        assert "wgmma" not in kernels and len(kernels.split(" + ")) == 4, kernels
+
+
+@pytest.mark.parametrize("activation", MOE_GATED_ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_many_rows_per_expert(activation, dtype):
+    """128 rows per expert, blocked8 rows, biases, float16 weights, a few invalid ids: on sm_90 the wgmma kernels'
+    epilogues (the activation on rows r and r + 8; the weight, bias and float32 scatter), elsewhere "large"."""
+    _launcher(dtype)
+    kernels = _check(make_inputs(1024, 8, 64, 1024, 512, activation, dtype=dtype, bias=True, invalid=0.05,
+                                 weights_dtype=dtype if activation == "geglu_erf" else torch.float32,
+                                 seed=MOE_ACTIVATIONS[activation]), activation, "blocked8")
+    _assert_path(kernels)
+
+
+def test_every_wgmma_tile_width():
+    """Experts of 5 to 253 rows (every tile width 8..256 of grouped_mm_sm90.cu), of 257 and 600 (two and three
+    tiles), of 1 and of none; top-1, shuffled tokens."""
+    sizes = [8 * i - 3 for i in range(1, 33)] + [257, 600, 1, 0]
+    ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    ids = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(19))].to(torch.int32)[:, None]
+    hidden, _, weights, w_gate_up, w_down, b_gate_up, b_down = make_inputs(
+        len(ids), 1, len(sizes), 256, 136, "swiglu", bias=True, seed=20)
+    _assert_path(_check((hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down), "swiglu", "blocked8"))
 
 
 def test_eager_op_matches_reference():

@@ -78,13 +78,15 @@ def save_contenders(name: str, contenders: dict) -> list:
 
 def save_moe_images() -> None:
     """.device/moe_images.json (the MoE experts GPU tests' images) and benchmarks/moe_block_bench.py's contenders:
-    "unfused", our GroupedMM images; "fused", the MoE experts images the launcher picks from."""
+    "unfused", our GroupedMM images; "fused", the MoE experts images the launcher picks from (the wgmma GEMMs at
+    many rows per expert); "fused_triton", the same without the wgmma GEMMs."""
     tests = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype)]
     save_images(OUT / "moe_images.json", tests)
     fused = [i for i in tests if i.dtype == "bf16" and i.format == "cubin"]
     save_contenders("moe_bench_images", {
         "unfused": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
         "fused": fused,
+        "fused_triton": [i for i in fused if i.variant != "wgmma" and i.kernel != "moe_gather"],
     })
 
 

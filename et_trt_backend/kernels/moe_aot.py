@@ -5,6 +5,8 @@ the images carry what runtime/kernels/moe_experts_launcher.cc needs. Image names
 "e<E_PAD>": experts it holds), "moe_gate_up" and "moe_gate_up_gated" (non-gated and gated activations),
 "moe_down", "moe_combine"; the GEMMs' variants are their tilings (MOE_GEMM_CONFIGS), which the launcher picks by
 the rows per expert; a gate+up and a down image of one variant share BLOCK_M (the route kernel's tile table).
+sm_90a adds the wgmma kernel's MoE builds (sm90.py: "moe_gate_up_gated" and "moe_down" of variant "wgmma", with
+nvcc) and "moe_gather", which copies their rows.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from et_trt_backend.kernels import aot
+from et_trt_backend.kernels import aot, sm90
 from et_trt_backend.kernels.images import KernelImage, cached_image
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ MOE_GEMM_CONFIGS = (
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
+GATHER_BLOCK = (16, 256)  # rows x columns per program
 _NUM_WARPS = 4  # route and combine
 
 
@@ -121,7 +124,23 @@ def _images_for(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
                            {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
                            {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
                            (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
+    if aot._capability(arch) == 90 and fmt == "cubin":
+        images += _sm90_images(arch, dtype, source)
     return images
+
+
+def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:
+    """The wgmma kernel's MoE builds and the row gather before them; [] without nvcc (the Triton tilings serve)."""
+    if sm90.nvcc_path() is None:
+        logger.warning("nvcc not found: the sm_90a MoE images lack the wgmma kernel (the Triton tilings serve)")
+        return []
+    signature = {**_pointers("x_ptr:x sorted_ptr:i32 offs_ptr:i32 a_ptr:x", dtype), "H": "i32", "E": "i32",
+                 "top_k": "i32", "BLOCK_R": "constexpr", "BLOCK_H": "constexpr"}
+    gather = _compile("moe_gather", "any", source.moe_gather_kernel, signature,
+                      {"BLOCK_R": GATHER_BLOCK[0], "BLOCK_H": GATHER_BLOCK[1]},
+                      {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
+                      (GATHER_BLOCK[0], GATHER_BLOCK[1], 0))
+    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), gather]
 
 
 def moe_experts_images(archs: Sequence[str], dtype: str) -> list[KernelImage]:

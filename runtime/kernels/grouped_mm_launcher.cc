@@ -153,6 +153,7 @@ struct GroupedMMLauncher::State {
   // fp8 on sm_90+: the GEMM is launched while the row quantization runs, and waits for it on the GPU
   // (programmatic dependent launch; the images are built for it, et_trt_backend/kernels/aot.py).
   bool overlap_quantize = false;
+  MoEGemm moe = MoEGemm::kNone;  // the MoE experts GEMM whose epilogue the one (wgmma) image has
   std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
   std::vector<LoadedKernel> quantize;  // fp8: the row quantizations run before each GEMM, preferred first
   std::vector<LoadedKernel> swiglu_quantize;  // fp8: the same of a gate+up output's SwiGLU (Fp8Operands::swiglu)
@@ -181,15 +182,20 @@ GroupedMMLauncher::~GroupedMMLauncher() {
 }
 
 std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageRef>& offered_images,
-                                                             std::string* error) {
-  std::vector<KernelImageRef> images;  // a blob's MoE experts images are MoEExpertsLauncher's
+                                                             std::string* error, MoEGemm moe) {
+  // A blob's MoE experts images are MoEExpertsLauncher's; it makes launchers for its wgmma GEMMs here.
+  const std::string moe_kernel = moe == MoEGemm::kGateUp ? "moe_gate_up_gated" : moe == MoEGemm::kDown ? "moe_down" : "";
+  std::vector<KernelImageRef> images;
   for (const KernelImageRef& ref : offered_images)
-    if (ref.fields == nullptr || !is_moe_experts_image(*ref.fields)) images.push_back(ref);
+    if (ref.fields == nullptr || (moe == MoEGemm::kNone ? !is_moe_experts_image(*ref.fields)
+                                                        : ref.fields->kernel == moe_kernel && ref.fields->variant == "wgmma"))
+      images.push_back(ref);
   const CudaDriver* cu_ptr = CudaDriver::get(error);
   if (cu_ptr == nullptr) return nullptr;
   const CudaDriver& cu = *cu_ptr;
   auto state = std::make_unique<State>();
   state->cu = cu_ptr;
+  state->moe = moe;
   auto failed = [&](std::string message) -> std::unique_ptr<GroupedMMLauncher> {
     fail(error, "grouped_mm launcher: " + std::move(message));
     GroupedMMLauncher cleanup(std::move(state));  // unloads what was loaded so far
@@ -359,7 +365,7 @@ size_t GroupedMMLauncher::fp8_workspace_bytes(int64_t rows, int64_t k) {
 
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
                                int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
-                               const Fp8Operands* fp8) {
+                               const Fp8Operands* fp8, const MoEEpilogue* moe) {
   const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
@@ -380,6 +386,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   if (!state_->fp8 && fp8 != nullptr)
     return fail(error, "grouped_mm: fp8 operands were given but the kernel images take dense weights; load the fp8 "
                        "images (weight_format \"fp8\") for fp8 weights");
+  if ((state_->moe != MoEGemm::kNone) != (moe != nullptr))
+    return fail(error, "grouped_mm: a MoE epilogue is given iff the launcher runs a MoE experts GEMM " + shape);
+  if (moe && (k == 0 || groups == 0)) return fail(error, "grouped_mm: a MoE experts GEMM needs K and groups " + shape);
   if (rows == 0 || n == 0) return true;
   if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
   if (k == 0 || groups == 0) {  // no products (a, b, offs may be empty): every row is zero
@@ -509,7 +518,12 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                       &rows_arg, &k_arg, &n_arg, &groups_arg};
   void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : map_args) : (fp8 ? triton_fp8_args : triton_args);
+  static_assert(sizeof(MoEEpilogue) == 40, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
+  MoEEpilogue moe_arg = moe ? *moe : MoEEpilogue{};
+  void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
+                          &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
+  void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
+                                    : (fp8 ? triton_fp8_args : triton_args);
   CUlaunchConfig config = {};
   config.gridDimX = grid;
   config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1;

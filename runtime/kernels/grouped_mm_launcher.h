@@ -72,6 +72,25 @@ struct Fp8Operands {
   bool swiglu = false;
 };
 
+// The fused MoE experts op's two GEMMs on sm_90a are the wgmma kernel built with an epilogue of its own
+// (grouped_mm_sm90.cu's MoE modes; images "moe_gate_up_gated" and "moe_down", variant "wgmma"), run by
+// MoEExpertsLauncher through a GroupedMMLauncher made for one of them.
+enum class MoEGemm { kNone, kGateUp, kDown };
+
+// What those epilogues read, passed to the kernel as is (grouped_mm_sm90.cu's MoEEpilogue, field for field).
+// kGateUp: out is [rows, N / 2] (the activations of W's blocked8 gate and up rows), bias [G, N] or null,
+// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit. kDown: out is float32 [pairs, N],
+// row r written at row sorted[r], times the routing weight weights[sorted[r]] (float32, or the images' dtype
+// where weights_16bit), plus bias [G, N] or null. Rows past offs[G - 1] are neither read into out nor written.
+struct MoEEpilogue {
+  const void* bias = nullptr;
+  const int32_t* sorted = nullptr;
+  const void* weights = nullptr;
+  int32_t weights_16bit = 0;
+  int32_t activation = 0;
+  float alpha = 0.f, limit = 0.f;
+};
+
 class GroupedMMLauncher {
  public:
   // round_up(rows * k, 256) + 4 * rows: the workspace a launch with fp8 weights needs.
@@ -87,9 +106,10 @@ class GroupedMMLauncher {
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
   // The images must also share one weight format; fp8 ones need a quantize_rows_any image.
-  // Images of the MoE experts kernels (is_moe_experts_image) are left out.
+  // Images of the MoE experts kernels (is_moe_experts_image) are left out, but for `moe` other than kNone,
+  // which takes only that GEMM's wgmma image (MoEExpertsLauncher's use).
   static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
-                                                   std::string* error);
+                                                   std::string* error, MoEGemm moe = MoEGemm::kNone);
   ~GroupedMMLauncher();
   GroupedMMLauncher(const GroupedMMLauncher&) = delete;
   GroupedMMLauncher& operator=(const GroupedMMLauncher&) = delete;
@@ -105,9 +125,10 @@ class GroupedMMLauncher {
   // Not thread-safe (it keeps the last kernel's name and the wgmma kernel's TMA
   // descriptors of recent calls, reused when a, b and the sizes repeat): one
   // launcher per thread, as the TensorRT plugin has one per execution context.
+  // `moe` must be given iff the launcher was made for a MoE GEMM (K and groups then nonzero).
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
-              const Fp8Operands* fp8 = nullptr);
+              const Fp8Operands* fp8 = nullptr, const MoEEpilogue* moe = nullptr);
 
   // Kernel name the last successful launch used (for the device checks and benchmarks); with fp8
   // weights the GEMM's (the row quantization ran before it).

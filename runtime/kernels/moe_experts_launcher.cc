@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "cuda_driver.h"
+#include "grouped_mm_launcher.h"
 
 namespace et_trt::kernels {
 namespace {
@@ -19,6 +20,12 @@ size_t round_up(size_t value) { return (value + 255) / 256 * 256; }
 // The kernels index pairs, rows and columns with 32-bit integers, plus up to one tile past the end.
 constexpr int64_t kIndexLimit = (int64_t{1} << 31) - 1024;
 constexpr int64_t kGridYLimit = 65535;
+// The wgmma kernels serve launches of at least this many rows per expert (below, its tiles of up to 256 rows are
+// mostly padding and the Triton tilings' narrower ones win; grouped_mm_launcher's rule for its "tma_small"), with
+// gated activations, blocked8 rows, H and F multiples of 8 (TMA's 16-byte rows; 16-row gate/up blocks) and at
+// most 1024 experts (its group table).
+constexpr int64_t kWgmmaMinRowsPerExpert = 64;
+constexpr int64_t kWgmmaMaxExperts = 1024;
 
 struct Kernel {
   std::string name;  // "moe_down (small)"
@@ -88,6 +95,10 @@ struct MoEExpertsLauncher::State {
   std::vector<Kernel> routes;     // by the experts they hold (block_n = E_PAD, block_k = pairs per program)
   std::vector<Gemms> gemms;       // by block_m
   Kernel combine;                 // block_m tokens x block_n columns per program
+  // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
+  // per program); null where no image serves this GPU.
+  std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
+  Kernel gather;
   std::string last_kernels;
 };
 
@@ -149,6 +160,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       images, device.cc, [](const blob::KernelImageT& image) { return image.kernel + "/" + image.variant; }, &offered);
   for (const KernelImageRef* ref : chosen) {
     const blob::KernelImageT& image = *ref->fields;
+    if (image.variant == "wgmma") continue;  // GroupedMMLauncher's, below
     LoadedImage module;
     if (!load_image(cu, *ref, device, &module, &message)) return failed(message);
     state->modules.push_back(module.module);
@@ -158,6 +170,8 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       state->routes.push_back(kernel);
     } else if (image.kernel == "moe_combine") {
       state->combine = kernel;
+    } else if (image.kernel == "moe_gather") {
+      state->gather = kernel;
     } else if (image.kernel == "moe_gate_up" || image.kernel == "moe_gate_up_gated" || image.kernel == "moe_down") {
       auto gemms = std::find_if(state->gemms.begin(), state->gemms.end(),
                                 [&](const Gemms& g) { return g.variant == image.variant; });
@@ -184,6 +198,11 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     return failed("no \"any\" variant of moe_gate_up, moe_gate_up_gated and moe_down serves " + gpu +
                   " (the GEMMs for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images)");
+  if (state->gather.function != nullptr) {  // sm_90a: the wgmma GEMMs where their images serve this GPU
+    std::string unavailable;
+    state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
+    state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
+  }
   std::sort(state->routes.begin(), state->routes.end(),
             [](const Kernel& a, const Kernel& b) { return a.block_n < b.block_n; });
   std::sort(state->gemms.begin(), state->gemms.end(),
@@ -260,6 +279,9 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       cdiv(a.hidden_size, state_->combine.block_n) > kGridYLimit)
     return refuse("hidden or FFN size needs more column blocks than a grid holds (65535)");
 
+  const bool wgmma = state_->wgmma_gate_up && state_->wgmma_down && gated && a.layout == GateUpLayout::kBlocked8 &&
+                     a.hidden_size % 8 == 0 && a.ffn % 8 == 0 && a.ffn > 0 && a.experts <= kWgmmaMaxExperts &&
+                     per_expert >= kWgmmaMinRowsPerExpert;
   const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(a.workspace);
   CUdeviceptr offs = base + r.offs, tiles = base + r.tiles, sorted = base + r.sorted, h = base + r.h, y = base + r.y;
   CUdeviceptr hidden = reinterpret_cast<CUdeviceptr>(a.hidden), ids = reinterpret_cast<CUdeviceptr>(a.topk_ids);
@@ -293,8 +315,37 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                        &size, &ffn,    &has_down_bias, &weights_16bit, &no_scratch, &no_scratch};
   void* combine_args[] = {&y, &ids, &out, &tokens, &size, &top_k, &experts, &no_scratch, &no_scratch};
   if (!run(*route, cdiv(pairs, route->block_k), 1, route_args)) return false;
-  if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_args)) return false;
-  if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_args)) return false;
+  if (wgmma) {
+    // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
+    CUdeviceptr gathered = y;
+    void* gather_args[] = {&hidden, &sorted, &offs, &gathered, &size, &experts, &top_k, &no_scratch, &no_scratch};
+    if (!run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(a.hidden_size, state_->gather.block_n),
+             gather_args))
+      return false;
+    MoEEpilogue gate_up_epilogue;
+    gate_up_epilogue.bias = a.b_gate_up;
+    gate_up_epilogue.activation = activation;
+    gate_up_epilogue.alpha = a.alpha;
+    gate_up_epilogue.limit = a.limit;
+    MoEEpilogue down_epilogue;
+    down_epilogue.bias = a.b_down;
+    down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
+    down_epilogue.weights = a.topk_weights;
+    down_epilogue.weights_16bit = weights_16bit;
+    const auto* offsets = reinterpret_cast<const int32_t*>(offs);
+    std::string message;
+    if (!state_->wgmma_gate_up->launch(reinterpret_cast<const void*>(gathered), a.w_gate_up, offsets,
+                                       reinterpret_cast<void*>(h), pairs, a.hidden_size, rows, a.experts, true, stream,
+                                       &message, nullptr, &gate_up_epilogue) ||
+        !state_->wgmma_down->launch(reinterpret_cast<const void*>(h), a.w_down, offsets, reinterpret_cast<void*>(y),
+                                    pairs, a.ffn, a.hidden_size, a.experts, true, stream, &message, nullptr,
+                                    &down_epilogue))
+      return refuse(message);
+    ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
+  } else {
+    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_args)) return false;
+    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_args)) return false;
+  }
   if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
            combine_args))
     return false;

@@ -16,8 +16,11 @@
 //   moe_down     grouped GEMM of those rows with the routing weight (and bias) in its epilogue, each
 //                row written in float32 where its pair (t, j) lies
 //   moe_combine  out[t] = the sum over j of its pairs' rows, rounded
-// (four launches; on sm_90a, at sizes where the wgmma kernels serve, a fifth copies the gathered
-// rows for them: the "moe_gather" image).
+// (four launches). On sm_90a, with the wgmma kernel's MoE images ("moe_gate_up_gated" and "moe_down" of
+// variant "wgmma", run through GroupedMMLauncher) and "moe_gather": for gated activations, blocked8 rows,
+// hidden and FFN sizes multiples of 8, at most 1024 experts and at least 64 pairs per expert on average, the
+// two GEMMs are those, behind moe_gather, which copies the rows in pair order for their TMA loads (five).
+// Elsewhere the Triton tilings serve every size.
 #pragma once
 
 #include <cuda.h>
