@@ -26,7 +26,7 @@ RTX_ARCHS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
 def _models():
     sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO))
-    import moe_models
+    from support import moe_models
     from examples import moe_policy
 
     recipe = tomllib.loads((REPO / "examples" / "recipe.toml").read_text())

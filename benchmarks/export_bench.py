@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _test_models_largest_first() -> list[tuple[str, Callable[[], object]]]:
-    """(name, program factory) of MoE models of tests/moe_models.py, largest (parameter count) first."""
+    """(name, program factory) of MoE models of tests/support/moe_models.py, largest (parameter count) first."""
     sys.path.insert(0, str(REPO / "tests"))
-    import moe_models
+    from support import moe_models
 
     candidates = {
         "MoEStack(experts=8, shared)": lambda: moe_models.MoEStack(experts=8, shared=True),
@@ -37,7 +37,7 @@ def _test_models_largest_first() -> list[tuple[str, Callable[[], object]]]:
     }
     sizes = {name: sum(p.numel() for p in build().parameters()) for name, build in candidates.items()}
     return [
-        (f"tests/moe_models.py {name}, {sizes[name]} params",
+        (f"tests/support/moe_models.py {name}, {sizes[name]} params",
          lambda build=candidates[name]: moe_models.export(moe_models.bf16(build())))
         for name in sorted(sizes, key=sizes.get, reverse=True)
     ]
@@ -45,7 +45,7 @@ def _test_models_largest_first() -> list[tuple[str, Callable[[], object]]]:
 
 def _bench(name: str, factory, recipe: Path | None, runs: int) -> tuple[dict, dict]:
     """(cold results, median warm results) of `runs` exports with a fresh kernel cache."""
-    from et_trt_backend import cli
+    from et_trt_partitioner.export import export
 
     with tempfile.TemporaryDirectory() as tmp:
         # Empty kernel caches (et-trt's and Triton's) for this model: the first export compiles.
@@ -53,7 +53,7 @@ def _bench(name: str, factory, recipe: Path | None, runs: int) -> tuple[dict, di
         os.environ["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
         results = []
         for run in range(runs):
-            results.append(cli.export(factory, recipe, Path(tmp) / "model.pte", name=name))
+            results.append(export(factory, recipe, Path(tmp) / "model.pte", name=name))
             print(f"{name}: run {run + 1}/{runs}: {results[-1]['total_s']:.1f} s", file=sys.stderr)
     warm = results[1:] or results
     return results[0], {k: statistics.median(r[k] for r in warm) for k in results[0]}
@@ -66,7 +66,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
-    from et_trt_backend import cli
+    from et_trt_partitioner import cli
 
     rows, failures = [], []
     example = ("examples/moe_policy.py, recipe.toml", cli.load_factory(cli.EXAMPLE_MODULE), cli.EXAMPLE_RECIPE)

@@ -17,7 +17,7 @@ import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
-from et_trt_backend import engine_build, preflight
+from et_trt_backend import engine_build, library_logs, preflight
 from et_trt_backend.lowering import lower_to_onnx
 from et_trt_backend.lowering.translations import ONNX_OPSET
 from et_trt_backend.options import CompileOptions
@@ -49,7 +49,8 @@ class EtTrtBackend(BackendDetails):
         options, part = CompileOptions.from_compile_specs(compile_specs)
         start = time.perf_counter()
         logger.info("part %r: lowering to ONNX", part)
-        lowered = lower_to_onnx(edge_program, options)
+        with library_logs.held_back():
+            lowered = lower_to_onnx(edge_program, options)
         weights = lowered.weights
         preflight.enforce(lowered.onnx, options.preflight, where=f"part {part!r}")
         onnx_bytes = lowered.onnx_bytes

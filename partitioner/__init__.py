@@ -1,10 +1,19 @@
-"""TensorRTPartitioner: claims MoE regions and the supported ops around them."""
+"""TensorRTPartitioner: claims MoE regions and the supported ops around them.
 
-# ExecuTorch finds a partition's backend among the loaded BackendDetails
-# subclasses by name; importing the partitioner must load EtTrtBackend.
-from et_trt_backend import backend as _backend  # noqa: F401
+Also the `et-trt` command (cli.py) and export() (export.py), which use both this package and
+et_trt_backend. TensorRTPartitioner is imported on first use (it imports torch and ExecuTorch), so that
+the command starts without them.
+"""
 
 from .errors import PartitionError
-from .tensorrt_partitioner import TensorRTPartitioner
+
+
+def __getattr__(name: str):
+    if name == "TensorRTPartitioner":
+        from .tensorrt_partitioner import TensorRTPartitioner
+
+        return TensorRTPartitioner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["PartitionError", "TensorRTPartitioner"]

@@ -19,7 +19,7 @@ from typing import Iterable
 import torch
 from torch.fx import Graph, Node
 
-from et_trt_backend.op_support._common import aten_overload
+from et_trt_backend.op_support import aten_overload
 from et_trt_backend.op_support.routing import ROUTER_OPS
 
 aten = torch.ops.aten

@@ -9,11 +9,11 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-import moe_models
 from et_trt_backend.engine_build import EngineBuildError
 from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import lower_program
+from support import moe_models
+from support.lowering import lower_program
 
 GPU_REASON = "an NVIDIA GPU is present: an engine may really be built here"
 

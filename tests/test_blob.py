@@ -12,7 +12,7 @@ import zlib
 import pytest
 import torch
 
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.options import (
     ENGINE_BUILD_POLICIES,
     FIELDS,
@@ -38,6 +38,7 @@ from et_trt_backend.serialization.blob import (
     serialize,
 )
 from et_trt_backend.serialization.named_data import NamedData
+from support.damaged_pte import reseal
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
           torch.float64, torch.bool, torch.bfloat16]
@@ -136,13 +137,6 @@ def small_contents(seed: int) -> BlobContents:
                                      ["timing_cache: not read"])]
     contents.weights = [WeightRecord("w", NamedData.of(rng.randbytes(2000)))]
     return contents
-
-
-def reseal(data: bytes) -> bytes:
-    """The blob with its header recomputed, so corruption reaches the flatbuffer reader."""
-    payload = data[HEADER_SIZE:]
-    tail = struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
-    return data[:12] + struct.pack("<I", zlib.crc32(tail)) + tail
 
 
 # ---- round trip ---------------------------------------------------------------

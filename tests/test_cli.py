@@ -9,18 +9,18 @@ from pathlib import Path
 
 import onnx
 import pytest
-from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 from onnx import helper
 
-import damaged_pte
-from et_trt_backend import BACKEND_ID, cli
+from et_trt_backend import BACKEND_ID
 from et_trt_backend.engines import providers
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.kernels.robot_gpus import robot_gpus_line
 from et_trt_backend.options import DEFAULT_KERNEL_ARCHS
 from et_trt_backend.serialization import blob
 from et_trt_backend.serialization.named_data import NamedData
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
+from et_trt_partitioner import cli
+from support import damaged_pte
 
 
 def run(capsys, *argv):
@@ -36,16 +36,6 @@ def policy_pte(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("export") / "policy.pte"
     assert cli.main(["-q", "export", "--output", str(path)]) == 0
     return path
-
-
-def rewrite_blob(pte: bytes, change) -> bytes:
-    """The .pte with its first TensorRT blob replaced by change(blob bytes), through ExecuTorch's serializer."""
-    pte_file = deserialize_pte_binary(pte)
-    program = pte_file.program
-    delegate = next(d for d in program.execution_plan[0].delegates if d.id == BACKEND_ID)
-    entry = program.backend_delegate_data[delegate.processed.index]
-    entry.data = change(entry.data)
-    return bytes(serialize_pte_binary(pte_file))
 
 
 # ---- export --------------------------------------------------------------------------
@@ -185,7 +175,7 @@ def test_check_names_a_violating_node(policy_pte, tmp_path, capsys):
         return blob.serialize(dataclasses.replace(contents, onnx=model.SerializeToString()))
 
     bad = tmp_path / "bad.pte"
-    bad.write_bytes(rewrite_blob(policy_pte.read_bytes(), add_unique))
+    bad.write_bytes(damaged_pte.rewrite_blob(policy_pte.read_bytes(), add_unique))
     code, out, _ = run(capsys, "check", bad)
     assert code == 1
     assert "[supported_ops] Unique node 'injected_unique'" in out and "1 violation(s)" in out
@@ -198,7 +188,7 @@ def test_corrupted_blob_is_refused_naming_the_delegate(policy_pte, tmp_path, cap
         return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
 
     bad = tmp_path / "corrupt.pte"
-    bad.write_bytes(rewrite_blob(policy_pte.read_bytes(), flip))
+    bad.write_bytes(damaged_pte.rewrite_blob(policy_pte.read_bytes(), flip))
     for command in ("inspect", "check"):
         code, out, err = run(capsys, command, bad)
         assert code == 1
@@ -211,7 +201,7 @@ def test_unparseable_onnx_in_a_valid_blob_is_reported(policy_pte, tmp_path, caps
         return blob.serialize(dataclasses.replace(blob.deserialize(data), onnx=b"\xff\xff not protobuf"))
 
     bad = tmp_path / "bad_onnx.pte"
-    bad.write_bytes(rewrite_blob(policy_pte.read_bytes(), break_onnx))
+    bad.write_bytes(damaged_pte.rewrite_blob(policy_pte.read_bytes(), break_onnx))
     for command in ("inspect", "check"):
         code, _, err = run(capsys, command, bad)
         assert code == 1 and "the blob's ONNX does not parse" in err, err
@@ -233,12 +223,12 @@ def test_export_of_a_module_with_a_recipe(tmp_path, monkeypatch, capsys):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "policies.py").write_text(
-        "import moe_models\n"
+        "from support import moe_models\n"
         "def exported_moe():\n"
         "    return moe_models.export(moe_models.bf16(moe_models.GroupedMoE(experts=4)))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # moe_models
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # support.moe_models
     recipe = tmp_path / "dense.toml"
     recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
     monkeypatch.chdir(tmp_path)
@@ -260,6 +250,25 @@ def test_not_a_pte(tmp_path, capsys):
     assert code == 1 and "not an ExecuTorch program" in err
     code, _, err = run(capsys, "check", tmp_path / "missing.pte")
     assert code == 2 and "no such file" in err
+
+
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_directory_is_named_as_one(tmp_path, capsys, command):
+    (tmp_path / "policy.pte").write_bytes(b"")
+    code, _, err = run(capsys, command, tmp_path)
+    assert (code, err) == (2, f"et-trt {command}: {tmp_path}: is a directory, not a file; its .pte files: policy.pte\n")
+
+
+def test_a_file_that_is_no_program_is_refused_before_torch_executorch_and_onnxscript_load(tmp_path):
+    """inspect and check read the file first: the heavy imports come only for an ExecuTorch program."""
+    wrong = tmp_path / "random.pte"
+    wrong.write_bytes(random.randbytes(4096))
+    code = ("import sys\nfrom et_trt_partitioner import cli\n"
+            f"codes = [cli.main([command, {str(wrong)!r}]) for command in ('inspect', 'check')]\n"
+            "print(codes, sorted(m for m in ('torch', 'executorch', 'onnxscript') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout == "[1, 1] []\n", result.stdout + result.stderr
+    assert result.stderr.count("not an ExecuTorch program") == 2, result.stderr
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -320,13 +329,13 @@ def test_export_prints_only_et_trt_lines_unless_verbose(tmp_path):
     the default output; -v shows them."""
     factory = tmp_path / "small.py"
     factory.write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport moe_models\n"
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nfrom support import moe_models\n"
         "def make():\n    return moe_models.export(moe_models.bf16(moe_models.GroupedMoE(experts=4)))\n")
     recipe = tmp_path / "dense.toml"
     recipe.write_text("[default]\ngrouped_gemm_kernel = false\n")
 
     def export(*flags):
-        result = subprocess.run([sys.executable, "-m", "et_trt_backend.cli", *flags, "export", "--module",
+        result = subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", *flags, "export", "--module",
                                  f"{factory}:make", "--recipe", str(recipe), "--output", str(tmp_path / "x.pte")],
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]

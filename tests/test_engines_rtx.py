@@ -21,12 +21,12 @@ import numpy as np
 import onnx
 import pytest
 
-import moe_models
 from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
 from et_trt_backend.plugin_names import ACTIVATIONS, GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
 from et_trt_partitioner import TensorRTPartitioner
-from nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
-from test_lowering import lower_program
+from support import moe_models
+from support.lowering import lower_program
+from support.nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 RTX_ARCHS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
@@ -274,14 +274,14 @@ def test_fp8_workspace_is_the_launchers_at_the_profiles_max_rows(rtx):
     """The Python plugin asks what the C++ one asks (runtime/tests/grouped_mm_plugin_test.cc checks the same
     numbers): GroupedMMLauncher::fp8_workspace_bytes at the profile's max rows, plus 255 bytes to align it;
     nothing for the dense form. An engine built at export records this size for the robot's C++ plugin."""
-    from test_real_builder import _fp8_images
+    from support.kernel_records import fp8_image_records
 
     assert grouped_mm_plugin.fp8_workspace_bytes(1000, 64) == 64000 + 4000  # 64000 is 256-aligned
     assert grouped_mm_plugin.fp8_workspace_bytes(3, 5) == 256 + 12
     trt = rtx.module
     _, creator_class = grouped_mm_plugin.plugin_classes(trt)
     fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])
-    plugin = creator_class(_fp8_images()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
+    plugin = creator_class(fp8_image_records()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
     inputs = [trt.DynamicPluginTensorDesc() for _ in range(4)]
     inputs[0].min, inputs[0].opt, inputs[0].max = trt.Dims([1, 64]), trt.Dims([16, 64]), trt.Dims([1000, 64])
     inputs[1].min = inputs[1].opt = inputs[1].max = trt.Dims([4, 48, 64])  # b [G, N, K]
@@ -291,6 +291,6 @@ def test_fp8_workspace_is_the_launchers_at_the_profiles_max_rows(rtx):
     # A gate+up output as a ([rows, 2K]): the rows quantized are the GEMM's, of b's K.
     fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32),
                                         _field(trt, "activation", np.array([1], np.int32), trt.PluginFieldType.INT32)])
-    fused = creator_class(_fp8_images()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
+    fused = creator_class(fp8_image_records()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
     inputs[0].max = trt.Dims([1000, 128])
     assert fused.get_workspace_size(inputs, outputs) == grouped_mm_plugin.fp8_workspace_bytes(1000, 64) + 255

@@ -15,6 +15,7 @@ import pytest
 
 from et_trt_backend import options
 from et_trt_backend.kernels import aot, images, sm90
+from et_trt_backend.serialization.kernel_image import KernelImage
 
 triton = pytest.importorskip("triton", reason="AOT compilation needs Triton")
 
@@ -25,7 +26,7 @@ BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
 
 
-def sass_ops(image: images.KernelImage, tmp_path) -> collections.Counter:
+def sass_ops(image: KernelImage, tmp_path) -> collections.Counter:
     path = tmp_path / f"{image.kernel}_{image.arch}.cubin"
     path.write_bytes(image.image.bytes())
     sass = subprocess.run([BIN / "cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout

@@ -11,9 +11,7 @@ import sys
 
 import pytest
 import torch
-
-sys.path.insert(0, os.path.dirname(__file__))
-from gpu_launchers import launcher_device  # noqa: E402
+from support.gpu_launchers import launcher_device
 
 pytestmark = [
     pytest.mark.gpu,

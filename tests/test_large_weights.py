@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from test_runtime import NOT_BUILT
+from support.runtime_runs import NOT_BUILT
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXPERTS, HIDDEN, FFN = 40, 3072, 3072
@@ -27,7 +27,7 @@ EXPORT = textwrap.dedent(f"""
     import json, resource, sys, time
     import torch
     sys.path.insert(0, {str(REPO / "tests")!r})
-    import moe_models
+    from support import moe_models
     from executorch.exir import to_edge_transform_and_lower
     from et_trt_partitioner import TensorRTPartitioner
     from et_trt_backend.serialization import external_data

@@ -17,12 +17,14 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-import onnx_reference
-import test_lowering
-from et_trt_backend import cli, quantization
+from et_trt_backend import quantization
 from et_trt_backend.lowering import GroupedMMUse, LoweringError, lower_to_onnx
+from et_trt_backend.onnx_analysis import fp8_grouped_mms
 from et_trt_backend.options import parse_options
 from et_trt_backend.serialization import blob, external_data
+from et_trt_partitioner import cli
+from support import onnx_reference
+from support.lowering import delegated_parts
 
 REPO = Path(__file__).resolve().parents[1]
 FP8 = parse_options({"expert_precision": "fp8", "kernel_archs": ["sm_90a"]})
@@ -77,7 +79,7 @@ def test_constant_weights_become_fp8_weights_and_scales(lowered):
     for node, weight in zip(nodes, (model.w1, model.w2)):
         assert sizes[node.input[1]] == weight.numel() == weight.nbytes // 2
         assert sizes[node.input[3]] == 4 * weight.shape[0] * (weight.shape[1] if weight is model.w1 else weight.shape[2])
-    assert [e["weights_bytes"] for e in cli.fp8_grouped_mms(low.onnx)] == [model.w1.numel(), model.w2.numel()]
+    assert [e["weights_bytes"] for e in fp8_grouped_mms(low.onnx)] == [model.w1.numel(), model.w2.numel()]
 
 
 def test_onnx_matches_the_pytorch_reference(lowered):
@@ -161,13 +163,13 @@ def test_example_policy_exports_with_fp8_decoder_experts(kernel_cache, tmp_path,
     recipe = tomllib.loads((REPO / "examples" / "recipe.toml").read_text())
     recipe["parts"]["decoder"].update(expert_precision="fp8", kernel_archs=["sm_90a"])
     edge = to_edge_transform_and_lower(moe_policy.export_policy(), partitioner=[TensorRTPartitioner(recipe)])
-    by_part = {contents.part: contents for _, contents in test_lowering.delegated_parts(edge)}
+    by_part = {contents.part: contents for _, contents in delegated_parts(edge)}
     decoder = onnx.load_from_string(by_part["decoder"].onnx)
-    assert [e["swiglu"] for e in cli.fp8_grouped_mms(decoder)] == [False, True] * 2  # each layer's down GEMM
+    assert [e["swiglu"] for e in fp8_grouped_mms(decoder)] == [False, True] * 2  # each layer's down GEMM
     assert {k.weight_format for k in by_part["decoder"].kernels} == {"fp8"}
     assert {"quantize_rows_swiglu", "quantize_rows_swiglu_whole", "quantize_rows_swiglu_any"} <= {
         k.variant for k in by_part["decoder"].kernels}  # for its fused down GEMMs
-    assert not cli.fp8_grouped_mms(onnx.load_from_string(by_part["velocity"].onnx))
+    assert not fp8_grouped_mms(onnx.load_from_string(by_part["velocity"].onnx))
     pte = tmp_path / "policy.pte"
     pte.write_bytes(edge.to_executorch().buffer)
     assert cli.main(["-q", "inspect", str(pte)]) == 0

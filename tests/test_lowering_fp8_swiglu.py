@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import onnx_reference
 from et_trt_backend import preflight, quantization
 from et_trt_backend.lowering import GroupedMMUse, lower_to_onnx
 from et_trt_backend.options import parse_options
 from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE
+from support import onnx_reference
 
 FP8 = parse_options({"expert_precision": "fp8", "kernel_archs": ["sm_90a"]})
 K, HIDDEN, GROUPS = 48, 64, 4
@@ -162,11 +162,11 @@ def test_transformers_moe_blocks_fuse_their_swiglu_and_keep_their_results(name, 
     """Unmodified transformers MoE blocks: the down GroupedMM takes the gate+up output where the model's
     activation is SwiGLU, and the fused ONNX computes what the unfused one does (both run by onnx_reference in
     float32, on the same random tokens)."""
-    import moe_models
+    from support import moe_models
     from et_trt_backend.lowering import onnx_export
     from et_trt_backend.serialization import external_data
     from et_trt_partitioner import TensorRTPartitioner
-    from test_lowering import _shape, lower_program
+    from support.lowering import concrete_shape, lower_program
 
     recipe = {"default": {"expert_precision": "fp8", "kernel_archs": ["sm_90a"]}}
     x = torch.randn(1, 6, moe_models.HF_HIDDEN).to(moe_models.DTYPE)
@@ -179,7 +179,7 @@ def test_transformers_moe_blocks_fuse_their_swiglu_and_keep_their_results(name, 
     assert _activations(onnx.load_from_string(fused.onnx)).count(1) == HF_SWIGLU[name]
     assert _activations(onnx.load_from_string(unfused.onnx)).count(1) == 0
     (spec,) = fused.inputs
-    tokens = torch.randn(_shape(spec, 40)).float().numpy()
+    tokens = torch.randn(concrete_shape(spec, 40)).float().numpy()
     results = [onnx_reference.evaluator(onnx_reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)))
                .run(None, {spec.name: tokens})[-1] for c in (fused, unfused)]
     error = np.linalg.norm(results[0] - results[1]) / np.linalg.norm(results[1])

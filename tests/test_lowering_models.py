@@ -15,12 +15,18 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-import moe_models
 from et_trt_backend.lowering.to_aten import aten_target
 from et_trt_backend.options import ShapeRange
 from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import _shape, assert_onnx_matches_partition, delegated_parts, lower_program, run_partition_float32
+from support import moe_models
+from support.lowering import (
+    assert_onnx_matches_partition,
+    concrete_shape,
+    delegated_parts,
+    lower_program,
+    run_partition_float32,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENS = (1, 7, 100, 4096)
@@ -70,7 +76,7 @@ def test_transformers_moe_blocks(name):
 
 def test_moe_stack_partitions_each_match_static_tokens():
     parts = _check(_export(moe_models.bf16(moe_models.MoEStack()), tokens=7, dynamic=False), tokens=(7,))
-    assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+    assert len(parts) == 2  # split around the op that stays in ExecuTorch
 
 
 def test_moe_stack_shares_the_dynamic_token_count():
@@ -81,7 +87,7 @@ def test_moe_stack_shares_the_dynamic_token_count():
         _export(moe_models.bf16(moe_models.MoEStack())), partitioner=[TensorRTPartitioner(DENSE)])
     edge.to_executorch()
     parts = delegated_parts(edge)
-    assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+    assert len(parts) == 2  # split around the op that stays in ExecuTorch
     for program, contents in parts:
         placeholders = {n.name: n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"}
         user = program.graph_signature.user_inputs
@@ -171,10 +177,10 @@ def assert_bf16_onnx_matches_partition(program, contents, tokens: int) -> None:
     3% in PyTorch too (measured over 60 inputs of 4096 tokens); a wrong lowering is off by its whole scale."""
     import ml_dtypes
 
-    import onnx_reference
+    from support import onnx_reference
 
     (spec,) = contents.inputs
-    x = torch.randn(_shape(spec, tokens)).to(torch.bfloat16)
+    x = torch.randn(concrete_shape(spec, tokens)).to(torch.bfloat16)
     sig = program.graph_signature
     named = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
     values = {**program.state_dict, **program.constants}

@@ -13,12 +13,12 @@ import onnx
 import pytest
 import torch
 
-import onnx_reference
 from et_trt_backend import op_support, preflight
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.lowering import ops as lowering_ops
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
+from support import onnx_reference
 
 torch.manual_seed(0)
 
@@ -147,12 +147,24 @@ def test_long_sort_of_unknown_values_is_refused_with_its_source_line():
         _onnx(SortScores(), torch.randn(5000))
 
 
-def test_index_add_with_other_indices_is_refused():
+def test_index_add_with_other_indices_adds_duplicates_by_a_one_hot_matmul():
+    class IndexAdd(torch.nn.Module):
+        def forward(self, x, index):
+            return torch.ones(4, 8, dtype=x.dtype).index_add(0, index, x)
+
+    model = _onnx(IndexAdd(), torch.randn(6, 8), torch.tensor([0, 1, 1, 2, 3, 3]))
+    assert "MatMul" in {n.op_type for n in model.graph.node}
+    x, index = torch.randn(6, 8), torch.tensor([3, 1, 2, 0, 3, 3])
+    (got,) = _run(model, x.numpy(), index.numpy())
+    np.testing.assert_allclose(got, IndexAdd()(x.double(), index).float().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_add_with_other_indices_is_refused():
     class Scatter(torch.nn.Module):
         def forward(self, x, index):
-            return torch.zeros(4, 8).index_add(0, index, x)
+            return torch.zeros(4, 8).scatter_add(0, index[:, None].expand(6, 8), x)
 
-    with pytest.raises(LoweringError, match="accumulating scatter.*index_add"):
+    with pytest.raises(LoweringError, match="accumulating scatter.*scatter_add"):
         _onnx(Scatter(), torch.randn(6, 8), torch.tensor([0, 1, 1, 2, 3, 3]))
 
 
@@ -199,7 +211,7 @@ def test_grouped_mm_kernel_form_stores_weights_once_untransposed():
     (node,) = [n for n in model.graph.node if n.op_type == "GroupedMM"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert node.domain == "et_trt"
-    assert attrs == {"trans_b": 1, "plugin_version": b"1", "plugin_namespace": b"et_trt"}
+    assert attrs == {"trans_b": 1, "activation": 0, "plugin_version": b"1", "plugin_namespace": b"et_trt"}
     (weight,) = [t for t in model.graph.initializer if t.name == node.input[1]]
     assert list(weight.dims) == [4, 32, 16]
     assert "Transpose" not in [n.op_type for n in model.graph.node]
@@ -226,7 +238,7 @@ def test_bincount_of_expert_ids_gets_a_static_size():
 def test_dynamic_dims_keep_their_names_and_ranges():
     import io
 
-    import moe_models
+    from support import moe_models
     from et_trt_backend.options import ShapeRange
 
     program = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))  # Dim("tokens", 2..256)

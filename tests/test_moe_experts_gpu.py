@@ -12,14 +12,12 @@ import sys
 
 import pytest
 import torch
+from support.gpu_launchers import launcher_device
+from support.moe_inputs import make_inputs
+from support.moe_models import HF_FAMILIES, HF_HIDDEN
 
 from et_trt_backend import moe_experts
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS, MOE_GATED_ACTIVATIONS
-
-sys.path.insert(0, os.path.dirname(__file__))
-from gpu_launchers import launcher_device  # noqa: E402
-from moe_models import HF_FAMILIES, HF_HIDDEN  # noqa: E402
-from test_moe_experts import make_inputs  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,

@@ -85,7 +85,8 @@ def exported(installed) -> pathlib.Path:
 def test_the_installed_package_holds_its_libraries_sources_and_example(installed):
     result = _python(installed, """
         import et_trt_backend, et_trt_partitioner
-        from et_trt_backend import cli, runtime
+        from et_trt_backend import runtime
+        from et_trt_partitioner import cli
         from et_trt_backend.kernels import launcher, sm90
         for path in (et_trt_backend.__file__, et_trt_partitioner.__file__, runtime.library_path(),
                      launcher.library_path(), sm90.SOURCE, cli.EXAMPLES_DIR / "moe_policy.py", cli.EXAMPLE_RECIPE):
@@ -125,13 +126,21 @@ def test_installed_runtime_load_registers_the_delegate(installed, exported):
             program.load_method("forward")
         except Exception as e:
             print("refused:", type(e).__name__)
+        from et_trt_backend.serialization.pte import read_partitions
+        try:
+            runtime.build_engine(read_partitions(open({str(exported)!r}, "rb").read())[0].contents)
+        except runtime.EngineBuildUnavailable as e:
+            print(e)
     """)
     assert result.returncode == 0, result.stderr[-4000:]
-    library, registered, refused = result.stdout.splitlines()
+    library, registered, refused, unavailable = result.stdout.splitlines()
     assert library.endswith("site-packages/et_trt_backend/lib/libet_trt_runtime.so"), library
     assert registered == "True" and refused.startswith("refused:"), result.stdout
     assert "EtTrtBackend: cannot initialize part" in result.stderr, result.stderr[-3000:]
     assert NOT_BUILT in result.stderr, result.stderr[-3000:]
+    # A wheel's library names the wheel's way to build TensorRT in.
+    assert unavailable.startswith(f"{NOT_BUILT}: reinstall the package with TensorRT's headers: pip install . -C "
+                                  "cmake.define.ET_TRT_TENSORRT_INCLUDE_DIR=<dir with"), unavailable
 
 
 @pytest.mark.slow

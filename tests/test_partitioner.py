@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -10,105 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-import moe_models
 from et_trt_backend import BACKEND_ID, op_support
-from et_trt_backend.op_support._common import aten_overload
 from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_partitioner import PartitionError, TensorRTPartitioner
 from et_trt_partitioner.moe import find_moe_blocks
+from support import moe_models
+from support.partitioning import Partitioned, edge_of
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import moe_policy  # noqa: E402
 
 aten = torch.ops.aten
-
-# Ops of the MoE routing and expert path: none may be left to ExecuTorch.
-MOE_OPS = {
-    aten._grouped_mm.default,
-    aten.topk.default,
-    aten.max.dim,
-    aten.sort.default,
-    aten.argsort.stable,
-    aten.histc.default,
-    aten.bincount.default,
-    aten.cumsum.default,
-    aten.index_put.default,
-    aten.scatter_add.default,
-    aten.scatter.value,
-    aten.gather.default,
-}
-
-
-def edge_of(exported):
-    """The edge program TensorRTPartitioner receives (its pre-partition steps do not depend on the recipe)."""
-    return moe_models.edge_program(exported, TensorRTPartitioner())
-
-
-class Partitioned:
-    """An edge program after partition(), with helpers to read the result."""
-
-    def __init__(self, edge_program, recipe=None):
-        self.partitioner = TensorRTPartitioner(recipe)
-        self.program = copy.deepcopy(edge_program)  # partition() tags nodes; keep shared fixtures clean
-        self.result = self.partitioner.partition(self.program)
-        self.calls = [n for n in self.program.graph.nodes if n.op == "call_function"]
-
-    def tag(self, node):
-        return node.meta.get("delegation_tag")
-
-    def outside(self) -> Counter:
-        """Ops left to ExecuTorch (ignoring getitem and shape arithmetic)."""
-        return Counter(
-            aten_overload(n.target)
-            for n in self.calls
-            if self.tag(n) is None and isinstance(aten_overload(n.target), torch._ops.OpOverload)
-            and n.target is not aten.sym_size.int
-        )
-
-    def ops_in(self, tag) -> Counter:
-        return Counter(aten_overload(n.target) for n in self.calls if self.tag(n) == tag)
-
-    def options(self, tag) -> tuple[CompileOptions, str]:
-        return CompileOptions.from_compile_specs(self.result.partition_tags[tag].compile_specs)
-
-    def assert_moe_blocks_whole(self, expected_blocks: int) -> None:
-        blocks = find_moe_blocks(self.program.graph)
-        assert len(blocks) == expected_blocks
-        for block in blocks:
-            tags = {self.tag(n) for n in block.nodes if n.target is not aten.sym_size.int}
-            assert len(tags) == 1 and None not in tags, f"block {block.module!r} split over {tags}"
-            assert len(block.grouped_mms) == 2
-        left = set(self.outside()) & MOE_OPS
-        assert not left, f"MoE ops left outside TensorRT: {left}"
-
-    def assert_sizes_stay_local(self) -> None:
-        """No partition returns a SymInt; every SymInt it reads is also a dimension of a tensor it reads."""
-        for tag in self.result.partition_tags:
-            members = {n for n in self.calls if self.tag(n) == tag}
-            for node in members:
-                if isinstance(node.meta.get("val"), torch.SymInt):
-                    assert all(self.tag(u) == tag for u in node.users), f"{tag} returns size {node.name}"
-            inputs = {a for n in members for a in n.all_input_nodes if a not in members}
-            carried = {
-                s.node.expr
-                for a in inputs
-                if isinstance(a.meta.get("val"), torch.Tensor)
-                for s in a.meta["val"].shape
-                if isinstance(s, torch.SymInt)
-            }
-            for a in inputs:
-                if isinstance(a.meta.get("val"), torch.SymInt):
-                    assert a.meta["val"].node.expr in carried, f"{tag} reads size {a.name} of no input tensor"
-
-    def assert_weights_tagged(self) -> None:
-        signature = self.program.graph_signature
-        for node in self.program.graph.nodes:
-            if node.op == "placeholder" and node.name in signature.inputs_to_parameters:
-                user_tags = {self.tag(u) for u in node.users}
-                if None not in user_tags:
-                    assert self.tag(node) in user_tags, f"weight {node.name} not tagged into its partition"
-
 
 # ---- the example policy ---------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -157,7 +70,7 @@ def test_policy_shape_ranges(policy):
 
 
 def test_dynamic_token_count_survives_edge_lowering(policy):
-    # ExecuTorch's edge validator would specialise it through a split (see partitioner/rewrites.py).
+    # ExecuTorch's edge validator would specialise it through a split (see partitioner/pre_edge_rewrites.py).
     observations = next(n for n in policy.program.graph.nodes if n.name == "observations")
     assert isinstance(observations.meta["val"].shape[0], torch.SymInt)
     assert [(int(r.lower), int(r.upper)) for r in policy.program.range_constraints.values()] == [(2, 512)]
@@ -218,7 +131,7 @@ def stack_edge():
 def test_unsupported_op_between_blocks_splits_partitions(stack_edge):
     part = Partitioned(stack_edge)
     assert len(part.result.partition_tags) == 2
-    assert part.outside() == Counter({aten.flip.default: 1})
+    assert part.outside() == Counter({aten.masked_scatter.default: 1})
     part.assert_moe_blocks_whole(expected_blocks=2)
     blocks = find_moe_blocks(part.program.graph)
     assert {b.module for b in blocks} == {"moe0", "moe1"}
@@ -237,14 +150,18 @@ def test_recipe_parts_get_their_own_partitions_and_options(stack_edge):
     part.assert_moe_blocks_whole(expected_blocks=2)
 
 
+# float64 ops stay off TensorRT where a recipe turns truncate_double off: the unsupported ops of these tests.
+NO_FLOAT64 = {"default": {"truncate_double": False}}
+
+
 def test_unsupported_op_inside_moe_block_is_named_with_its_source_line():
     module = moe_models.bf16(moe_models.MoEWithUnsupportedOp())
     with pytest.raises(PartitionError) as error:
-        Partitioned(edge_of(moe_models.export(module)))
+        Partitioned(edge_of(moe_models.export(module)), NO_FLOAT64)
     message = str(error.value)
     assert "MoE block" in message and "float64" in message
     assert "aten._to_copy" in message or "dim_order" in message
-    assert "moe_models.py" in message and "line" in message
+    assert re.search(r"moe_models.py:\d+ \(forward\): ", message), message
     assert "Rewrite that line" in message
 
 
@@ -257,13 +174,13 @@ def test_recipe_that_splits_a_moe_block_is_refused(stack_edge):
 class HistcOutsideTensorRT(torch.nn.Module):
     def forward(self, x):
         ids = (x.float().abs() * 3).floor().clamp(0, 3)
-        return torch.histc(ids.double(), bins=4, min=0, max=3)  # float64: not lowerable
+        return torch.histc(ids.double(), bins=4, min=0, max=3)  # float64: not lowerable under NO_FLOAT64
 
 
 def test_op_without_executorch_kernel_is_never_left_outside():
     exported = torch.export.export(HistcOutsideTensorRT(), (torch.randn(8),))
     with pytest.raises(PartitionError, match=r"aten.histc.default at .*ExecuTorch has no kernel"):
-        Partitioned(edge_of(exported))
+        Partitioned(edge_of(exported), NO_FLOAT64)
 
 
 class _Mlp(torch.nn.Module):
@@ -283,13 +200,13 @@ def test_model_without_moe_is_one_partition():
 
 
 def test_nothing_supported_means_no_partition():
-    class Flip(torch.nn.Module):
-        def forward(self, x):
-            return x.flip(0)
+    class Unsupported(torch.nn.Module):
+        def forward(self, x, mask):
+            return x.masked_scatter(mask, x)  # no TensorRT lowering
 
-    part = Partitioned(edge_of(torch.export.export(Flip(), (torch.randn(4),))))
+    part = Partitioned(edge_of(torch.export.export(Unsupported(), (torch.randn(4), torch.rand(4) > 0.5))))
     assert part.result.partition_tags == {}
-    assert part.outside() == Counter({aten.flip.default: 1})
+    assert part.outside() == Counter({aten.masked_scatter.default: 1})
 
 
 def test_errors_leave_the_program_untagged():
@@ -309,5 +226,5 @@ def test_moe_block_split_by_a_detour_names_the_op():
         Partitioned(edge_of(moe_models.export(module)))
     message = str(error.value)
     assert "MoE block 'moe' would be split" in message
-    assert "through aten.flip.default at File" in message and "moe_models.py" in message
+    assert re.search(r"through aten.masked_scatter.default at \S*moe_models.py:\d+ \(forward\): ", message), message
     assert "has no TensorRT lowering" in message

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import moe_models
-from test_partitioner import Partitioned, edge_of
+from support import moe_models
+from support.partitioning import Partitioned, edge_of
 
 pytest.importorskip("transformers", reason="the transformers MoE tests need transformers (the [test] extra)")
 

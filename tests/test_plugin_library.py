@@ -123,7 +123,7 @@ def test_kernel_images_that_do_not_match_the_blob_are_not_registered(builder, ex
     damaged[len(damaged) // 2] ^= 0x20
     image.data = bytes(damaged)
     with pytest.raises(RuntimeError, match=rf"kernel image 0 \(named data {image.key}, {image.size} bytes\): its "
-                                           "sha256 is [0-9a-f]{16}\.\.\., the blob's"):
+                                           r"sha256 is [0-9a-f]{16}\.\.\., the blob's"):
         runtime.use_kernel_images(lib, contents)
 
 

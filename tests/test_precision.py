@@ -24,14 +24,13 @@ import onnx
 import pytest
 import torch
 
-import moe_models
-import onnx_reference
-from et_trt_backend.cli import onnx_precision
+from et_trt_backend.onnx_analysis import onnx_precision
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import _MoE, assert_onnx_matches_partition, lower, lower_program
+from support import moe_models, onnx_reference
+from support.lowering import assert_onnx_matches_partition, lower, lower_program
 
 ROOT = Path(__file__).resolve().parents[1]
 _NAMES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.FLOAT: "fp32"}
@@ -102,7 +101,7 @@ def test_fp16_converts_the_bf16_model_and_keeps_its_float32_islands():
 def test_fp32_makes_every_float_tensor_float32(caplog):
     options = CompileOptions(precision="fp32", kernel_archs=("sm_90a",))
     with caplog.at_level(logging.WARNING, logger="et_trt_backend.lowering"):
-        (program, contents), = lower(_MoE("index_add").eval(), 16, True, options)
+        (program, contents), = lower(moe_models.RoutingMoE("index_add").eval(), 16, True, options)
     model = onnx.ModelProto.FromString(contents.onnx)
     assert [s.dtype for s in contents.inputs + contents.outputs] == [torch.bfloat16] * 2
     assert _boundary_casts(model) == (1, 1)

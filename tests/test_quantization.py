@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-import onnx_reference
 from et_trt_backend import quantization
+from support import onnx_reference
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                  reason="no CUDA GPU on this machine"))]

@@ -29,5 +29,8 @@ def test_quickstart_exports_the_example(tmp_path):
     result = subprocess.run([sys.executable, "-c", _quickstart()], cwd=tmp_path, capture_output=True, text=True,
                             timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
+    # The report it prints: the example runs whole in TensorRT.
+    assert result.stdout.startswith("program 'forward': 2 TensorRT partition(s) of "), result.stdout
+    assert result.stdout.rstrip().endswith("; no op left to ExecuTorch"), result.stdout
     partitions = read_partitions((tmp_path / "policy.pte").read_bytes())
     assert sorted(p.contents.part for p in partitions) == ["decoder", "velocity"]

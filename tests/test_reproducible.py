@@ -34,7 +34,7 @@ def _export(checkout: pathlib.Path) -> bytes:
     code = ("import et_trt_backend, et_trt_partitioner, sys\n"
             f"assert et_trt_backend.__file__.startswith({str(checkout)!r}), et_trt_backend.__file__\n"
             f"assert et_trt_partitioner.__file__.startswith({str(checkout)!r}), et_trt_partitioner.__file__\n"
-            "from et_trt_backend import cli\n"
+            "from et_trt_partitioner import cli\n"
             "sys.exit(cli.main(['-q', 'export', '--output', 'policy.pte']))\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True,
                             timeout=1800)

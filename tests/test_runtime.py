@@ -20,51 +20,14 @@ import numpy as np
 import pytest
 import torch
 
-import damaged_pte
 from et_trt_backend import BACKEND_ID, runtime
 from et_trt_backend.serialization.blob import deserialize
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
+from support import damaged_pte
+from support.runtime_runs import NOT_BUILT, RUNNER, joined_log, load_method_refused, run_process
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-BUILD = REPO / "runtime" / "build"
-RUNNER = BUILD / "et_trt_runner"
 CTEST = pathlib.Path(sys.executable).parent / "ctest"
-NOT_BUILT = "TensorRT support was not built into libet_trt_runtime.so"
-
-
-def joined_log(stderr: str) -> str:
-    """ExecuTorch's log lines (the runner's and the Python runtime's) joined back into messages: the
-    delegate splits long ones into "  ..." continuation lines."""
-    text = ""
-    for line in stderr.splitlines():
-        message = re.sub(r"^(?:[EIWD] [0-9:.]+ executorch:|\[)[\w.]+:\d+\] ", "", line)
-        text += message[5:] if message.startswith("  ...") else "\n" + message
-    return text
-
-
-def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
-    # errors="replace": ExecuTorch logs a bad file's identifier bytes as they are.
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, errors="replace", timeout=600,
-                          **kwargs)
-
-
-def load_method_refused(pte: pathlib.Path, ptd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
-    """Loads `pte` (with the data file `ptd`) through ExecuTorch's Python runtime in a fresh process and
-    asserts that its method is refused with an exception, not by a crash."""
-    script = (
-        "import sys\n"
-        "from executorch.runtime import Runtime\n"
-        "from et_trt_backend import runtime\n"
-        "runtime.load()\n"
-        f"program = Runtime.get().load_program({str(pte)!r}, data_path={str(ptd) if ptd else None!r})\n"
-        "try:\n"
-        "    program.load_method('forward')\n"
-        "except Exception:\n"
-        "    sys.exit(3)\n"
-    )
-    result = _run([sys.executable, "-c", script])
-    assert result.returncode == 3, (result.returncode, result.stderr[-3000:])  # refused, not crashed
-    return result
 
 
 # ---- the C++ tests ---------------------------------------------------------------------------------
@@ -74,7 +37,7 @@ def test_ctest_suite(built_runtime, example_pte):
     AddressSanitizer corruption run over the writer's blobs and the example export's blobs:
     every raw mutant refused, nothing crashes."""
     env = dict(os.environ, ET_TRT_EXAMPLE_PTE=str(example_pte))
-    result = _run([CTEST, "--test-dir", built_runtime, "--output-on-failure", "-j2", "-V"], env=env)
+    result = run_process([CTEST, "--test-dir", built_runtime, "--output-on-failure", "-j2", "-V"], env=env)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-4000:]
     assert "100% tests passed" in result.stdout
     lines = [line for line in result.stdout.splitlines() if "raw mutants" in line]
@@ -91,8 +54,9 @@ def test_configure_names_the_missing_system_package(tmp_path):
     that installs it, not only the file it did not find."""
     import executorch
 
-    configure = _run([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", tmp_path,
-                      f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}", "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/"])
+    configure = run_process([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", tmp_path,
+                             f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}",
+                             "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/"])
     message = " ".join(configure.stderr.split())  # CMake wraps its messages
     assert configure.returncode != 0
     assert "zlib (zlib.h, libz) not found: install the system package zlib1g-dev" in message, configure.stderr
@@ -123,6 +87,17 @@ def test_load_registers_the_backend(built_runtime, example_pte):
     assert all(d.backend_id == BACKEND_ID for d in read_delegates(example_pte.read_bytes()))
 
 
+def test_load_from_a_path_serves_build_engine(built_runtime, example_pte, monkeypatch, tmp_path):
+    """load(PATH), then build_engine (which calls load() again) with no library at the default path: the library
+    already loaded serves it (issue 35: it failed with "...libet_trt_runtime.so does not exist")."""
+    monkeypatch.setattr(runtime, "_loaded", None)
+    monkeypatch.setenv(runtime.LIBRARY_ENV, str(tmp_path / "none" / runtime.LIBRARY_NAME))
+    runtime.load(built_runtime / runtime.LIBRARY_NAME)
+    contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
+    with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
+        runtime.build_engine(contents)
+
+
 def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
     with pytest.raises(runtime.RuntimeLoadError, match="scripts/build_runtime.sh"):
         runtime.load(tmp_path / "libet_trt_runtime.so")
@@ -148,7 +123,7 @@ def test_python_runtime_refuses_example_without_tensorrt(built_runtime, example_
 
 
 def test_runner_refuses_example_without_tensorrt(built_runtime, example_pte):
-    result = _run([RUNNER, example_pte, "--iterations", "1"])
+    result = run_process([RUNNER, example_pte, "--iterations", "1"])
     assert result.returncode == 1
     assert "cannot load method 'forward'" in result.stderr, result.stderr[-3000:]
     assert NOT_BUILT in result.stderr, result.stderr[-3000:]
@@ -185,8 +160,8 @@ def test_runner_outputs_match_pytorch(built_runtime, cpu_pte, tmp_path):
     out_dir.mkdir()
     for i in range(2):  # poison: stale files must be overwritten
         np.save(out_dir / f"output_{i}.npy", np.full((1,), np.nan, np.float32))
-    result = _run([RUNNER, path, "--input", tmp_path / "x.npy", "--input", f"1={tmp_path / 'scale.bin'}",
-                   "--warmup", "1", "--iterations", "7", "--save-outputs", out_dir])
+    result = run_process([RUNNER, path, "--input", tmp_path / "x.npy", "--input", f"1={tmp_path / 'scale.bin'}",
+                          "--warmup", "1", "--iterations", "7", "--save-outputs", out_dir])
     assert result.returncode == 0, result.stderr
     expected = [t.detach().double().numpy() for t in model(x, scale)]
     for i, want in enumerate(expected):
@@ -202,7 +177,7 @@ def test_runner_random_inputs_follow_the_seed(built_runtime, cpu_pte, tmp_path):
     for run, seed in enumerate((5, 5, 6)):
         d = tmp_path / str(run)
         d.mkdir()
-        result = _run([RUNNER, path, "--seed", seed, "--iterations", "1", "--save-outputs", d])
+        result = run_process([RUNNER, path, "--seed", seed, "--iterations", "1", "--save-outputs", d])
         assert result.returncode == 0, result.stderr
         outs.append(np.load(d / "output_1.npy"))
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -231,13 +206,13 @@ def test_runner_error_paths(built_runtime, cpu_pte, tmp_path, args, message):
     np.save(files["npy_wrong_dtype"], np.zeros((3, 6), np.int64))
     files["raw_short"].write_bytes(bytes(8))
     args = [a.format(**{k: str(v) for k, v in files.items()}) for a in args]
-    result = _run([RUNNER, path, *args])
+    result = run_process([RUNNER, path, *args])
     assert result.returncode == 1
     assert message.format(pte=path) in result.stderr, result.stderr
 
 
 def test_runner_missing_model(built_runtime, tmp_path):
-    result = _run([RUNNER, tmp_path / "none.pte"])
+    result = run_process([RUNNER, tmp_path / "none.pte"])
     assert result.returncode == 1
     assert f"cannot open model {tmp_path / 'none.pte'}" in result.stderr
 
@@ -251,7 +226,7 @@ def test_runner_refuses_a_corrupted_blob_in_a_pte(built_runtime, example_pte, tm
     data[at + len(blob) // 2] ^= 0x40
     bad = tmp_path / "bad.pte"
     bad.write_bytes(bytes(data))
-    result = _run([RUNNER, bad, "--iterations", "1"])
+    result = run_process([RUNNER, bad, "--iterations", "1"])
     assert result.returncode == 1
     assert "refusing delegate blob: blob checksum mismatch" in result.stderr, result.stderr[-3000:]
 
@@ -269,14 +244,15 @@ def test_tensorrt_layer_builds_and_reports_missing_libnvinfer(tmp_path, example_
     import executorch
 
     build = tmp_path / "build"
-    configure = _run([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", build,
-                      f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}", f"-DPython3_EXECUTABLE={sys.executable}",
-                      f"-DET_TRT_TENSORRT_INCLUDE_DIR={os.environ['ET_TRT_TENSORRT_INCLUDE_DIR']}",
-                      "-DET_TRT_BUILD_TESTS=OFF"])
+    configure = run_process([pathlib.Path(sys.executable).parent / "cmake", "-S", REPO / "runtime", "-B", build,
+                             f"-DCMAKE_PREFIX_PATH={list(executorch.__path__)[0]}",
+                             f"-DPython3_EXECUTABLE={sys.executable}",
+                             f"-DET_TRT_TENSORRT_INCLUDE_DIR={os.environ['ET_TRT_TENSORRT_INCLUDE_DIR']}",
+                             "-DET_TRT_BUILD_TESTS=OFF"])
     assert "et-trt: TensorRT support ON" in configure.stdout, configure.stdout + configure.stderr
-    compiled = _run([pathlib.Path(sys.executable).parent / "cmake", "--build", build, "-j2"])
+    compiled = run_process([pathlib.Path(sys.executable).parent / "cmake", "--build", build, "-j2"])
     assert compiled.returncode == 0, compiled.stdout[-6000:] + compiled.stderr[-3000:]
-    result = _run([build / "et_trt_runner", example_pte, "--iterations", "1"])
+    result = run_process([build / "et_trt_runner", example_pte, "--iterations", "1"])
     assert result.returncode == 1
     assert "TensorRT is not installed here: cannot load libnvinfer.so." in result.stderr, result.stderr[-3000:]
 
@@ -285,7 +261,10 @@ def test_build_engine_entry_point_verifies_the_named_data_and_reports_tensorrt(b
     """The C entry point export-time engine builds use: named data that does not match the blob is
     refused; a good blob reaches the TensorRT layer, which here says it was not built."""
     contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
-    with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
+    # A source build's library names the source build's way to build TensorRT in (a wheel's, pip's: test_packaging).
+    with pytest.raises(runtime.EngineBuildUnavailable, match=re.escape(
+            f"{NOT_BUILT}: rebuild runtime/ with TensorRT's headers: scripts/build_runtime.sh "
+            "-DET_TRT_TENSORRT_INCLUDE_DIR=<dir with NvInfer.h and NvOnnxParser.h>")):
         runtime.build_engine(contents)
     weight = contents.weights[0].data
     weight.data = weight.bytes()[:-1]
@@ -298,7 +277,7 @@ def test_build_engine_entry_point_verifies_the_named_data_and_reports_tensorrt(b
 def test_runner_refuses_a_damaged_file_in_one_line(built_runtime, example_pte, tmp_path, kind):
     path = tmp_path / f"{kind}.pte"
     path.write_bytes(damaged_pte.damaged(example_pte.read_bytes(), kind, seed=random.randrange(1 << 30)))
-    result = _run([RUNNER, path, "--iterations", "1"])
+    result = run_process([RUNNER, path, "--iterations", "1"])
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])  # refused, not a crash
     ours = [line for line in result.stderr.splitlines() if line.startswith("et_trt_runner:")]
     assert len(ours) == 1, result.stderr
@@ -307,24 +286,57 @@ def test_runner_refuses_a_damaged_file_in_one_line(built_runtime, example_pte, t
 
 def test_runner_names_an_unknown_option(built_runtime, example_pte):
     for args in (["--bogus"], ["--bogus", "1"]):
-        result = _run([RUNNER, example_pte, *args])
+        result = run_process([RUNNER, example_pte, *args])
         assert result.returncode == 1 and result.stderr.startswith("et_trt_runner: unknown option --bogus\n")
 
 
 def test_python_runtime_survives_a_part_name_that_is_not_utf8(built_runtime, example_pte, tmp_path):
     """A checksum-valid blob whose part name is not UTF-8: refused at init, and no raw bytes reach
     ExecuTorch's Python log sink (which throws on them and aborts the process)."""
-    from test_blob import reseal
 
     data = bytearray(example_pte.read_bytes())
     blob = damaged_pte.blobs(bytes(data))[0]
     part = deserialize(blob).part.encode()
     stored = struct.pack("<I", len(part)) + part + b"\0"  # a flatbuffer string
     assert blob.count(stored) == 1
-    bad_blob = reseal(blob.replace(stored, stored[:4] + b"\xff" + stored[5:]))
+    bad_blob = damaged_pte.reseal(blob.replace(stored, stored[:4] + b"\xff" + stored[5:]))
     at = bytes(data).find(blob)
     data[at:at + len(blob)] = bad_blob
     bad = tmp_path / "bad_part.pte"
     bad.write_bytes(bytes(data))
     result = load_method_refused(bad)
     assert "blob field part is not UTF-8 text" in result.stderr, result.stderr[-3000:]
+
+
+# Multi-byte characters at every offset from the delegate's 200-byte line cuts: 2-, 3- and 4-byte ones.
+LONG_PART_NAMES = ["a" * lead + wide * (300 // len(wide.encode())) for wide in ("é", "€", "🤖")
+                   for lead in range(len(wide.encode()))] + ["a" + "é" * 100]
+
+
+def test_python_runtime_survives_long_non_ascii_log_lines(built_runtime, example_pte):
+    """Issue 34's abort reproducer: the delegate's refusal names a part of multi-byte text, longer than one log
+    line, with characters across every cut offset. ExecuTorch's Python log sink throws on a line that is not
+    UTF-8, which aborts the process: each load must end in a Python exception, in a child process that exits
+    cleanly, its log whole UTF-8 with every name intact."""
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "from support import damaged_pte\n"
+        "from executorch.runtime import Runtime\n"
+        "from et_trt_backend import runtime\n"
+        "runtime.load()\n"
+        f"base = open({str(example_pte)!r}, 'rb').read()\n"
+        f"for part in {LONG_PART_NAMES!r}:\n"
+        "    program = Runtime.get().load_program(damaged_pte.with_part_name(base, part))\n"
+        "    try:\n"
+        "        program.load_method('forward')\n"
+        "    except RuntimeError:\n"
+        "        print('refused', flush=True)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=600)
+    stderr = result.stderr.decode()  # strict: a line cut inside a character fails here
+    assert result.returncode == 0, (result.returncode, stderr[-3000:])
+    assert result.stdout.decode().split() == ["refused"] * len(LONG_PART_NAMES)
+    log = joined_log(stderr)
+    for part in LONG_PART_NAMES:
+        assert f"refusing delegate blob: part '{part}': " in log, log[-3000:]

@@ -71,3 +71,20 @@ def test_a_circle_through_an_import_inside_a_function_is_found(tmp_path):
 def test_the_kernel_modules_depend_one_way(module, imported):
     modules = modules_of(PACKAGES)
     assert imported in imports_of(module, modules[module], modules)
+
+
+def test_the_backend_never_imports_the_partitioner():
+    """et_trt_partitioner -> et_trt_backend, never back (the CLI and export() live in the partitioner)."""
+    modules = modules_of(PACKAGES)
+    backward = {name: sorted(m for m in imports_of(name, path, modules) if m.partition(".")[0] == "et_trt_partitioner")
+                for name, path in modules.items() if name.partition(".")[0] == "et_trt_backend"}
+    assert not {name: found for name, found in backward.items() if found}
+
+
+def test_test_modules_share_helpers_through_support_only():
+    """What several test modules need lives in tests/support/; no test module (nor a helper) imports a test module."""
+    tests = ROOT / "tests"
+    test_modules = {path.stem: path for path in tests.glob("test_*.py")}
+    importers = {**test_modules, **{f"support.{path.stem}": path for path in (tests / "support").glob("*.py")}}
+    found = {name: sorted(imports_of(name, path, test_modules)) for name, path in importers.items()}
+    assert {name: imported for name, imported in found.items() if imported} == {}

@@ -19,10 +19,10 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-import moe_models
 from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner
-from test_lowering import assert_onnx_matches_partition, delegated_parts
+from support import moe_models
+from support.lowering import assert_onnx_matches_partition, delegated_parts
 
 pytest.importorskip("transformers", reason="the transformers model tests need transformers (the [test] extra)")
 ort = pytest.importorskip("onnxruntime", reason="the ONNX numerics run through onnxruntime")
@@ -111,7 +111,7 @@ def test_transformers_model_is_delegated_and_matches_pytorch(name, kind, dynamic
 
 def _assert_onnx_matches_module(module, contents: blob.BlobContents, tokens: int) -> None:
     """The one partition's ONNX (float32 twin) against the unmodified module run eagerly in float32."""
-    import onnx_reference
+    from support import onnx_reference
 
     (spec,) = contents.inputs
     x = random_input(spec, [1, tokens] + ([moe_models.HF_HIDDEN] if spec.dtype.is_floating_point else []))

@@ -33,7 +33,7 @@ from types import ModuleType
 
 import numpy as np
 
-from et_trt_backend.kernels import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.plugin_names import (
     ACTIVATION_ATTRIBUTE,
     ACTIVATIONS,

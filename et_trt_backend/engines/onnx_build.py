@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import numpy as np
+import torch
 
 from et_trt_backend.engines import grouped_mm_plugin
 from et_trt_backend.engines.providers import RTX_TARGETS, Builder
@@ -31,6 +32,13 @@ logger = logging.getLogger(__name__)
 # How the C++ GroupedMM plugin begins the messages it logs (runtime/src/tensorrt/grouped_mm_plugin.cc, log): a
 # refusal while parsing is reported with the parser's errors, as the Python plugin's refusals are.
 CPP_PLUGIN_PREFIX = "GroupedMM plugin: "
+
+
+# The TensorRT type (trt.DataType member) of each IO spec dtype the runtime binds.
+_TRT_TYPE_NAMES = {
+    torch.float32: "FLOAT", torch.float16: "HALF", torch.bfloat16: "BF16", torch.int8: "INT8", torch.uint8: "UINT8",
+    torch.int32: "INT32", torch.int64: "INT64", torch.bool: "BOOL",
+}
 
 
 class BuildFailed(RuntimeError):
@@ -140,6 +148,19 @@ def _plugin(trt: ModuleType, contents: blob.BlobContents, plugin_library: pathli
         registry.deregister_library(handle)
 
 
+def _io_type_mismatches(trt: ModuleType, network, contents: blob.BlobContents) -> list[str]:
+    """Where a network input or output has another type than its IO spec. The runtime binds each ExecuTorch
+    tensor as its spec says and refuses an engine whose tensor differs (tensorrt_executor.cc): an int64
+    input the parser kept as INT64 ("Make sure input X has Int64 binding") is bound as int64, and this
+    check makes sure it was kept."""
+    types = {torch_dtype: getattr(trt.DataType, name) for torch_dtype, name in _TRT_TYPE_NAMES.items()}
+    tensors = [network.get_input(i) for i in range(network.num_inputs)] + \
+        [network.get_output(i) for i in range(network.num_outputs)]
+    by_name = {t.name: t.dtype for t in tensors}
+    return [f"'{spec.name}': the network's is {by_name.get(spec.name)}, the IO spec's {spec.dtype}"
+            for spec in [*contents.inputs, *contents.outputs] if by_name.get(spec.name) != types.get(spec.dtype)]
+
+
 def parse_partition(parser, contents: blob.BlobContents) -> bool:
     """Parses the partition's ONNX, its external initializers handed over from the blob's named data
     (the runtime does the same, IParser::loadInitializer): no ONNX with the weights inline is made."""
@@ -175,6 +196,10 @@ def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str |
                 errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals + \
                     [m for m in logged if m.startswith(CPP_PLUGIN_PREFIX)]
                 raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors, parsed=False)
+            mismatches = _io_type_mismatches(trt, network, contents)
+            if mismatches:
+                raise BuildFailed("the parsed network's IO types are not the blob's IO specs, by which the runtime "
+                                  "binds ExecuTorch's tensors (it would refuse the engine)", mismatches)
             config = _config(trt, nv_builder, network, contents, target)
             start = time.perf_counter()
             plan = nv_builder.build_serialized_network(network, config)

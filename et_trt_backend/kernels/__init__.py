@@ -5,6 +5,5 @@ Triton, and `et_trt_backend.kernels.op` registers torch.ops.et_trt.grouped_mm.
 """
 
 from et_trt_backend.kernels.aot import grouped_mm_images
-from et_trt_backend.kernels.images import KernelImage
 
-__all__ = ["KernelImage", "grouped_mm_images"]
+__all__ = ["grouped_mm_images"]

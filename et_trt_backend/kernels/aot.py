@@ -14,7 +14,8 @@ import re
 from collections.abc import Sequence
 
 from et_trt_backend.kernels import sm90
-from et_trt_backend.kernels.images import WEIGHT_FORMATS, KernelImage, cached_image, kernel_name
+from et_trt_backend.kernels.images import cached_image
+from et_trt_backend.serialization.kernel_image import WEIGHT_FORMATS, KernelImage, kernel_name
 from et_trt_backend.options import KERNEL_ARCHS, NO_FP8_ARCHS
 from et_trt_backend.serialization.named_data import NamedData
 

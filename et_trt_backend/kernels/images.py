@@ -1,7 +1,7 @@
-"""Compiled kernel images: the record the blob and the launcher take, and the disk cache of them.
+"""The disk cache of compiled kernel images (serialization/kernel_image.py's records), as JSON.
 
-aot.py (Triton) and sm90.py (nvcc) both produce these; neither Triton nor nvcc is
-needed to read them.
+aot.py (Triton) and sm90.py (nvcc) cache what they compile here; neither Triton nor
+nvcc is needed to read a cached image.
 """
 
 from __future__ import annotations
@@ -12,46 +12,15 @@ import json
 import logging
 import os
 import pathlib
-import re
 from collections.abc import Callable, Sequence
 
-from et_trt_backend.serialization import schema_generated as fb
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = "ET_TRT_KERNEL_CACHE"
 CACHE_FORMAT = 4  # bump when the cached record layout changes
-
-
-def _snake_case(name: str) -> str:
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
-
-
-# The fields of table KernelImage in schema.fbs (their one definition), in its order: flatc's object API
-# (schema_generated.KernelImageT) names them in camelCase; here they are in snake_case.
-SCHEMA_NAMES: dict[str, str] = {_snake_case(name): name for name in vars(fb.KernelImageT())}
-
-# weight_format was appended to the schema with a default (Dense) so that older blobs read; records made
-# without it are dense too.
-WEIGHT_FORMATS = ("dense", "fp8")
-KernelImage = dataclasses.make_dataclass(
-    "KernelImage",
-    [name if name != "weight_format" else (name, str, dataclasses.field(default="dense")) for name in SCHEMA_NAMES],
-    frozen=True)
-KernelImage.__module__ = __name__
-KernelImage.__doc__ = """One compiled kernel: the fields of table KernelImage in schema.fbs, in snake_case.
-
-Strings as str; `format` is "cubin" | "ptx", `dtype` "bf16" | "fp16" and `weight_format` "dense" | "fp8"
-(serialization/blob.py maps them to the schema's enums; an fp8 image's dtype is its activations' and output's); `image` is a NamedData holding the cubin or PTX bytes where they are known. `kernel`
-is kernel_name(variant, trans_b); `variant` is the launcher's choice among a blob's images
-(runtime/kernels/grouped_mm_launcher.h).
-"""
-
-
-def kernel_name(variant: str, trans_b: bool, weight_format: str = "dense") -> str:
-    """The kernel's name in logs and inspect: variant, layout, and "fp8" for fp8 weights."""
-    return f"grouped_mm_{variant}_{'fp8_' if weight_format == 'fp8' else ''}{'nk' if trans_b else 'kn'}"
 
 
 def cache_dir() -> pathlib.Path:

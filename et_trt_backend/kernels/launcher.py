@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from et_trt_backend import libraries
-from et_trt_backend.kernels.images import KernelImage
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.serialization import blob
 
 LIBRARY_ENV = "ET_TRT_GROUPED_MM_LIB"

@@ -21,7 +21,8 @@ import os
 import torch
 
 from et_trt_backend.kernels import aot
-from et_trt_backend.kernels.images import KernelImage, load_images
+from et_trt_backend.kernels.images import load_images
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.kernels.launcher import Fp8Operands, GroupedMMLauncher, fp8_workspace_bytes
 
 logger = logging.getLogger(__name__)

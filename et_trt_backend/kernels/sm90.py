@@ -20,7 +20,8 @@ import shutil
 import subprocess
 import tempfile
 
-from et_trt_backend.kernels.images import WEIGHT_FORMATS, KernelImage, cached_image, kernel_name
+from et_trt_backend.kernels.images import cached_image
+from et_trt_backend.serialization.kernel_image import WEIGHT_FORMATS, KernelImage, kernel_name
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)

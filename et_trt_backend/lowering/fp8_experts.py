@@ -26,10 +26,10 @@ from torch._guards import detect_fake_mode
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from et_trt_backend import quantization
+from et_trt_backend.source_lines import source_line
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError
-from .rewrites import source_line
 from .translations import FP8_WEIGHTS_TORCH_DTYPE, KERNEL_DTYPES
 
 logger = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ import operator
 import torch
 
 from et_trt_backend.plugin_names import ACTIVATIONS
+from et_trt_backend.source_lines import source_line
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
-from .rewrites import source_line
 
 logger = logging.getLogger(__name__)
 aten = torch.ops.aten

@@ -1,7 +1,7 @@
 """Tensor creation (TensorRT Fill, Constant and Range-style layers).
 
 empty_like is lowered as zeros: its values are undefined in PyTorch. (Through
-TensorRTPartitioner it never reaches the edge program: partitioner/rewrites.py
+TensorRTPartitioner it never reaches the edge program: partitioner/pre_edge_rewrites.py
 turns it into zeros_like first.)
 """
 

@@ -3,7 +3,7 @@
 Routing code reaches its sort and its counts through such ops (`ids.view(-1)`,
 `ids.float()` for histc, `torch.cat` of two max results, ids gathered by a
 permutation). The partitioner's rules (routing.py) and the lowering's rewrites
-(lowering/rewrites.py) both follow them back to the router, to learn that the
+(lowering/routing_rewrites.py) both follow them back to the router, to learn that the
 ids are integers in [0, E) and how they are laid out in rows. Each set holds
 the edge forms (`*_copy` and dim-order ops: the partitioner's graphs) and the
 ATen forms (the lowering's graphs, after lowering/to_aten.py).

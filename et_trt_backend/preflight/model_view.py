@@ -13,6 +13,7 @@ import onnx.inliner
 from onnx import numpy_helper, shape_inference
 
 from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.source_lines import innermost_frame
 
 # Node metadata naming the PyTorch source a node came from. The lowering may
 # write SOURCE_KEY ("file:line (function): code"); otherwise the stack trace
@@ -21,7 +22,6 @@ SOURCE_KEY = "et_trt.source"
 TORCH_STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
 TORCH_FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
 _FX_NODE = re.compile(r"%(?P<name>\S+) : .*?call_function\[target=(?P<target>[^\]]+)\]")
 
 
@@ -31,10 +31,9 @@ def source_of(node: onnx.NodeProto) -> str:
     if props.get(SOURCE_KEY):
         return props[SOURCE_KEY]
     for text in (props.get(TORCH_STACK_TRACE_KEY, ""), node.doc_string):
-        frames = list(_FRAME.finditer(text or ""))
-        if frames:  # the innermost frame is the user's line
-            f = frames[-1]
-            return f"{f['file']}:{f['line']} ({f['func']}): {f['code'].strip()}"
+        line = innermost_frame(text)
+        if line:
+            return line
     # No line recorded (e.g. a node a rewrite made): at least name the PyTorch op.
     fx_node = _FX_NODE.search(props.get(TORCH_FX_NODE_KEY, ""))
     if fx_node:
@@ -75,10 +74,12 @@ class ModelView:
         self.constants: dict[str, onnx.TensorProto] = {}
         self.used: set[str] = set()  # names read by some node or graph output
         self.nodes: list[NodeRef] = []
+        self.graphs: dict[str, onnx.GraphProto] = {}  # by path, as NodeRef.graph names them
         self._walk(model.graph, "main")
 
     # ---- building ----------------------------------------------------------
     def _walk(self, graph: onnx.GraphProto, path: str) -> None:
+        self.graphs[path] = graph
         for info in [*graph.input, *graph.output, *graph.value_info]:
             self._record_type(info)
         for init in graph.initializer:

@@ -29,8 +29,8 @@ from typing import Any, Callable, TypeVar
 import flatbuffers
 import torch
 
-from et_trt_backend.kernels.images import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
-from et_trt_backend.kernels.images import KernelImage
+from et_trt_backend.serialization.kernel_image import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
+from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.serialization.named_data import NAMED_DATA_PREFIX, NamedData
 from et_trt_backend.options import CompileOptions, OptionsError, parse_options
 from et_trt_backend.serialization import schema_generated as fb
@@ -81,6 +81,7 @@ _FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
 BUILD_OPTION_FIELDS = frozenset({"tf32", "workspace_bytes", "optimization_level"})
 EXPORT_ONLY_OPTIONS = {
     "precision": "written into the ONNX's tensor types (the network is strongly typed)",
+    "truncate_double": "the ONNX computes the model's float64 in float32",
     "shape_ranges": "carried by the IO specs (Dim.min/opt/max)",
     "kernel_archs": "the embedded kernel images are the result",
     "grouped_gemm_kernel": "the ONNX has GroupedMM nodes or their dense form",

@@ -1,6 +1,5 @@
 #include "blob_reader.h"
 
-#include <flatbuffers/util.h>
 #include <openssl/evp.h>
 #include <zlib.h>
 
@@ -10,16 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "little_endian.h"
+#include "utf8.h"
+
 namespace et_trt {
 namespace {
-
-uint32_t load_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-uint64_t load_u64(const uint8_t* p) {
-  return uint64_t(load_u32(p)) | uint64_t(load_u32(p + 4)) << 32;
-}
 
 // zlib's crc32 takes a uInt length; feed it in chunks so any size works.
 uint32_t crc32_of(const uint8_t* data, size_t size) {
@@ -37,17 +31,6 @@ bool fail(BlobError* error, std::string message, BlobError::Kind kind = BlobErro
   error->kind = kind;
   error->message = std::move(message);
   return false;
-}
-
-bool is_utf8(const flatbuffers::String* s) {
-  if (s == nullptr) return true;
-  // The verifier guarantees a terminating NUL, where a cut-off sequence stops.
-  const char* p = s->c_str();
-  const char* end = p + s->size();
-  while (p < end) {
-    if (flatbuffers::FromUTF8(&p) < 0) return false;
-  }
-  return true;
 }
 
 // Every string of the blob must be UTF-8: they reach logs and ExecuTorch's log
@@ -94,7 +77,9 @@ bool check_strings(const blob::Blob* root, BlobError* error) {
     if (e->plan()) fields.emplace_back(where + "plan.key", e->plan()->key());
   }
   for (const auto& [where, s] : fields) {
-    if (!is_utf8(s)) return fail(error, "blob field " + where + " is not UTF-8 text: the blob is corrupted");
+    if (s != nullptr && !is_utf8(s->string_view())) {
+      return fail(error, "blob field " + where + " is not UTF-8 text: the blob is corrupted");
+    }
   }
   return true;
 }
@@ -104,6 +89,12 @@ bool known_dtype(blob::DType dtype) {
     if (d == dtype) return true;
   }
   return false;
+}
+
+// The dtypes a TensorRT network input or output may have (tensorrt_executor.cc binds them). The exporter
+// writes no other: float64 is cast to float32 on ExecuTorch before and after the delegate (truncate_double).
+bool bindable_dtype(blob::DType dtype) {
+  return dtype != blob::DType::Float64 && dtype != blob::DType::Int16;
 }
 
 bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::TensorSpec>>* specs,
@@ -122,6 +113,10 @@ bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::Tens
     }
     if (!known_dtype(spec->dtype())) {
       return fail(error, where.str() + ": unknown " + dtype_name(spec->dtype()));
+    }
+    if (!bindable_dtype(spec->dtype())) {
+      return fail(error, where.str() + ": " + dtype_name(spec->dtype()) + ", which no TensorRT tensor holds; " +
+                             "et-trt exports cast float64 to float32 outside the engine: re-export the .pte");
     }
     if (spec->dims() == nullptr) return fail(error, where.str() + " has no dims");
     if (spec->dims()->size() > kMaxRank) {

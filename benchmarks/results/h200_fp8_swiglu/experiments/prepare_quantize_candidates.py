@@ -11,7 +11,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path.cwd()))
 from benchmarks.device import prepare  # noqa: E402
-from et_trt_backend.kernels.images import KernelImage  # noqa: E402
+from et_trt_backend.serialization.kernel_image import KernelImage  # noqa: E402
 from et_trt_backend.serialization.named_data import NamedData  # noqa: E402
 
 SRC = pathlib.Path(__file__).with_name("quantize_rows_cuda.cu")

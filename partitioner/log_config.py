@@ -24,9 +24,13 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
     logging.basicConfig(level=others, format=FORMAT, force=True)
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
-    # torch's loggers carry their own handlers and levels, set when torch is imported.
-    import torch._logging
-
-    torch._logging.set_logs(all=others)
     # Warnings become records of the "py.warnings" logger, filtered like the rest.
     logging.captureWarnings(True)
+
+
+def configure_torch(verbose: bool = False) -> None:
+    """torch's loggers like the other libraries' (ERROR, everything with `verbose`). They carry their own
+    handlers and levels, set when torch is imported: so this imports torch, for the commands that need it."""
+    import torch._logging
+
+    torch._logging.set_logs(all=logging.DEBUG if verbose else logging.ERROR)

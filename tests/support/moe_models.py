@@ -2,16 +2,20 @@
 
 - `GroupedMoE`: one configurable MoE block (router scoring, top-k, group-limited
   routing, counting and sorting style, combine style, shared expert).
+- `RoutingMoE`: the bare routing and expert path (top-k, sort, histc, cumsum, two
+  `_grouped_mm`, combine by index_add or by inverse permutation), 32 wide.
 - `MoEStack`: several MoE blocks with an op between them that TensorRT does not
   lower, to show how partitions split around it.
 - `hf_moe_block`, `HFDecoderLayer`, `HFCausalLM`: an unmodified sparse-MoE block,
   decoder layer or whole causal LM from `transformers`, built from a tiny random
   config with the "grouped_mm" experts implementation.
+- `TokenTypeMoE`, `ActionTokenMoE`: experts chosen by a token-type input or a
+  comparison (WALL-OSS's mixture of transformers), one nn.Linear MLP per expert.
 - `edge_program`: the edge program a partitioner sees inside
   to_edge_transform_and_lower, for tests that inspect partitioning without
   lowering.
 
-All models are bf16: torch.export accepts `_grouped_mm` only in bf16.
+The grouped-GEMM models are bf16: torch.export accepts `_grouped_mm` only in bf16.
 """
 
 from __future__ import annotations
@@ -115,8 +119,14 @@ class GroupedMoE(nn.Module):
         return out.reshape(shape)
 
 
+def unsupported_identity(x: torch.Tensor) -> torch.Tensor:
+    """x through masked_scatter with an empty mask (x != x: no element of x is NaN): core ATen with a portable
+    kernel but no TensorRT lowering in op_support, so it stays in ExecuTorch (the tests' unsupported op)."""
+    return x.masked_scatter(x != x, x)
+
+
 class MoEStack(nn.Module):
-    """Norm -> MoE -> flip (no TensorRT lowering) -> MoE: two MoE blocks that cannot share an engine."""
+    """Norm -> MoE -> an unsupported op -> MoE: two MoE blocks that cannot share an engine."""
 
     def __init__(self, hidden: int = 32, **moe_kwargs):
         super().__init__()
@@ -126,16 +136,48 @@ class MoEStack(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.moe0(self.norm(x))
-        x = x.flip(0)  # core ATen with a portable kernel, but not in op_support: stays in ExecuTorch
+        x = unsupported_identity(x)
         return x + self.moe1(x)
 
 
 class MoEWithUnsupportedOp(GroupedMoE):
-    """A MoE block whose router computes in float64, a dtype TensorRT does not have."""
+    """A MoE block whose router computes in float64, a dtype TensorRT does not have (unsupported where the
+    recipe's truncate_double is off)."""
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weights, ids = super().route(x)
         return (weights.double() * 2.0).to(x.dtype), ids  # the offending line
+
+
+class RoutingMoE(torch.nn.Module):
+    """Public-code MoE routing: top-k -> argsort/sort -> histc -> cumsum -> _grouped_mm -> combine."""
+
+    def __init__(self, combine: str, dim=32, ffn=32, experts=8, k=2):
+        super().__init__()
+        self.k, self.experts, self.combine = k, experts, combine
+        self.router = torch.nn.Linear(dim, experts, bias=False, dtype=torch.bfloat16)
+        self.gate_up = torch.nn.Parameter(torch.randn(experts, 2 * ffn, dim, dtype=torch.bfloat16) / dim**0.5)
+        self.down = torch.nn.Parameter(torch.randn(experts, ffn, dim, dtype=torch.bfloat16) / ffn**0.5)
+
+    def forward(self, x):
+        weights, ids = torch.topk(torch.softmax(self.router(x).float(), -1), self.k, dim=-1)
+        flat = ids.reshape(-1)
+        if self.combine == "index_add":  # torchtitan style
+            order = torch.argsort(flat, stable=True)
+            counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts)
+        else:  # transformers style: unstable sort, inverse permutation, reshape-and-sum
+            _, order = torch.sort(flat)
+            counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts - 1)
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        rows = x[order // self.k]
+        gate, up = torch._grouped_mm(rows, self.gate_up.transpose(-2, -1), offs=offs).chunk(2, dim=-1)
+        rows = torch._grouped_mm(F.silu(gate) * up, self.down, offs=offs)  # down stored [E, ffn, dim]
+        rows = rows * weights.reshape(-1)[order].unsqueeze(-1).to(rows.dtype)
+        if self.combine == "index_add":
+            return torch.zeros_like(x).index_add(0, order // self.k, rows)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.shape[0])
+        return rows[inverse].view(x.shape[0], self.k, -1).sum(1)
 
 
 def bf16(module: nn.Module, seed: int = 0) -> nn.Module:
@@ -275,9 +317,9 @@ class MoEWithDetour(nn.Module):
 
     def __init__(self, **moe_kwargs):
         super().__init__()
-        self.flipper = _Flipper()
+        self.outsider = _Outsider()
         self.moe = _DetourMoE(**moe_kwargs)
-        object.__setattr__(self.moe, "detour", self.flipper)  # called by moe, owned by the parent
+        object.__setattr__(self.moe, "detour", self.outsider)  # called by moe, owned by the parent
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.moe(x)
@@ -289,6 +331,60 @@ class _DetourMoE(GroupedMoE):
         return self.detour(weights), ids
 
 
-class _Flipper(nn.Module):
+class _Outsider(nn.Module):
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
-        return weights.flip(-1).flip(-1)  # identity, but flip has no TensorRT lowering
+        return unsupported_identity(weights)
+
+
+# ---- experts routed by an input (mixture of transformers) ----------------------
+class _ExpertMLP(nn.Module):
+    """One expert: a gated MLP of its own width (WALL-OSS's BlockSparseMLP)."""
+
+    def __init__(self, hidden: int, ffn: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TokenTypeMoE(nn.Module):
+    """Experts chosen per token by a token-type tensor, written as WALL-OSS writes its SparseMoeBlock
+    (lerobot 0.4.4, policies/wall_x/qwen_model/qwen2_5_vl_moe.py): expert i runs on the tokens whose type
+    is i, on their first dim_inputs[i] features, and writes back there. `skip_empty` keeps the authors'
+    `if mask.sum() == 0: continue`, a Python branch on data that torch.export refuses; without it (the
+    smallest rewrite: those two lines deleted) the block exports and computes the same."""
+
+    def __init__(self, dim_inputs=(32, 16), ffns=(48, 24), skip_empty: bool = False):
+        super().__init__()
+        self.experts = nn.ModuleList(_ExpertMLP(dim, ffn) for dim, ffn in zip(dim_inputs, ffns))
+        self.dim_inputs = dim_inputs
+        self.skip_empty = skip_empty
+
+    def forward(self, hidden_states: torch.Tensor, experts_indices: torch.Tensor) -> torch.Tensor:
+        output = torch.zeros_like(hidden_states)
+        for expert_idx, expert in enumerate(self.experts):
+            mask = experts_indices == expert_idx
+            if self.skip_empty and mask.sum() == 0:
+                continue
+            dim_input = self.dim_inputs[expert_idx]
+            selected_hidden = hidden_states[mask]
+            processed_hidden = expert(selected_hidden[:, :dim_input])
+            batch_indices, seq_indices = torch.where(mask)
+            output[batch_indices, seq_indices, :dim_input] = processed_hidden
+        return output
+
+
+class ActionTokenMoE(nn.Module):
+    """The token types as WALL-OSS computes them from the prompt: a comparison with the action token id."""
+
+    ACTION_TOKEN = 7
+
+    def __init__(self):
+        super().__init__()
+        self.moe = TokenTypeMoE()
+
+    def forward(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.moe(hidden_states, input_ids == self.ACTION_TOKEN)

@@ -13,34 +13,30 @@ import importlib
 import importlib.util
 import json
 import logging
-import math
 import re
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-from et_trt_backend import log_config
+import et_trt_backend
+
+from . import log_config
+from .export import UsageError, export, file_safe, require_file
 
 logger = logging.getLogger(__name__)
 
 # The example policy and recipe: et_trt_backend/examples in an installed package (`pip install .`
 # ships them there), else examples/ of the source checkout the package is imported from.
-_PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
-EXAMPLES_DIR = _PACKAGED_EXAMPLES if _PACKAGED_EXAMPLES.is_dir() else Path(__file__).resolve().parents[1] / "examples"
+_PACKAGED_EXAMPLES = Path(et_trt_backend.__file__).resolve().parent / "examples"
+EXAMPLES_DIR = (_PACKAGED_EXAMPLES if _PACKAGED_EXAMPLES.is_dir()
+                else Path(et_trt_backend.__file__).resolve().parents[1] / "examples")
 EXAMPLE_MODULE = f"{EXAMPLES_DIR / 'moe_policy.py'}:export_policy"
 EXAMPLE_RECIPE = EXAMPLES_DIR / "recipe.toml"
 
 
-class UsageError(Exception):
-    """A bad argument or input file; printed without a traceback."""
-
-
 # ---- export ------------------------------------------------------------------
 def load_factory(spec: str) -> Callable[[], Any]:
-    """The callable named by "pkg.mod:name" or "path/to/file.py:name"."""
+    """The callable named by "pkg.mod:name" or "path/to/file.py:name" (whose folder goes on sys.path)."""
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"--module {spec!r}: write it as pkg.mod:factory or path/to/file.py:factory")
@@ -48,6 +44,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
         path = Path(module_name)
         if not path.is_file():
             raise UsageError(f"--module {spec!r}: no file {path}")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # as `python file.py` would: the file's neighbours are importable
+            sys.path.insert(0, folder)
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[path.stem] = module  # dataclasses and pickling look modules up by name
@@ -63,74 +62,6 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
-def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "",
-           data_dir: Path | None = None) -> dict[str, Any]:
-    """Export the program `factory` returns to `output`, its TensorRT partitions' weights, kernel images and
-    engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step timings and sizes."""
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
-
-    import et_trt_backend.backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
-    from et_trt_partitioner import TensorRTPartitioner
-
-    if recipe is not None and not recipe.is_file():
-        raise UsageError(f"--recipe {recipe}: no such file")
-    partitioner = TensorRTPartitioner(str(recipe) if recipe else None)  # validates the recipe first
-    timings = {}
-    start = time.perf_counter()
-    name = name or getattr(factory, "__name__", "the factory")
-    logger.info("exporting the program from %s", name)
-    program = factory()
-    if not isinstance(program, torch.export.ExportedProgram):
-        raise UsageError(
-            f"{name} returned {type(program).__name__}; it must return a torch.export.ExportedProgram "
-            "(call torch.export.export(model, example_inputs, dynamic_shapes=...) in it)"
-        )
-    timings["torch_export_s"] = time.perf_counter() - start
-    if data_dir is not None:
-        from et_trt_backend.serialization import external_data
-
-        external_data.tag_weights(program, _file_safe(output.stem))
-
-    step = time.perf_counter()
-    logger.info("partitioning and lowering with recipe %s", recipe or "(defaults)")
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
-    timings["lower_s"] = time.perf_counter() - step
-
-    step = time.perf_counter()
-    logger.info("writing the ExecuTorch program")
-    executorch_program = edge.to_executorch()
-    written = _write_program(executorch_program, output, data_dir)
-    timings["to_executorch_s"] = time.perf_counter() - step
-    timings["total_s"] = time.perf_counter() - start
-    for path in written:
-        logger.info("wrote %s (%s)", path, _size(path.stat().st_size))
-    logger.info("exported in %.1f s", timings["total_s"])
-    data_files = [path for path in written if path != output]
-    return {**timings, "pte_bytes": output.stat().st_size, "data_files": data_files}
-
-
-def _write_program(executorch_program, output: Path, data_dir: Path | None) -> list[Path]:
-    """Writes the .pte to `output` and its data files (.ptd) to `data_dir`; returns the paths. Each is
-    written beside its target, then renamed: never half a file, nor a .pte without its data files."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".et-trt-partial-") as partial:
-        partial = Path(partial)
-        targets = []
-        if data_dir is not None:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            executorch_program.write_tensor_data_to_file(str(partial))
-            targets = [(path, data_dir / path.name) for path in sorted(partial.iterdir())]
-        with open(partial / output.name, "wb") as f:
-            executorch_program.write_to_file(f)
-        targets.append((partial / output.name, output))
-        for source, target in targets:
-            shutil.move(source, target)
-            written.append(target)
-    return written
-
-
 def _cmd_export(args: argparse.Namespace) -> int:
     module = args.module or EXAMPLE_MODULE
     recipe = args.recipe
@@ -140,16 +71,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"the example policy ships with the source tree ({EXAMPLES_DIR}); pass --module")
     source = module.rpartition(":")[0]
     output = args.output or Path((Path(source).stem if source.endswith(".py") else source.rpartition(".")[2]) + ".pte")
+    logger.info("importing torch")
+    log_config.configure_torch(args.verbose)
     result = export(load_factory(module), recipe, output, name=module, data_dir=args.external_data)
     data = "".join(f", {path} {_size(path.stat().st_size)}" for path in result["data_files"])
     print(f"{output}: {_size(result['pte_bytes'])}{data}, exported in {result['total_s']:.1f} s")
-    _print_summary(output, result["data_files"])
+    _print_summary(output, _read_pte(output, args.verbose), result["data_files"])
     return 0
 
 
 # ---- inspect -------------------------------------------------------------------
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    partitions = _print_summary(args.file, args.data, detail=True)
+    partitions = _print_summary(args.file, _read_pte(args.file, args.verbose), args.data, detail=True)
     if args.dump_onnx is not None:
         _dump_onnx(partitions, args.dump_onnx)
     return 0
@@ -163,7 +96,7 @@ def _dump_onnx(partitions, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for i, partition in enumerate(partitions):
         contents = partition.contents
-        path = folder / f"{i}_{_file_safe(contents.part or 'partition')}.onnx"
+        path = folder / f"{i}_{file_safe(contents.part or 'partition')}.onnx"
         for weight in contents.weights:
             if weight.data.data is None:
                 raise BlobError(f"part {contents.part!r}: its weights are in '{contents.data_file}', which was not "
@@ -176,25 +109,29 @@ def _dump_onnx(partitions, folder: Path) -> None:
                                  else ""))
 
 
-def _partitions(pte: Path, data_files: list[Path] | None, missing_data_ok: bool = False) -> list:
-    """The .pte's TensorRT partitions, their named data read from the .pte and `data_files` (--data), else from
-    the data files they name beside the .pte."""
+def _partitions(path: Path, pte: bytes, data_files: list[Path] | None, missing_data_ok: bool = False) -> list:
+    """The TensorRT partitions of the .pte at `path` (its bytes `pte`), their named data read from the .pte and
+    `data_files` (--data), else from the data files they name beside the .pte."""
     from et_trt_backend.serialization.pte import read_partitions
 
-    for path in data_files or []:
-        if not path.is_file():
-            raise UsageError(f"--data {path}: no such file")
-    return read_partitions(_read_pte(pte), data_files or (), data_dir=pte.parent, missing_data_ok=missing_data_ok)
+    for data_file in data_files or []:
+        require_file(data_file, "--data", ".ptd")
+    return read_partitions(pte, data_files or (), data_dir=path.parent, missing_data_ok=missing_data_ok)
 
 
-def _print_summary(pte: Path, data_files: list[Path] | None = None, detail: bool = False) -> list:
+def _print_summary(path: Path, pte: bytes, data_files: list[Path] | None = None, detail: bool = False) -> list:
     from et_trt_backend import BACKEND_ID
-    from et_trt_backend.serialization.pte import read_delegates
+    from et_trt_backend.serialization.pte import read_delegates, read_plans
 
-    others = collections.Counter(d.backend_id for d in read_delegates(_read_pte(pte)) if d.backend_id != BACKEND_ID)
-    partitions = _partitions(pte, data_files, missing_data_ok=True)
+    others = collections.Counter(d.backend_id for d in read_delegates(pte) if d.backend_id != BACKEND_ID)
+    partitions = _partitions(path, pte, data_files, missing_data_ok=True)
     print(f"{len(partitions)} TensorRT partition(s)"
           + (f"; other delegates: {dict(others)}" if others else ""))
+    for plan in read_plans(pte):  # per program: its delegates (the TensorRT ones by number, below), what is left
+        held = ", ".join(f"[{i}]" for i, p in enumerate(partitions) if p.delegate.plan == plan.name)
+        outside = ", ".join(f"{op} {n}" for op, n in plan.kernel_calls.most_common())
+        print(f"plan {plan.name!r}: {plan.delegate_calls} delegate call(s); ops outside the delegates (ExecuTorch's "
+              f"kernels): {outside or 'none'}" + (f"; TensorRT partitions {held}" if held else ""))
     for i, partition in enumerate(partitions):
         _print_partition(i, partition, detail)
     return partitions
@@ -202,6 +139,7 @@ def _print_summary(pte: Path, data_files: list[Path] | None = None, detail: bool
 
 def _print_partition(i: int, partition, detail: bool) -> None:
     from et_trt_backend.kernels.robot_gpus import robot_gpus_line
+    from et_trt_backend.onnx_analysis import load_onnx, onnx_ops, onnx_precision
     from et_trt_backend.serialization.blob import PROVIDERS
 
     c, d = partition.contents, partition.delegate
@@ -212,11 +150,11 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         for spec in specs:
             print(f"      {spec.name}: {str(spec.dtype).removeprefix('torch.')} [{_dims(spec.dims)}]")
     model = load_onnx(partition)
-    ops, opset = _onnx_ops(model)
+    ops, opset = onnx_ops(model)
     print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
           + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
     home = c.data_file or "the .pte"
-    found = "" if all(d.data is not None for d in c.named_data()) else f", NOT FOUND (pass --data {c.data_file})"
+    found = "" if partition.missing_data is None else f", NOT FOUND ({partition.missing_data})"
     print(f"    weights: {len(c.weights)} external, {_size(sum(w.data.size for w in c.weights))}, named data in "
           f"{home}{found}")
     print("    precision in the ONNX: " + "; ".join(
@@ -254,70 +192,11 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         print("    producer: " + ", ".join(f"{k} {v}" for k, v in c.producer.items() if v not in ("", 0)))
 
 
-def load_onnx(partition):
-    """The partition's ONNX model; BlobError if the blob's ONNX bytes do not parse."""
-    import onnx
-
-    from et_trt_backend.serialization.blob import BlobError
-
-    try:
-        return onnx.load_from_string(partition.contents.onnx)
-    except Exception as e:  # protobuf raises DecodeError and others
-        raise BlobError(f"part {partition.contents.part!r}: the blob's ONNX does not parse ({e})") from e
-
-
-def _onnx_ops(model) -> tuple[collections.Counter, int | None]:
-    ops = collections.Counter(
-        node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}" for node in model.graph.node
-    )
-    opset = next((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), None)
-    return ops, opset
-
-
-def onnx_precision(model) -> dict[str, dict[str, int]]:
-    """The floating types the ONNX really holds (what the engine computes in, TensorRT networks being
-    strongly typed): for its weights (initializers), the values its nodes compute and its inputs and
-    outputs, how many tensors of each type."""
-    from onnx import TensorProto
-
-    names = {TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT16: "fp16", TensorProto.FLOAT: "fp32",
-             TensorProto.DOUBLE: "fp64"}
-    graph = model.graph
-
-    def count(types) -> dict[str, int]:  # in the order of `names`
-        counted = collections.Counter(types)
-        return {name: counted[t] for t, name in names.items() if counted[t]}
-
-    return {
-        "weights": count(t.data_type for t in graph.initializer),
-        "computed": count(v.type.tensor_type.elem_type for v in graph.value_info),
-        "inputs/outputs": count(v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]),
-    }
-
-
-def fp8_grouped_mms(model) -> list[dict]:
-    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale), each with its node name, weights and their bytes, and
-    whether it takes a gate+up output and computes its SwiGLU (activation 1)."""
-    from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE, ACTIVATIONS, GROUPED_MM_DOMAIN, GROUPED_MM_OP
-
-    dims = {t.name: list(t.dims) for t in model.graph.initializer}
-    found = []
-    for node in model.graph.node:
-        if (node.domain, node.op_type) != (GROUPED_MM_DOMAIN, GROUPED_MM_OP) or len(node.input) != 4:
-            continue
-        shape = dims.get(node.input[1], [])
-        activation = next((a.i for a in node.attribute if a.name == ACTIVATION_ATTRIBUTE), ACTIVATIONS["none"])
-        found.append({"node": node.name, "weights": node.input[1], "shape": shape,
-                      "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], [])),
-                      "swiglu": activation == ACTIVATIONS["swiglu"]})
-    return found
-
-
 def _fp8_line(model) -> str:
     """Which GroupedMMs of the partition have FP8 weights, and their bytes."""
-    from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+    from et_trt_backend.onnx_analysis import fp8_grouped_mms, is_grouped_mm
 
-    total = sum((n.domain, n.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP) for n in model.graph.node)
+    total = sum(map(is_grouped_mm, model.graph.node))
     fp8 = fp8_grouped_mms(model)
     if not fp8:
         return f"FP8 experts: none ({total} GroupedMM in the part's precision)"
@@ -338,9 +217,11 @@ def _dims(dims) -> str:
 
 # ---- check -----------------------------------------------------------------------
 def _cmd_check(args: argparse.Namespace) -> int:
+    partitions = _partitions(args.file, _read_pte(args.file, args.verbose), args.data)
+    # Imported once the file is known to be a program: a wrong file is refused without them.
     from et_trt_backend import preflight
+    from et_trt_backend.onnx_analysis import load_onnx
 
-    partitions = _partitions(args.file, args.data)
     if not partitions:
         print(f"{args.file}: no TensorRT partitions")
         return 0
@@ -368,8 +249,8 @@ def _check_builder(args: argparse.Namespace):
     """The NVIDIA builder `check --build` uses (TensorRT, else TensorRT for RTX), or None (said why)."""
     from et_trt_backend.engines import providers
 
-    if args.plugin_library is not None and not args.plugin_library.is_file():
-        raise UsageError(f"--plugin-library {args.plugin_library}: no such file")
+    if args.plugin_library is not None:
+        require_file(args.plugin_library, "--plugin-library", ".so")
     try:
         return providers.any_builder()
     except providers.BuilderUnavailable as e:
@@ -403,10 +284,17 @@ def _check_build(builder, contents, plugin_library: Path | None) -> int:
 
 
 # ---- shared ----------------------------------------------------------------------
-def _read_pte(path: Path) -> bytes:
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
-    return path.read_bytes()
+def _read_pte(path: Path, verbose: bool) -> bytes:
+    """The bytes of the .pte at `path`, refused (PteError) unless they are an ExecuTorch program, which is known
+    before ExecuTorch is imported to read them."""
+    from et_trt_backend.serialization.pte_header import check_identifier
+
+    require_file(path, "", ".pte")
+    pte = path.read_bytes()
+    check_identifier(pte)
+    logger.info("loading ExecuTorch's program reader (torch and ExecuTorch)")
+    log_config.configure_torch(verbose)  # the reader imports torch
+    return pte
 
 
 def _size(n: int) -> str:
@@ -417,8 +305,11 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _file_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+def _add_program_arguments(command: argparse.ArgumentParser) -> None:
+    """The .pte a command reads, and its data files."""
+    command.add_argument("file", type=Path)
+    command.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data file "
+                         "(default: the ones its partitions name, beside the .pte)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -429,8 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     export_cmd = commands.add_parser("export", help="export a policy to a .pte with TensorRT partitions")
-    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram: pkg.mod:factory "
-                            "or path/to/file.py:factory (default: the example MoE policy)")
+    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram, or a dict of method "
+                            "name -> ExportedProgram for a .pte of several methods: pkg.mod:factory or "
+                            "path/to/file.py:factory (default: the example MoE policy)")
     export_cmd.add_argument("--recipe", type=Path, help="recipe file, TOML or YAML (default: the example's "
                             "recipe for the example policy, else default options)")
     export_cmd.add_argument("--output", "-o", type=Path, help="the .pte to write (default: <module>.pte)")
@@ -438,18 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "weights and engines to DIR/<output name>.ptd, beside a small .pte (default: in the .pte)")
     export_cmd.set_defaults(run=_cmd_export)
 
-    inspect_cmd = commands.add_parser("inspect", help="partitions, ops, options, kernel images, engine status")
-    inspect_cmd.add_argument("file", type=Path)
-    inspect_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                             "file (default: the ones its partitions name, beside the .pte)")
+    inspect_cmd = commands.add_parser("inspect", help="partitions, ops (and those outside them), options, kernel "
+                                      "images, engine status")
+    _add_program_arguments(inspect_cmd)
     inspect_cmd.add_argument("--dump-onnx", type=Path, metavar="DIR", help="write each partition's ONNX to DIR "
                              "(for trtexec or Polygraphy)")
     inspect_cmd.set_defaults(run=_cmd_inspect)
 
     check_cmd = commands.add_parser("check", help="TensorRT pre-flight check of each partition; exit 1 on violations")
-    check_cmd.add_argument("file", type=Path)
-    check_cmd.add_argument("--data", type=Path, action="append", metavar="FILE.ptd", help="the program's data "
-                           "file (default: the ones its partitions name, beside the .pte)")
+    _add_program_arguments(check_cmd)
     check_cmd.add_argument("--build", action="store_true", help="then parse and build each partition with NVIDIA's "
                            "own ONNX parser and builder (TensorRT where installed, else TensorRT for RTX) for its "
                            "targets; exit 1 on any failure")
@@ -461,22 +350,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Errors that explain themselves (what is wrong, where, the fix), printed without a traceback: (module, class).
+# Looked up only in modules already imported (an error of a module never imported cannot have been raised),
+# so that naming them imports nothing: `inspect` and `check` start without torch.
+EXPLAINED_ERRORS = (
+    ("et_trt_backend.lowering.errors", "LoweringError"),
+    ("et_trt_backend.options", "OptionsError"),
+    ("et_trt_backend.preflight", "PreflightError"),
+    ("et_trt_backend.serialization.blob", "BlobError"),
+    ("et_trt_backend.serialization.pte_header", "PteError"),
+    ("et_trt_partitioner.errors", "PartitionError"),
+)
+
+
+def _explained(error: Exception) -> bool:
+    return any(isinstance(error, getattr(sys.modules[module], name))
+               for module, name in EXPLAINED_ERRORS if module in sys.modules)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log_config.configure(verbose=args.verbose, quiet=args.quiet)
-    from et_trt_backend.lowering.errors import LoweringError
-    from et_trt_backend.options import OptionsError
-    from et_trt_backend.preflight import PreflightError
-    from et_trt_backend.serialization.blob import BlobError
-    from et_trt_backend.serialization.pte import PteError
-    from et_trt_partitioner import PartitionError
-
-    # Errors that explain themselves (what is wrong, where, the fix): no traceback.
     try:
         return args.run(args)
-    except (UsageError, OptionsError, PreflightError, BlobError, PteError, PartitionError, LoweringError) as e:
+    except UsageError as e:
         print(f"et-trt {args.command}: {e}", file=sys.stderr)
-        return 2 if isinstance(e, UsageError) else 1
+        return 2
+    except Exception as e:
+        if not _explained(e):
+            raise
+        print(f"et-trt {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""What a partition's ONNX holds, read back from its blob: its ops, the floating types it computes in and
+its FP8 GroupedMMs. `et-trt inspect` prints these; tests check exports with them."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import onnx
+from onnx import TensorProto
+
+from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE, ACTIVATIONS, GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.serialization.blob import BlobError
+
+
+def load_onnx(partition) -> onnx.ModelProto:
+    """The ONNX model of a partition (serialization.pte.Partition); BlobError if its bytes do not parse."""
+    try:
+        return onnx.load_from_string(partition.contents.onnx)
+    except Exception as e:  # protobuf raises DecodeError and others
+        raise BlobError(f"part {partition.contents.part!r}: the blob's ONNX does not parse ({e})") from e
+
+
+def onnx_ops(model: onnx.ModelProto) -> tuple[collections.Counter, int | None]:
+    """How many nodes of each op type the graph has (custom ops as "domain::op"), and its default-domain opset."""
+    ops = collections.Counter(
+        node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}" for node in model.graph.node
+    )
+    opset = next((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), None)
+    return ops, opset
+
+
+def onnx_precision(model: onnx.ModelProto) -> dict[str, dict[str, int]]:
+    """The floating types the ONNX really holds (what the engine computes in, TensorRT networks being
+    strongly typed): for its weights (initializers), the values its nodes compute and its inputs and
+    outputs, how many tensors of each type."""
+    names = {TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT16: "fp16", TensorProto.FLOAT: "fp32",
+             TensorProto.DOUBLE: "fp64"}
+    graph = model.graph
+
+    def count(types) -> dict[str, int]:  # in the order of `names`
+        counted = collections.Counter(types)
+        return {name: counted[t] for t, name in names.items() if counted[t]}
+
+    return {
+        "weights": count(t.data_type for t in graph.initializer),
+        "computed": count(v.type.tensor_type.elem_type for v in graph.value_info),
+        "inputs/outputs": count(v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]),
+    }
+
+
+def is_grouped_mm(node: onnx.NodeProto) -> bool:
+    return (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP)
+
+
+def fp8_grouped_mms(model: onnx.ModelProto) -> list[dict]:
+    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale), each with its node name, weights and their bytes, and
+    whether it takes a gate+up output and computes its SwiGLU (activation 1)."""
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    found = []
+    for node in model.graph.node:
+        if not is_grouped_mm(node) or len(node.input) != 4:
+            continue
+        shape = dims.get(node.input[1], [])
+        activation = next((a.i for a in node.attribute if a.name == ACTIVATION_ATTRIBUTE), ACTIVATIONS["none"])
+        found.append({"node": node.name, "weights": node.input[1], "shape": shape,
+                      "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], [])),
+                      "swiglu": activation == ACTIVATIONS["swiglu"]})
+    return found
