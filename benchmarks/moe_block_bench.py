@@ -133,7 +133,7 @@ def launches(fn) -> int:
     return sum(e.count for e in prof.key_averages() if e.device_time_total > 0)
 
 
-def bench_block(name, tokens, experts, size, ffn, top_k, contenders, replay_s, rounds) -> dict:
+def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, contenders) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(tokens + experts + size)
     hidden = torch.randn(tokens, size, device="cuda", generator=gen).to(torch.bfloat16)
     w_gate_up = (torch.randn(experts, 2 * ffn, size, device="cuda", generator=gen) / size**0.5).to(torch.bfloat16)
