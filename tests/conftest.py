@@ -5,6 +5,7 @@ import hashlib
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -82,3 +83,18 @@ def example_pte(tmp_path_factory) -> pathlib.Path:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     yield path
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, f"a test changed the shared export {path}"
+
+
+@pytest.fixture(scope="session")
+def launcher_library(tmp_path_factory) -> pathlib.Path:
+    """The standalone CMake build of runtime/kernels (the launchers and their C ABI library), with no warnings."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not installed")
+    build = tmp_path_factory.mktemp("kernels_build")
+    subprocess.run([cmake, "-S", REPO / "runtime" / "kernels", "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, capture_output=True)
+    result = subprocess.run([cmake, "--build", build, "-j2"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "warning" not in result.stdout.lower()
+    return build
