@@ -23,7 +23,44 @@ void copy_error(const std::string& message, char* error, size_t error_size) {
   error[n] = '\0';
 }
 
+// The `count` kernel images of `kernels`, a flatbuffer of the blob schema; false and *error if it is not one
+// or holds another count.
+bool unpack(const uint8_t* kernels, size_t kernels_size, int32_t count,
+            std::vector<std::unique_ptr<et_trt::blob::KernelImageT>>* unpacked, std::string* error) {
+  flatbuffers::Verifier verifier(kernels, kernels_size);
+  if (kernels == nullptr || !et_trt::blob::VerifyBlobBuffer(verifier)) {
+    *error = "the kernel images are not a flatbuffer of the blob schema (root Blob, identifier ETRT)";
+    return false;
+  }
+  const auto* fields = et_trt::blob::GetBlob(kernels)->kernels();
+  const int32_t kernel_count = fields ? static_cast<int32_t>(fields->size()) : 0;
+  if (count != kernel_count) {
+    *error = std::to_string(count) + " image byte strings for " + std::to_string(kernel_count) + " kernel images";
+    return false;
+  }
+  for (int32_t i = 0; i < count; ++i) unpacked->emplace_back(fields->Get(static_cast<flatbuffers::uoffset_t>(i))->UnPack());
+  return true;
+}
+
 }  // namespace
+
+extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_images_for_gpu(const uint8_t* kernels, size_t kernels_size,
+                                                                  int32_t cc, uint8_t* chosen, int32_t count,
+                                                                  char* error, size_t error_size) {
+  std::vector<std::unique_ptr<et_trt::blob::KernelImageT>> unpacked;
+  std::string message;
+  if (!unpack(kernels, kernels_size, count, &unpacked, &message)) {
+    copy_error("grouped_mm: " + message, error, error_size);
+    return 1;
+  }
+  std::vector<et_trt::kernels::KernelImageRef> refs;
+  for (const auto& image : unpacked) refs.push_back({image.get(), nullptr, 0});
+  std::fill(chosen, chosen + count, 0);
+  for (const et_trt::kernels::KernelImageRef* ref : et_trt::kernels::images_for_gpu(refs, cc)) {
+    chosen[ref - refs.data()] = 1;
+  }
+  return 0;
+}
 
 extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const uint8_t* kernels, size_t kernels_size,
                                                         const uint8_t* const* images, const size_t* image_sizes,
@@ -32,26 +69,19 @@ extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const uint8_t* kernels, 
     copy_error("grouped_mm: " + message, error, error_size);
     return nullptr;
   };
-  flatbuffers::Verifier verifier(kernels, kernels_size);
-  if (kernels == nullptr || !et_trt::blob::VerifyBlobBuffer(verifier))
-    return refuse("the kernel images are not a flatbuffer of the blob schema (root Blob, identifier ETRT)");
-  const auto* fields = et_trt::blob::GetBlob(kernels)->kernels();
-  const int32_t kernel_count = fields ? static_cast<int32_t>(fields->size()) : 0;
-  if (count != kernel_count)
-    return refuse(std::to_string(count) + " image byte strings for " + std::to_string(kernel_count) + " kernel images");
-  if (count > 0 && (images == nullptr || image_sizes == nullptr)) return refuse("no image bytes were given");
   std::vector<std::unique_ptr<et_trt::blob::KernelImageT>> unpacked;
+  std::string message;
+  if (!unpack(kernels, kernels_size, count, &unpacked, &message)) return refuse(message);
+  if (count > 0 && (images == nullptr || image_sizes == nullptr)) return refuse("no image bytes were given");
   std::vector<et_trt::kernels::KernelImageRef> refs;
   for (int32_t i = 0; i < count; ++i) {
-    unpacked.emplace_back(fields->Get(static_cast<flatbuffers::uoffset_t>(i))->UnPack());
-    const et_trt::blob::KernelImageT& image = *unpacked.back();
+    const et_trt::blob::KernelImageT& image = *unpacked[i];
     if (image.image == nullptr || image.image->size != image_sizes[i])
       return refuse("kernel image " + std::to_string(i) + " (" + image.kernel + ") has " +
                     std::to_string(image_sizes[i]) + " bytes; its record says " +
                     (image.image ? std::to_string(image.image->size) : std::string("none")));
     refs.push_back({&image, images[i], image_sizes[i]});
   }
-  std::string message;
   std::unique_ptr<GroupedMMLauncher> launcher = GroupedMMLauncher::create(refs, &message);
   if (!launcher) {
     copy_error(message, error, error_size);

@@ -165,6 +165,28 @@ struct WgmmaMaps {
 
 }  // namespace
 
+std::vector<const KernelImageRef*> images_for_gpu(const std::vector<KernelImageRef>& images, int cc) {
+  std::vector<const KernelImageRef*> chosen;
+  const auto same_kernel = [](const blob::KernelImageT& a, const blob::KernelImageT& b) {
+    return a.variant == b.variant && a.dtype == b.dtype && a.trans_b == b.trans_b && a.weight_format == b.weight_format;
+  };
+  for (const KernelImageRef& ref : images) {
+    const blob::KernelImageT& image = *ref.fields;
+    if (!serves(image, cc)) continue;
+    auto same = std::find_if(chosen.begin(), chosen.end(),
+                             [&](const KernelImageRef* c) { return same_kernel(*c->fields, image); });
+    if (same == chosen.end()) {
+      chosen.push_back(&ref);
+      continue;
+    }
+    const blob::KernelImageT& current = *(*same)->fields;
+    const bool better = (image.format == blob::ImageFormat::Cubin && current.format == blob::ImageFormat::Ptx) ||
+                        (image.format == current.format && parse_arch(image.arch).first > parse_arch(current.arch).first);
+    if (better) *same = &ref;
+  }
+  return chosen;
+}
+
 const char* kernel_dtype_name(blob::DType dtype) {
   return dtype == blob::DType::BFloat16 ? "bf16" : dtype == blob::DType::Float16 ? "fp16" : nullptr;
 }
@@ -269,26 +291,13 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   state->overlap_quantize = state->fp8 && cc >= kOverlapQuantizeMinCapability;
   const std::string gpu = std::string(name_buffer) + " (sm_" + std::to_string(cc) + ")";
 
-  // For each variant, the image that serves this GPU best: a cubin for the
-  // closest architecture, else PTX.
-  std::vector<const KernelImageRef*> chosen;
   std::string offered;
   for (const KernelImageRef& ref : images) {
     const blob::KernelImageT& image = *ref.fields;
     offered += (offered.empty() ? "" : ", ") + image.kernel + "@" + image.arch +
                (image.format == blob::ImageFormat::Ptx ? "(ptx)" : "");
-    if (!serves(image, cc)) continue;
-    auto same = std::find_if(chosen.begin(), chosen.end(),
-                             [&](const KernelImageRef* c) { return c->fields->variant == image.variant; });
-    if (same == chosen.end()) {
-      chosen.push_back(&ref);
-      continue;
-    }
-    const blob::KernelImageT& current = *(*same)->fields;
-    bool better = (image.format == blob::ImageFormat::Cubin && current.format == blob::ImageFormat::Ptx) ||
-                  (image.format == current.format && parse_arch(image.arch).first > parse_arch(current.arch).first);
-    if (better) *same = &ref;
   }
+  const std::vector<const KernelImageRef*> chosen = images_for_gpu(images, cc);
   if (chosen.empty())
     return failed("no kernel image serves this GPU, " + gpu + "; images offered: " + offered +
                   ". Re-export with this architecture in the recipe's kernel_archs (e.g. \"sm_" + std::to_string(cc) +

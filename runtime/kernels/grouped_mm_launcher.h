@@ -69,6 +69,12 @@ struct KernelImageRef {
   size_t size = 0;
 };
 
+// Per kernel (variant, dtype, layout and weight format), the image among `images` that serves a GPU of
+// compute capability `cc` (major * 10 + minor) best: a cubin for exactly its architecture ("sm_90a"
+// serves 9.0 only) or an equal or lower minor of its major ("sm_80" serves 8.7), over PTX of an equal or
+// lower architecture (JIT by the driver); of two alike, the higher architecture. In `images`' order.
+std::vector<const KernelImageRef*> images_for_gpu(const std::vector<KernelImageRef>& images, int cc);
+
 // "bf16" or "fp16" (the kernels' element types, as et-trt names them); nullptr for any other.
 const char* kernel_dtype_name(blob::DType dtype);
 
