@@ -63,6 +63,9 @@ class CompileOptions:
     # bf16/fp16 becomes it, float32 islands stay); tf32 lets fp32 layers use TF32 math.
     precision: str = "bf16"
     tf32: bool = True
+    # TensorRT has no float64: on (as Torch-TensorRT's truncate_double), the part's float64 computations run in
+    # float32 (lowering/precision.py narrows them and logs each op); off, float64 ops stay on ExecuTorch.
+    truncate_double: bool = True
     # Per dynamic dimension, by its torch.export Dim name (or "input:axis").
     # Dimensions not named here take the exported program's range constraints.
     shape_ranges: Mapping[str, ShapeRange] = dataclasses.field(default_factory=dict)
@@ -199,6 +202,7 @@ def _level(key: str, value: Any) -> int:
 _VALIDATORS = {
     "precision": lambda k, v: _choice(k, v, PRECISIONS),
     "tf32": lambda k, v: _expect(k, v, bool, "true or false"),
+    "truncate_double": lambda k, v: _expect(k, v, bool, "true or false"),
     "shape_ranges": _shape_ranges,
     "workspace_bytes": lambda k, v: None if v is None else parse_size(k, v),
     "optimization_level": _level,

@@ -29,7 +29,27 @@ everything inside the decoder and "decoder.layers.*" every layer. Of the
 patterns that match, the most specific wins: more segments, then more literal
 segments. Two different patterns that tie are refused as ambiguous, and a
 pattern that matches no module of the exported program is refused with the
-closest module paths (Recipe.check_parts, called by the partitioner).
+closest module paths (Recipe.check, called by the partitioner).
+
+Several programs. A .pte may hold several programs (methods), exported
+together: to_edge_transform_and_lower({"prefix": ep1, "denoise_step": ep2},
+partitioner=[TensorRTPartitioner(recipe)]). [default] and [parts.*] apply to
+every program; a [programs.<name>] table holds a recipe for one program,
+with its own "default" and "parts", layered over the top level:
+
+    [programs.denoise_step.default]        # the whole program: over [default]
+    precision = "fp16"
+
+    [programs.denoise_step.parts.head]     # a part of that program only
+    optimization_level = 5
+
+In program P, P's default is [programs.P.default] over [default]; a part is
+its [parts.X] table and then its [programs.P.parts.X] table, over P's
+default. A part must match a module in at least one program it applies to
+(any program for [parts.X], P for [programs.P.parts.X]), and a program name
+must be one of the export's; a part missing from some programs is fine. A
+shape range likewise names a dimension of at least one program it applies
+to, so the programs may name their dynamic dimensions differently.
 
 Naming dynamic dimensions. A key under shape_ranges names one dynamic
 dimension of the exported program, in either of two ways:
@@ -64,7 +84,7 @@ from .program_inputs import user_input_nodes
 logger = logging.getLogger(__name__)
 
 DEFAULT_PART = "default"
-_TOP_LEVEL_KEYS = ("default", "parts")
+_TOP_LEVEL_KEYS = ("default", "parts", "programs")
 
 
 class RecipeError(OptionsError):
@@ -160,15 +180,79 @@ def _check_json(value: Any, where: str) -> None:
         raise RecipeError(f"{where}: values must be JSON-serializable (numbers, strings, lists, tables): {e}") from None
 
 
-class Recipe:
-    """Validated per-part compile options."""
+def _table(value: Any, where: str, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise RecipeError(f"{where} must be a table of {what}, got {type(value).__name__}")
+    return value
 
-    def __init__(self, default: CompileOptions | None = None, parts: Mapping[str, CompileOptions] | None = None):
+
+def _parse_part(values: Any, base: CompileOptions, where: str) -> CompileOptions:
+    _check_json(values, where)
+    try:
+        return parse_options(values, base=base, where=where)
+    except OptionsError as e:
+        nested = isinstance(values, Mapping) and any(isinstance(v, Mapping) for k, v in values.items()
+                                                     if k != "shape_ranges")
+        hint = ' (to name a nested module, quote its dotted path: [parts."decoder.layers"])' if nested else ""
+        raise RecipeError(f"{e}{hint}") from None
+
+
+def _own_ranges(values: Mapping[str, Any], options: CompileOptions) -> Mapping[str, ShapeRange]:
+    """The shape ranges a table names itself (not those it inherits)."""
+    return options.shape_ranges if "shape_ranges" in values else {}
+
+
+def _check_shape_range(where: str, key: str, rng: ShapeRange, programs: Mapping[str, "ProgramOutline"]) -> None:
+    """`key` must name a dynamic dimension of at least one of `programs`, and `rng` lie inside each such
+    dimension's exported range."""
+    dims = [dim for outline in programs.values() for dim in outline.dims.values() if key in dim.names]
+    if not dims:
+        names = sorted({name for outline in programs.values() for dim in outline.dims.values() for name in dim.names})
+        valid = ", ".join(names) or "none (the program has no dynamic dimensions)"
+        raise RecipeError(f"{where}: no dynamic dimension is named {key!r}; valid names: {valid}")
+    for dim in dims:
+        if rng.min < dim.min or (dim.max is not None and rng.max > dim.max):
+            upper = "unbounded" if dim.max is None else dim.max
+            raise RecipeError(
+                f"{where}: range {rng.min}..{rng.max} lies outside the exported range "
+                f"{dim.min}..{upper} of {dim.name}; export with a wider torch.export.Dim or narrow the recipe"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramOutline:
+    """What a recipe is checked against in one exported program: the module paths of its ops and its
+    dynamic dimensions (by symbol)."""
+
+    module_paths: frozenset[str]
+    dims: Mapping[str, DynamicDim]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """One options table as the recipe writes it, for the checks against the programs."""
+
+    where: str  # "[default]", "[parts.decoder]", "[programs.prefix.parts.vision]"
+    program: str | None  # the program it is written for; None: every program
+    pattern: str | None  # its part (module path pattern); None for a default table
+    shape_ranges: Mapping[str, ShapeRange]  # the ranges it names
+
+
+class Recipe:
+    """Validated per-part compile options, for every program and per program (`programs`)."""
+
+    def __init__(self, default: CompileOptions | None = None, parts: Mapping[str, CompileOptions] | None = None,
+                 programs: Mapping[str, "Recipe"] | None = None, tables: Iterable[_Table] | None = None):
         self.default = default or CompileOptions()
         self.parts: dict[str, CompileOptions] = dict(parts or {})
+        # Per program named in the recipe: its recipe with the top level folded in (for_program).
+        self.programs: dict[str, Recipe] = dict(programs or {})
         for pattern in self.parts:
             if not pattern or any(not s for s in pattern.split(".")):
                 raise RecipeError(f"part {pattern!r}: a part is a module path such as 'decoder.layers.0' or a glob")
+        self._tables = list(tables) if tables is not None else [
+            _Table("[default]", None, None, self.default.shape_ranges),
+            *(_Table(f"[parts.{p}]", None, p, o.shape_ranges) for p, o in self.parts.items())]
 
     # ---- construction ----
     @classmethod
@@ -178,28 +262,46 @@ class Recipe:
         unknown = sorted(set(data) - set(_TOP_LEVEL_KEYS))
         if unknown:
             raise RecipeError(
-                f"unknown recipe section(s) {', '.join(map(repr, unknown))}; a recipe has 'default' and "
-                "'parts' (option keys go inside them, e.g. [default] precision = \"bf16\")"
+                f"unknown recipe section(s) {', '.join(map(repr, unknown))}; a recipe has 'default', 'parts' and "
+                "'programs' (option keys go inside them, e.g. [default] precision = \"bf16\")"
             )
         default_values = data.get("default") or {}
         _check_json(default_values, "[default]")
         default = parse_options(default_values, where="[default]")
-        parts_values = data.get("parts") or {}
-        if not isinstance(parts_values, Mapping):
-            raise RecipeError(f"[parts] must be a table of part name -> options, got {type(parts_values).__name__}")
+        parts_values = _table(data.get("parts") or {}, "[parts]", "part name -> options")
+        parts = {str(p): _parse_part(values, default, f"[parts.{p}]") for p, values in parts_values.items()}
+        tables = [_Table("[default]", None, None, default.shape_ranges if "shape_ranges" in default_values else {}),
+                  *(_Table(f"[parts.{p}]", None, p, _own_ranges(values, parts[p])) for p, values in
+                    zip(parts, parts_values.values()))]
+        programs = {}
+        for name, section in _table(data.get("programs") or {}, "[programs]", "program name -> recipe").items():
+            programs[str(name)] = cls._program(str(name), section, default, parts_values, tables)
+        return cls(default, parts, programs, tables)
+
+    @classmethod
+    def _program(cls, name: str, section: Any, default: CompileOptions, top_parts: Mapping[str, Any],
+                 tables: list[_Table]) -> "Recipe":
+        """The recipe of program `name`: its [programs.<name>] `section` over the top level (`default`,
+        `top_parts`); appends the section's tables to `tables`."""
+        where = f"[programs.{name}]"
+        unknown = sorted(set(_table(section, where, "'default' and 'parts'")) - {"default", "parts"})
+        if unknown:
+            raise RecipeError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; a program's table has "
+                              f"'default' and 'parts', as the top level does ([programs.{name}.default] ...)")
+        default_values = section.get("default") or {}
+        _check_json(default_values, f"{where}.default")
+        program_default = parse_options(default_values, base=default, where=f"[programs.{name}.default]")
+        own = _table(section.get("parts") or {}, f"[programs.{name}.parts]", "part name -> options")
         parts = {}
-        for pattern, values in parts_values.items():
-            where = f"[parts.{pattern}]"
-            _check_json(values, where)
-            try:
-                parts[str(pattern)] = parse_options(values, base=default, where=where)
-            except OptionsError as e:
-                nested = isinstance(values, Mapping) and any(isinstance(v, Mapping) for k, v in values.items()
-                                                             if k != "shape_ranges")
-                hint = (' (to name a nested module, quote its dotted path: [parts."decoder.layers"])'
-                        if nested else "")
-                raise RecipeError(f"{e}{hint}") from None
-        return cls(default, parts)
+        for pattern in dict.fromkeys([*top_parts, *own]):  # a part written in both: the program's values over
+            values = {**_table(top_parts.get(pattern, {}), f"[parts.{pattern}]", "options"),  # the top level's
+                      **_table(own.get(pattern, {}), f"[programs.{name}.parts.{pattern}]", "options")}
+            parts[str(pattern)] = _parse_part(values, program_default, f"[programs.{name}.parts.{pattern}]")
+        tables.append(_Table(f"[programs.{name}.default]", name, None,
+                             program_default.shape_ranges if "shape_ranges" in default_values else {}))
+        tables.extend(_Table(f"[programs.{name}.parts.{p}]", name, str(p), _own_ranges(values, parts[str(p)]))
+                      for p, values in own.items())
+        return cls(program_default, parts)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Recipe":
@@ -243,6 +345,11 @@ class Recipe:
         raise RecipeError(f"recipe must be None, a Recipe, a dict or a file path, got {type(recipe).__name__}")
 
     # ---- lookup ----
+    def for_program(self, name: str) -> "Recipe":
+        """The recipe of program `name`: its [programs.<name>] table folded into the top level, or the top
+        level alone where the recipe names no such program."""
+        return self.programs.get(name, self)
+
     def part_for(self, module_path: str) -> str:
         """The pattern that governs `module_path` (DEFAULT_PART if none matches)."""
         matching = [p for p in self.parts if _matches(p, module_path)]
@@ -260,47 +367,49 @@ class Recipe:
     def options_of(self, part: str) -> CompileOptions:
         return self.parts.get(part, self.default) if part != DEFAULT_PART else self.default
 
-    def check_parts(self, module_paths: Iterable[str]) -> None:
-        """Refuse parts that match none of `module_paths` (the modules that created the exported
-        program's ops), naming the closest module paths: a misspelled part must not leave its
-        modules to [default] unnoticed."""
-        paths = {p for p in module_paths if p}
-        known = sorted({".".join(p.split(".")[:i]) for p in paths for i in range(1, p.count(".") + 2)})
-        unmatched = [pattern for pattern in self.parts if not any(_matches(pattern, path) for path in paths)]
-        if not unmatched:
+    # ---- checks against the exported programs ----
+    def check(self, programs: Mapping[str, ProgramOutline]) -> None:
+        """Refuse what the exported `programs` (by name) cannot use: a [programs.<name>] table naming
+        none of them, a part that matches no module of any program it applies to (naming the closest
+        module paths: a misspelled part must not leave its modules to [default] unnoticed), a shape range
+        naming no dynamic dimension of those programs or lying outside the export's range."""
+        unknown = sorted(set(self.programs) - set(programs))
+        if unknown:
+            raise RecipeError(
+                f"recipe table(s) {', '.join(f'[programs.{n}]' for n in unknown)} name no program of the export; "
+                f"its programs: {', '.join(map(repr, programs))} (ExecuTorch names a single program 'forward')")
+        self._check_parts(programs)
+        for table in self._tables:
+            scope = {n: o for n, o in programs.items() if table.program in (None, n)}
+            for key, rng in table.shape_ranges.items():
+                _check_shape_range(f"{table.where} shape_ranges.{key}", key, rng, scope)
+
+    def _check_parts(self, programs: Mapping[str, ProgramOutline]) -> None:
+        described, scopes = [], set()
+        for table in self._tables:
+            if table.pattern is None:
+                continue
+            names = [n for n in programs if table.program in (None, n)]
+            paths = {p for n in names for p in programs[n].module_paths if p}
+            if any(_matches(table.pattern, path) for path in paths):
+                continue
+            known = sorted({".".join(p.split(".")[:i]) for p in paths for i in range(1, p.count(".") + 2)})
+            close = difflib.get_close_matches(table.pattern, known, n=3, cutoff=0.6)
+            described.append(f"{table.pattern!r}" + (f" of program {table.program!r}" if table.program else "")
+                             + (f" (closest module paths: {', '.join(map(repr, close))})" if close else ""))
+            scopes.update(names)
+        if not described:
             return
-        described = []
-        for pattern in unmatched:
-            close = difflib.get_close_matches(pattern, known, n=3, cutoff=0.6)
-            described.append(f"{pattern!r}" + (f" (closest module paths: {', '.join(map(repr, close))})"
-                                               if close else ""))
-        top = sorted({p.split(".")[0] for p in paths})
+        top = sorted({p.split(".")[0] for n in scopes for p in programs[n].module_paths if p})
+        where = ("the exported program" if len(programs) == 1 else
+                 "the exported programs " + ", ".join(map(repr, [n for n in programs if n in scopes])))
         raise RecipeError(
-            f"recipe part{'s' if len(unmatched) > 1 else ''} {', '.join(described)} "
-            f"match{'' if len(unmatched) > 1 else 'es'} no module of the exported program; a part is a module path "
+            f"recipe part{'s' if len(described) > 1 else ''} {', '.join(described)} "
+            f"match{'' if len(described) > 1 else 'es'} no module of {where}; a part is a module path "
             f"or a glob over module paths (top-level modules: {', '.join(top) or 'none'})"
         )
 
     # ---- shape ranges ----
-    def check_shape_ranges(self, program: ExportedProgram) -> dict[str, DynamicDim]:
-        """Refuse shape_ranges keys that name no dynamic dimension, or ranges outside the export's."""
-        dims = dynamic_dims(program)
-        by_name = {name: dim for dim in dims.values() for name in dim.names}
-        for part, options in [(DEFAULT_PART, self.default), *self.parts.items()]:
-            for key, rng in options.shape_ranges.items():
-                where = f"[{'default' if part == DEFAULT_PART else 'parts.' + part}] shape_ranges.{key}"
-                dim = by_name.get(key)
-                if dim is None:
-                    valid = ", ".join(sorted(by_name)) or "none (the program has no dynamic dimensions)"
-                    raise RecipeError(f"{where}: no dynamic dimension is named {key!r}; valid names: {valid}")
-                if rng.min < dim.min or (dim.max is not None and rng.max > dim.max):
-                    upper = "unbounded" if dim.max is None else dim.max
-                    raise RecipeError(
-                        f"{where}: range {rng.min}..{rng.max} lies outside the exported range "
-                        f"{dim.min}..{upper} of {dim.name}; export with a wider torch.export.Dim or narrow the recipe"
-                    )
-        return dims
-
     def resolve_shape_ranges(
         self, options: CompileOptions, dims: Mapping[str, DynamicDim], symbols: set[str]
     ) -> CompileOptions:

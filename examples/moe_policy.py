@@ -218,10 +218,9 @@ class MoEPolicy(nn.Module):
         return self.velocity(noisy_actions, timestep, self.decoder(observations))
 
 
-def build_policy(seed: int = 0) -> MoEPolicy:
-    """The policy with seeded random weights, bf16, in eval mode."""
+def seeded(policy: nn.Module, seed: int = 0) -> nn.Module:
+    """`policy` with seeded random weights (norms at one), bf16, in eval mode."""
     generator = torch.Generator().manual_seed(seed)
-    policy = MoEPolicy()
     with torch.no_grad():
         for name, param in policy.named_parameters():
             if name.endswith("norm.weight"):
@@ -229,6 +228,11 @@ def build_policy(seed: int = 0) -> MoEPolicy:
             fan_in = param.shape[-1]
             param.copy_(torch.randn(param.shape, generator=generator) / math.sqrt(fan_in))
     return policy.to(DTYPE).eval()
+
+
+def build_policy(seed: int = 0) -> MoEPolicy:
+    """The policy with seeded random weights, bf16, in eval mode."""
+    return seeded(MoEPolicy(), seed)
 
 
 def example_inputs(num_tokens: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -36,7 +36,7 @@ EXAMPLE_RECIPE = EXAMPLES_DIR / "recipe.toml"
 
 # ---- export ------------------------------------------------------------------
 def load_factory(spec: str) -> Callable[[], Any]:
-    """The callable named by "pkg.mod:name" or "path/to/file.py:name"."""
+    """The callable named by "pkg.mod:name" or "path/to/file.py:name" (whose folder goes on sys.path)."""
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"--module {spec!r}: write it as pkg.mod:factory or path/to/file.py:factory")
@@ -44,6 +44,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
         path = Path(module_name)
         if not path.is_file():
             raise UsageError(f"--module {spec!r}: no file {path}")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # as `python file.py` would: the file's neighbours are importable
+            sys.path.insert(0, folder)
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[path.stem] = module  # dataclasses and pickling look modules up by name
@@ -124,10 +127,11 @@ def _print_summary(path: Path, pte: bytes, data_files: list[Path] | None = None,
     partitions = _partitions(path, pte, data_files, missing_data_ok=True)
     print(f"{len(partitions)} TensorRT partition(s)"
           + (f"; other delegates: {dict(others)}" if others else ""))
-    for plan in read_plans(pte):
+    for plan in read_plans(pte):  # per program: its delegates (the TensorRT ones by number, below), what is left
+        held = ", ".join(f"[{i}]" for i, p in enumerate(partitions) if p.delegate.plan == plan.name)
         outside = ", ".join(f"{op} {n}" for op, n in plan.kernel_calls.most_common())
         print(f"plan {plan.name!r}: {plan.delegate_calls} delegate call(s); ops outside the delegates (ExecuTorch's "
-              f"kernels): {outside or 'none'}")
+              f"kernels): {outside or 'none'}" + (f"; TensorRT partitions {held}" if held else ""))
     for i, partition in enumerate(partitions):
         _print_partition(i, partition, detail)
     return partitions
@@ -316,8 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     export_cmd = commands.add_parser("export", help="export a policy to a .pte with TensorRT partitions")
-    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram: pkg.mod:factory "
-                            "or path/to/file.py:factory (default: the example MoE policy)")
+    export_cmd.add_argument("--module", help="factory returning a torch.export.ExportedProgram, or a dict of method "
+                            "name -> ExportedProgram for a .pte of several methods: pkg.mod:factory or "
+                            "path/to/file.py:factory (default: the example MoE policy)")
     export_cmd.add_argument("--recipe", type=Path, help="recipe file, TOML or YAML (default: the example's "
                             "recipe for the example policy, else default options)")
     export_cmd.add_argument("--output", "-o", type=Path, help="the .pte to write (default: <module>.pte)")

@@ -1,4 +1,4 @@
-"""export(): a torch.export program to a .pte with TensorRT partitions, as `et-trt export` does it.
+"""export(): torch.export programs to a .pte with TensorRT partitions, as `et-trt export` does it.
 
 torch, ExecuTorch and the lowering are imported when export() runs, not with this module, so that the
 et-trt command starts without them.
@@ -35,16 +35,16 @@ def require_file(path: Path, what: str, suffix: str = "") -> None:
 
 def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: str = "",
            data_dir: Path | None = None) -> dict[str, Any]:
-    """Export the program `factory` returns to `output`, its TensorRT partitions' weights, kernel images and
-    engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step timings, sizes and
-    the export report (et_trt_backend.export_report: per program, what TensorRT runs and what not, and why)."""
+    """Export the program (or dict of programs) `factory` returns to `output`, its TensorRT partitions' weights,
+    kernel images and engines into `data_dir`/<output stem>.ptd if given (else into the .pte); returns step
+    timings, sizes and the export report (et_trt_backend.export_report: per program, what TensorRT runs and what
+    not, and why)."""
     if recipe is not None:
         require_file(recipe, "--recipe")
     tag = file_safe(output.stem)
     if data_dir is not None:
         refuse_data_file_clash(data_dir / f"{tag}.ptd", output)
     logger.info("importing ExecuTorch and the lowering")
-    import torch
     from executorch.exir import to_edge_transform_and_lower
 
     from et_trt_backend.export_report import report
@@ -54,22 +54,18 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     timings = {}
     start = time.perf_counter()
     name = name or getattr(factory, "__name__", "the factory")
-    logger.info("exporting the program from %s", name)
-    program = factory()
-    if not isinstance(program, torch.export.ExportedProgram):
-        raise UsageError(
-            f"{name} returned {type(program).__name__}; it must return a torch.export.ExportedProgram "
-            "(call torch.export.export(model, example_inputs, dynamic_shapes=...) in it)"
-        )
+    logger.info("exporting the program(s) from %s", name)
+    programs = _programs_of(factory(), name)
     timings["torch_export_s"] = time.perf_counter() - start
     if data_dir is not None:
         from et_trt_backend.serialization import external_data
 
-        external_data.tag_weights(program, tag)
+        for program in programs.values():  # one .ptd: weights the programs share are stored once
+            external_data.tag_weights(program, tag)
 
     step = time.perf_counter()
-    logger.info("partitioning and lowering with recipe %s", recipe or "(defaults)")
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
+    logger.info("partitioning and lowering %s with recipe %s", ", ".join(programs), recipe or "(defaults)")
+    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
     exported = report(edge)  # before to_executorch(), which turns the ops left out into their out variants
     timings["lower_s"] = time.perf_counter() - step
 
@@ -107,6 +103,24 @@ def _data_files_named_by(pte: Path) -> set[str]:
         return {p.contents.data_file for p in read_partitions(pte.read_bytes(), missing_data_ok=True)}
     except (OSError, PteError, BlobError):
         return set()
+
+
+def _programs_of(returned: Any, name: str) -> dict[str, Any]:
+    """The programs a factory returned, by name: one ExportedProgram (ExecuTorch names it "forward") or a
+    dict of them (the .pte's methods, e.g. {"prefix": ..., "denoise_step": ...})."""
+    import torch
+
+    programs = returned if isinstance(returned, dict) else {"forward": returned}
+    wrong = {key: type(value).__name__ for key, value in programs.items()
+             if not isinstance(key, str) or not key.isidentifier() or not isinstance(value, torch.export.ExportedProgram)}
+    if not programs or wrong:
+        got = type(returned).__name__ if not isinstance(returned, dict) else (
+            f"a dict with {', '.join(f'{k!r}: {v}' for k, v in wrong.items())}" if wrong else "an empty dict")
+        raise UsageError(
+            f"{name} returned {got}; it must return a torch.export.ExportedProgram (call "
+            "torch.export.export(model, example_inputs, dynamic_shapes=...) in it) or a dict of method name "
+            "(a Python identifier) -> ExportedProgram, one per method of the .pte")
+    return programs
 
 
 def write_program(executorch_program, output: Path, data_dir: Path | None) -> list[Path]:

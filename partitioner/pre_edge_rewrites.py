@@ -23,6 +23,12 @@ would otherwise break the program for TensorRT:
   TensorRT form. Their values are undefined, so zeros are one valid choice
   (model code overwrites them whole: an inverse permutation, a key assembled
   slice by slice), and a deterministic one.
+- float64 program inputs and outputs -> a float32 round trip (truncate_double):
+  TensorRT binds no float64, so the cast to and from float64 at the edge of a
+  partition stays on ExecuTorch (_float64_boundary_casts).
+- adaptive_max_pool2d -> max_pool2d_with_indices where the input is a whole
+  number of windows. It is not core ATen, has no decomposition and returns
+  two tensors: ExecuTorch's edge verifier would refuse it.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -32,11 +38,14 @@ from __future__ import annotations
 
 import torch
 from torch.export import ExportedProgram
+from torch.export.graph_signature import TensorArgument
+from torch.utils import _pytree as pytree
 
-from et_trt_backend.op_support import unsupported_reason
+from et_trt_backend.op_support import holds_float64, unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
 from et_trt_backend.source_lines import source_line
 
+from . import masked_rows
 from .errors import PartitionError
 
 aten = torch.ops.aten
@@ -76,7 +85,18 @@ def _new_empty(x: torch.Tensor, size, **kwargs) -> torch.Tensor:
     return aten.new_zeros.default(x, size, **kwargs)
 
 
+def _adaptive_max_pool2d(x: torch.Tensor, output_size):
+    """Windows of one static size (the input divisible by the output): the same values and indices as
+    max_pool2d_with_indices with that kernel and stride. Other sizes fall through (NotImplemented)."""
+    sizes = [*x.shape[-2:], *output_size]
+    if not all(isinstance(s, int) for s in sizes) or sizes[0] % sizes[2] or sizes[1] % sizes[3]:
+        return NotImplemented
+    kernel = [sizes[0] // sizes[2], sizes[1] // sizes[3]]
+    return aten.max_pool2d_with_indices.default(x, kernel, kernel)
+
+
 PRE_DECOMPOSITIONS = {
+    aten.adaptive_max_pool2d.default: _adaptive_max_pool2d,
     aten.empty_like.default: _empty_like,
     aten.new_empty.default: _new_empty,
     aten.one_hot.default: _one_hot,
@@ -124,14 +144,56 @@ def _refuse_other_bincounts(program: ExportedProgram) -> None:
             raise PartitionError(f"aten.bincount.default at {source_line(node)}: {unsupported_reason(node)}")
 
 
-def rewrite_for_edge(program: ExportedProgram) -> ExportedProgram:
-    """`program` with the rewrites above (a new program; the input is not changed)."""
-    bincounts = _countable_bincounts(program)
-    if bincounts:
-        program = program.run_decompositions({})  # a copy whose graph we may edit
-        _bincounts_to_one_hot(program, _countable_bincounts(program))
+def _float64_boundaries(program: ExportedProgram) -> bool:
+    user_inputs = set(program.graph_signature.user_inputs)
+    inputs = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+    return any(map(holds_float64, inputs + pytree.tree_leaves(program.graph.output_node().args)))
+
+
+def _float64_boundary_casts(program: ExportedProgram) -> None:
+    """Each float64 program input x becomes x.to(float32).to(float64), each float64 output y
+    y.to(float32).to(float64): the outer cast stays on ExecuTorch, the inner one joins the partition
+    (TensorRTPartitioner's _keep_float64_inside says why), which computes float64 in float32 anyway. Every
+    user of such an input, delegated or not, then reads it rounded to float32."""
+    graph = program.graph
+    user_inputs = set(program.graph_signature.user_inputs)
+    first_op = next(n for n in graph.nodes if n.op != "placeholder")
+
+    def round_trip(value: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node]:
+        narrow = graph.call_function(aten._to_copy.default, (value,), {"dtype": torch.float32})
+        return narrow, graph.call_function(aten._to_copy.default, (narrow,), {"dtype": torch.float64})
+
+    for node in [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs and holds_float64(n)]:
+        with graph.inserting_before(first_op):
+            narrow, wide = round_trip(node)
+        node.replace_all_uses_with(wide, delete_user_cb=lambda user: user is not narrow)
+    output = graph.output_node()
+    values, spec = pytree.tree_flatten(output.args)
+    for i, value in enumerate(values):
+        if holds_float64(value):
+            with graph.inserting_before(output):
+                values[i] = round_trip(value)[1]
+            program.graph_signature.output_specs[i].arg = TensorArgument(name=values[i].name)
+    output.args = pytree.tree_unflatten(values, spec)
+    program.graph_module.recompile()
+
+
+def rewrite_for_edge(program: ExportedProgram, truncate_double: bool = True) -> ExportedProgram:
+    """`program` with the rewrites above and masked_rows' (a new program; the input is not changed); with
+    truncate_double (every part of the recipe computes float64 in float32), cast pairs at its float64 inputs
+    and outputs."""
+    edited = False
+    float64_casts = truncate_double and _float64_boundaries(program)
+    if float64_casts or _countable_bincounts(program) or masked_rows.has_masked_rows(program):
+        program = program.run_decompositions({})  # a functional copy whose graph we may edit
+        bincounts = _countable_bincounts(program)
+        _bincounts_to_one_hot(program, bincounts)
+        densified = masked_rows.densify(program)
+        if float64_casts:
+            _float64_boundary_casts(program)
+        edited = bool(bincounts or densified or float64_casts)
     _refuse_other_bincounts(program)
     targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
-    if not bincounts and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
-        return program
+    if not edited and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):
+        return program  # the re-trace below also gives edited nodes their shapes
     return program.run_decompositions(dict(PRE_DECOMPOSITIONS))

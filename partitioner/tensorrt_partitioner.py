@@ -4,9 +4,12 @@ Before decompositions, a few meaning-preserving ATen rewrites keep the
 program lowerable and its token count dynamic (partitioner/pre_edge_rewrites.py), and
 ops_to_not_decompose keeps the non-core ops the lowering needs
 (op_support.PRESERVED_OPS). Then, on the edge program:
-1. Each node gets its part from the recipe (module path -> part name) and a
-   support verdict from et_trt_backend.op_support. A recipe part that matches
-   no module of the program is refused, with the closest module paths.
+1. Each node gets its part from the recipe of its program (module path ->
+   part name; partitioner/programs.py tells which program it is) and a
+   support verdict from et_trt_backend.op_support. At the first program, the
+   recipe is checked against every program of the export: a part that
+   matches no module of any program it applies to is refused, with the
+   closest module paths.
 2. MoE blocks are found (partitioner/moe.py). A block whose region holds an
    op TensorRT cannot run, or that the recipe splits across parts, stops the
    export with an error naming the op, its source line and the fix.
@@ -42,23 +45,23 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
-from et_trt_backend.export_report import describe, is_op, left_out
-from et_trt_backend.op_support import aten_overload
-from et_trt_backend.recipe import DEFAULT_PART, Recipe
+from et_trt_backend.export_report import REASON_META, describe, is_op, left_out
+from et_trt_backend.op_support import aten_overload, holds_float64
+from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
 from et_trt_backend.source_lines import source_line
 
 from .errors import PartitionError
 from .moe import MoEBlock, find_moe_blocks, module_path
 from .pre_edge_rewrites import rewrite_for_edge
+from .programs import SINGLE_PROGRAM, ProgramRegistry, method_name
 
 logger = logging.getLogger(__name__)
 
 aten = torch.ops.aten
 
-# Ops with no ExecuTorch portable kernel: left outside a delegate, the program cannot run.
-MUST_DELEGATE = frozenset(
-    {aten._grouped_mm.default, aten.histc.default, aten.argsort.stable, aten.sort.stable, aten.bincount.default}
-)
+# Ops with no ExecuTorch portable kernel: left outside a delegate, the program cannot run. (Every preserved
+# op is one: core ATen ops have portable kernels.)
+MUST_DELEGATE = frozenset(op_support.PRESERVED_OPS) | {aten.sort.stable, aten.bincount.default}
 
 
 def _op_name(node: Node) -> str:
@@ -85,6 +88,43 @@ def _detour(region: set[Node]) -> list[Node]:
     return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
 
 
+_FLOAT64_BOUNDARY = (
+    "a float64 tensor would cross the TensorRT partition boundary, and TensorRT binds no float64; the "
+    "partition computes float64 in float32 (truncate_double), and the cast to and from float64 stays on "
+    "ExecuTorch. Cast this value to float32 in the model to delegate it"
+)
+
+
+def _keep_float64_inside(nodes: list[Node], parts: Mapping[Node, str], reasons: dict[Node, str | None],
+                         supported: set[Node], user_inputs: set[str]) -> None:
+    """Leaves to ExecuTorch every supported node that would take a float64 tensor from outside a partition or
+    hand one out of it, until none does (in place on `reasons` and `supported`).
+
+    Why the casts stay on ExecuTorch rather than in the ONNX: TensorRT has no float64 tensors, so a float64
+    engine input or output would need the runtime to convert on the host as well as the engine, and the blob's
+    IO specs to differ from the engine's tensors. ExecuTorch's cast kernel does it before the delegate call (as
+    Torch-TensorRT's truncate_double casts outside its engines), so the blob and the runtime only ever see
+    TensorRT types. rewrite_for_edge puts a cast pair at each float64 program input and output, so that what
+    leaves is the outer cast alone.
+    """
+    def outside(producer: Node, consumer: Node) -> bool:
+        if producer.op == "placeholder":
+            return producer.name in user_inputs  # weights go into the partition that uses them
+        return producer not in supported or parts.get(producer) != parts.get(consumer)
+
+    while True:
+        crossing = [
+            n for n in nodes if n in supported and (
+                any(holds_float64(a) and outside(a, n) for a in n.all_input_nodes)
+                or (holds_float64(n) and any(u.op == "output" or outside(n, u) for u in n.users)))
+        ]
+        if not crossing:
+            return
+        for node in crossing:
+            supported.discard(node)
+            reasons[node] = _FLOAT64_BOUNDARY
+
+
 class _PartSupport(OperatorSupportBase):
     """Supported nodes of one part, for CapabilityBasedPartitioner."""
 
@@ -99,16 +139,23 @@ class TensorRTPartitioner(Partitioner):
     """Claims MoE blocks whole, with the supported ops around them, one partition per part region.
 
     recipe: None (defaults), a Recipe, a dict or a path to a TOML/YAML file
-    (see et_trt_backend.recipe).
+    (see et_trt_backend.recipe). One partitioner serves every program of an
+    export (partitioner=[TensorRTPartitioner(recipe)]), so that the recipe is
+    checked against all of them together.
     """
 
     def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None):
         super().__init__()
         self.recipe = Recipe.coerce(recipe)
+        self._programs = ProgramRegistry()
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
-        program = rewrite_for_edge(exported_program)
+        name = method_name() or SINGLE_PROGRAM
+        self._programs.record(name, exported_program)
+        recipe = self.recipe.for_program(name)
+        truncate_double = all(o.truncate_double for o in (recipe.default, *recipe.parts.values()))
+        program = rewrite_for_edge(exported_program, truncate_double)
         # What runs next is ExecuTorch's own step, silent and long on a large program.
         logger.info("ExecuTorch decomposes the program to its edge dialect; TensorRTPartitioner partitions it then")
         return program
@@ -126,12 +173,17 @@ class TensorRTPartitioner(Partitioner):
         # Every check runs before the first tag is written: an error leaves the program untouched.
         graph = exported_program.graph
         nodes = [n for n in graph.nodes if n.op == "call_function"]
-        logger.info("TensorRTPartitioner: partitioning %d nodes", len(nodes))
-        self.recipe.check_parts(module_path(n) for n in nodes)
-        dims = self.recipe.check_shape_ranges(exported_program)
-        parts = self._assign_parts(nodes)
-        reasons = {n: op_support.unsupported_reason(n) for n in nodes}
+        name = method_name() or SINGLE_PROGRAM
+        logger.info("TensorRTPartitioner: partitioning %d nodes of program %r", len(nodes), name)
+        programs = self._programs.to_check(name, exported_program)
+        if programs is not None:
+            self.recipe.check(programs)
+        recipe = self.recipe.for_program(name)
+        dims = dynamic_dims(exported_program)
+        parts = self._assign_parts(recipe, nodes)
+        reasons = {n: op_support.unsupported_reason(n, recipe.options_of(parts[n]).truncate_double) for n in nodes}
         supported = {n for n, r in reasons.items() if r is None}
+        _keep_float64_inside(nodes, parts, reasons, supported, set(exported_program.graph_signature.user_inputs))
 
         blocks = find_moe_blocks(graph)
         for block in blocks:
@@ -160,19 +212,23 @@ class TensorRTPartitioner(Partitioner):
 
         specs = {}
         for tag, part, members in partitions:
-            options = self.recipe.resolve_shape_ranges(
-                self.recipe.options_of(part), dims, self._input_symbols(members, tags, tag)
+            options = recipe.resolve_shape_ranges(
+                recipe.options_of(part), dims, self._input_symbols(members, tags, tag)
             )
             specs[tag] = DelegationSpec(BACKEND_ID, options.to_compile_specs(part))
 
         for node, tag in tags.items():
             node.meta["delegation_tag"] = tag
+        for node, reason in reasons.items():
+            if reason is not None:
+                node.meta[REASON_META] = reason  # the report's reason for an op left out (export_report)
         tag_constant_data(exported_program)
-        self._log_summary(partitions, blocks, tags, nodes)
+        self._log_summary(name, partitions, blocks, tags, nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=specs)
 
     # ---- steps ----
-    def _assign_parts(self, nodes: list[Node]) -> dict[Node, str]:
+    @staticmethod
+    def _assign_parts(recipe: Recipe, nodes: list[Node]) -> dict[Node, str]:
         """Recipe part of every node; nodes without a module stack follow their producers, else users."""
         parts: dict[Node, str] = {}
         pending = []
@@ -181,7 +237,7 @@ class TensorRTPartitioner(Partitioner):
             if path is None:
                 pending.append(node)
             else:
-                parts[node] = self.recipe.part_for(path)
+                parts[node] = recipe.part_for(path)
         for _ in range(2):  # producers first (topological), then users for what is left
             still = []
             for node in pending:
@@ -285,8 +341,9 @@ class TensorRTPartitioner(Partitioner):
         return symbols
 
     @staticmethod
-    def _log_summary(partitions, blocks, tags, nodes) -> None:
-        logger.info("TensorRTPartitioner: %d partition(s), %d MoE block(s)", len(partitions), len(blocks))
+    def _log_summary(name, partitions, blocks, tags, nodes) -> None:
+        logger.info("TensorRTPartitioner: program %r: %d partition(s), %d MoE block(s)", name, len(partitions),
+                    len(blocks))
         for tag, part, members in partitions:
             moe = [b.module or "<root>" for b in blocks if tags.get(b.grouped_mms[0]) == tag]
             logger.info(

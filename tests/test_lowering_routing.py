@@ -147,12 +147,24 @@ def test_long_sort_of_unknown_values_is_refused_with_its_source_line():
         _onnx(SortScores(), torch.randn(5000))
 
 
-def test_index_add_with_other_indices_is_refused():
+def test_index_add_with_other_indices_adds_duplicates_by_a_one_hot_matmul():
+    class IndexAdd(torch.nn.Module):
+        def forward(self, x, index):
+            return torch.ones(4, 8, dtype=x.dtype).index_add(0, index, x)
+
+    model = _onnx(IndexAdd(), torch.randn(6, 8), torch.tensor([0, 1, 1, 2, 3, 3]))
+    assert "MatMul" in {n.op_type for n in model.graph.node}
+    x, index = torch.randn(6, 8), torch.tensor([3, 1, 2, 0, 3, 3])
+    (got,) = _run(model, x.numpy(), index.numpy())
+    np.testing.assert_allclose(got, IndexAdd()(x.double(), index).float().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_add_with_other_indices_is_refused():
     class Scatter(torch.nn.Module):
         def forward(self, x, index):
-            return torch.zeros(4, 8).index_add(0, index, x)
+            return torch.zeros(4, 8).scatter_add(0, index[:, None].expand(6, 8), x)
 
-    with pytest.raises(LoweringError, match="accumulating scatter.*index_add"):
+    with pytest.raises(LoweringError, match="accumulating scatter.*scatter_add"):
         _onnx(Scatter(), torch.randn(6, 8), torch.tensor([0, 1, 1, 2, 3, 3]))
 
 

@@ -10,31 +10,9 @@ from torch.fx import Graph
 
 from et_trt_backend import op_support
 from et_trt_backend.op_support import routing
+from support.fx_nodes import call, meta
 
 aten = torch.ops.aten
-
-
-def meta(*shape, dtype=torch.bfloat16):
-    return torch.empty(*shape, dtype=dtype, device="meta")
-
-
-def call(target, *args, out=None, **kwargs):
-    """An fx node calling `target`; tensor args become placeholders carrying meta tensors."""
-    graph = Graph()
-
-    def arg(a):
-        if isinstance(a, torch.Tensor):
-            node = graph.placeholder(f"x{len(graph.nodes)}")
-            node.meta["val"] = a
-            return node
-        if isinstance(a, list):
-            return [arg(x) for x in a]
-        return a
-
-    node = graph.call_function(target, tuple(arg(a) for a in args), kwargs)
-    if out is not None:
-        node.meta["val"] = out
-    return node
 
 
 def test_public_api():
@@ -64,8 +42,11 @@ def test_bincount_of_anything_but_expert_ids_advises_histc():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex64])
 def test_dtypes_outside_tensorrt_are_refused(dtype):
-    reason = op_support.unsupported_reason(call(aten.add.Tensor, meta(4, dtype=dtype), meta(4, dtype=dtype)))
+    # float64 only where the part does not compute it in float32 (truncate_double, on by default)
+    node = call(aten.add.Tensor, meta(4, dtype=dtype), meta(4, dtype=dtype))
+    reason = op_support.unsupported_reason(node, truncate_double=False)
     assert "dtype" in reason and str(dtype).removeprefix("torch.") in reason
+    assert (op_support.unsupported_reason(node) is None) == (dtype == torch.float64)
 
 
 def test_rank_limit():
@@ -139,10 +120,12 @@ class TestRouting:
         mask = meta(8, dtype=torch.bool)
         assert "boolean" in op_support.unsupported_reason(call(aten.index_put.default, x, [mask], v))
 
-    def test_accumulating_scatters_only_in_the_moe_combine_form(self):
+    def test_accumulating_scatters_only_in_the_moe_combine_form_or_as_float_sums(self):
         x, idx, v = meta(8, 4), meta(8, dtype=torch.int64), meta(8, 4)
+        assert op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True)) is None
+        x, v = meta(8, 4, dtype=torch.int32), meta(8, 4, dtype=torch.int32)
         reason = op_support.unsupported_reason(call(aten.index_put.default, x, [idx], v, True))
-        assert "no accumulating scatter" in reason
+        assert "float MatMul" in reason
         reason = op_support.unsupported_reason(call(aten.scatter_add.default, x, 0, meta(8, 4, dtype=torch.int64), v))
         assert "no accumulating scatter" in reason
 

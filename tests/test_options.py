@@ -25,6 +25,7 @@ def test_every_field_round_trips():
     common = {
         "precision": "fp16",
         "tf32": False,
+        "truncate_double": False,
         "shape_ranges": {"tokens": {"min": 1, "opt": 32, "max": 256}},
         "workspace_bytes": "512MiB",
         "optimization_level": 5,

@@ -279,6 +279,42 @@ def test_data_dependent_size_inside_the_engine_is_allowed():
     assert check(m) == []
 
 
+# ---- graph order ---------------------------------------------------------------------------------
+def test_a_node_output_named_like_a_graph_input():
+    # The exporter's name clash: the input "getitem_3" (a delegate's output outside the partition) and an
+    # inner value "getitem_3"; NVIDIA's parser resolves both reads to one producer and finds a cycle.
+    m = model([helper.make_node("Relu", ["getitem_3"], ["h"], name="relu"),
+               helper.make_node("Neg", ["h"], ["getitem_3"], name="neg"),
+               helper.make_node("Add", ["getitem_3", "h"], ["y"], name="add")],
+              [vi("getitem_3", F, [4, 8])], [vi("y", F, [4, 8])])
+    [violation] = check(m)
+    assert (violation.rule, violation.node) == ("graph_order", "'neg'")
+    assert "its output 'getitem_3' has the name of a graph input" in violation.message
+    assert "Graph contains a cycle" in violation.message
+
+
+def test_two_nodes_defining_one_name():
+    m = model([helper.make_node("Relu", ["x"], ["h"], name="first"), helper.make_node("Neg", ["x"], ["h"], name="second"),
+               helper.make_node("Abs", ["h"], ["y"], name="abs")], [vi("x", F, [4])], [vi("y", F, [4])])
+    [violation] = check(m)
+    assert violation.node == "'second'" and "has the name of the output of node 'first'" in violation.message
+
+
+def test_a_cycle_is_named():
+    m = model([helper.make_node("Add", ["x", "b"], ["a"], name="a"), helper.make_node("Relu", ["a"], ["b"], name="b"),
+               helper.make_node("Abs", ["a"], ["y"], name="abs")], [vi("x", F, [4])], [vi("y", F, [4])])
+    [violation] = check(m)
+    assert violation.rule == "graph_order" and violation.node == "'a'"
+    assert "the nodes do not sort topologically: 'a', 'b', 'abs' wait on values" in violation.message
+
+
+def test_nodes_out_of_order_but_acyclic_are_fine():
+    # TensorRT's parser sorts the nodes itself; only a cycle (or a clash) stops it.
+    m = model([helper.make_node("Abs", ["h"], ["y"], name="abs"), helper.make_node("Relu", ["x"], ["h"], name="relu")],
+              [vi("x", F, [4])], [vi("y", F, [4])])
+    assert check(m) == []
+
+
 # ---- GroupedMM ---------------------------------------------------------------------------------
 def grouped_mm_model(dtype=B, offs_dtype=I32, trans_b=1, k_b=16, groups_offs=8, **attrs):
     attributes = {"plugin_version": "1", "plugin_namespace": "et_trt", "trans_b": trans_b, **attrs}

@@ -12,6 +12,7 @@ from et_trt_backend.lowering import lower_to_onnx
 from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, RecipeError, dynamic_dims
 from et_trt_partitioner import TensorRTPartitioner
+from et_trt_partitioner.programs import outline
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -103,7 +104,7 @@ def test_ambiguous_parts_are_refused():
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"defaults": {}}, "unknown recipe section(s) 'defaults'; a recipe has 'default' and 'parts'"),
+        ({"defaults": {}}, "unknown recipe section(s) 'defaults'; a recipe has 'default', 'parts' and 'programs'"),
         ({"parts": {"velocity": {"precison": "fp16"}}}, "[parts.velocity]: unknown option(s) 'precison'; valid keys: precision, tf32"),
         ({"default": {"precision": "int8"}}, "[default]: option 'precision': 'int8' is not one of bf16, fp16, fp32"),
         ({"default": {"optimization_level": 9}}, "option 'optimization_level': builder optimization level must be 0-5"),
@@ -220,10 +221,8 @@ def test_a_part_matching_no_module_is_refused_before_anything_is_tagged(program,
 
 
 def test_every_matching_part_and_glob_is_accepted(program):
-    from et_trt_partitioner.moe import module_path
-
     recipe = Recipe.from_dict({"parts": {p: {} for p in ("decoder", "decoder.layers.*", "*.block.moe", "velocity.time_mlp.0")}})
-    recipe.check_parts(module_path(n) for n in program.graph.nodes)
+    recipe.check({"forward": outline(program)})
 
 
 class _Twice(torch.nn.Module):
@@ -258,7 +257,8 @@ def test_unbounded_dims_need_a_range():
 def test_the_lowering_writes_the_ranges_the_partitioner_resolves(dim, shape_ranges):
     exported = _twice(dim)
     recipe = Recipe.from_dict({"default": {"shape_ranges": shape_ranges}})
-    dims = recipe.check_shape_ranges(exported)
+    recipe.check({"forward": outline(exported)})
+    dims = dynamic_dims(exported)
     resolved = recipe.resolve_shape_ranges(recipe.default, dims, set(dims)).shape_ranges
     rows = lower_to_onnx(exported, recipe.default).inputs[0].dims[0]
     assert {rows.name: ShapeRange(rows.min, rows.opt, rows.max)} == resolved
@@ -267,14 +267,16 @@ def test_the_lowering_writes_the_ranges_the_partitioner_resolves(dim, shape_rang
 @pytest.mark.parametrize("name", ["tokens", "observations:0"])
 def test_either_name_selects_the_dim(program, name):
     recipe = Recipe.from_dict({"default": {"shape_ranges": {name: {"min": 4, "opt": 32, "max": 256}}}})
-    dims = recipe.check_shape_ranges(program)
+    recipe.check({"forward": outline(program)})
+    dims = dynamic_dims(program)
     resolved = recipe.resolve_shape_ranges(recipe.default, dims, set(dims))
     assert resolved.shape_ranges == {"tokens": ShapeRange(4, 32, 256)}
 
 
 def test_defaults_come_from_range_constraints(program):
     recipe = Recipe()
-    dims = recipe.check_shape_ranges(program)
+    recipe.check({"forward": outline(program)})
+    dims = dynamic_dims(program)
     assert recipe.resolve_shape_ranges(recipe.default, dims, set(dims)).shape_ranges == {
         "tokens": ShapeRange(2, 512, 512)
     }
@@ -285,13 +287,13 @@ def test_unknown_dim_name_lists_valid_names(program):
     recipe = Recipe.from_dict({"parts": {"decoder": {"shape_ranges": {"token": {"min": 2, "max": 8}}}}})
     with pytest.raises(RecipeError, match=r"\[parts.decoder\] shape_ranges.token: no dynamic dimension is named 'token'; "
                        r"valid names: observations:0, tokens"):
-        recipe.check_shape_ranges(program)
+        recipe.check({"forward": outline(program)})
 
 
 def test_range_outside_the_export_is_refused(program):
     recipe = Recipe.from_dict({"default": {"shape_ranges": {"tokens": {"min": 1, "max": 4096}}}})
     with pytest.raises(RecipeError, match=r"range 1..4096 lies outside the exported range 2..512 of tokens"):
-        recipe.check_shape_ranges(program)
+        recipe.check({"forward": outline(program)})
 
 
 def test_toml_dotted_and_glob_part_names(tmp_path):
@@ -304,3 +306,83 @@ def test_toml_dotted_and_glob_part_names(tmp_path):
     assert recipe.part_for("decoder.layers.0.moe") == "decoder.layers.*"
     assert recipe.options_of("decoder.layers.*") == CompileOptions(precision="fp16")
     assert recipe.options_of(recipe.part_for("decoder.layers.1")).shape_ranges == {"tokens": ShapeRange(2, 64, 64)}
+
+
+# ---- several programs ---------------------------------------------------------------------
+def _outline(paths, **dims):
+    """A program's outline: its module paths, and dims by name -> (min, max)."""
+    from et_trt_backend.recipe import DynamicDim, ProgramOutline
+
+    return ProgramOutline(frozenset(paths), {f"s{i}": DynamicDim(f"s{i}", (name, f"x:{i}"), lo, hi)
+                                             for i, (name, (lo, hi)) in enumerate(dims.items())})
+
+
+POLICY = {  # a VLA's two programs: the prefix (vision + decoder) and a denoising step (decoder + head)
+    "prefix": _outline({"vision.patch", "decoder.layers.0"}, tokens=(1, 256)),
+    "denoise_step": _outline({"decoder.layers.0", "head.time_mlp"}, prefix_len=(1, 256)),
+}
+PROGRAMS = {
+    "default": {"precision": "bf16", "optimization_level": 2},
+    "parts": {"vision": {"precision": "fp16"}, "decoder": {"workspace_bytes": "1GiB"}},
+    "programs": {
+        "denoise_step": {
+            "default": {"precision": "fp32", "shape_ranges": {"prefix_len": {"min": 1, "opt": 64, "max": 256}}},
+            "parts": {"decoder": {"optimization_level": 5}, "head": {"tf32": False}},
+        },
+    },
+}
+
+
+def test_a_program_table_layers_over_the_top_level():
+    recipe = Recipe.from_dict(PROGRAMS)
+    step, prefix = recipe.for_program("denoise_step"), recipe.for_program("prefix")
+    assert prefix is recipe  # no table of its own: the top level alone
+    assert step.default == CompileOptions(precision="fp32", optimization_level=2,
+                                          shape_ranges={"prefix_len": ShapeRange(1, 64, 256)})
+    # [parts.decoder], then [programs.denoise_step.parts.decoder], over the program's default
+    assert step.options_of(step.part_for("decoder.layers.0")) == CompileOptions(
+        precision="fp32", optimization_level=5, workspace_bytes=1 << 30,
+        shape_ranges={"prefix_len": ShapeRange(1, 64, 256)})
+    assert prefix.options_of(prefix.part_for("decoder.layers.0")) == CompileOptions(
+        precision="bf16", optimization_level=2, workspace_bytes=1 << 30)
+    assert step.options_of(step.part_for("head.time_mlp")).tf32 is False
+    assert prefix.part_for("head.time_mlp") == DEFAULT_PART  # a program's part is that program's only
+    assert step.options_of(step.part_for("vision")).precision == "fp16"  # a top-level part, in every program
+    recipe.check(POLICY)  # vision and prefix_len exist in one program only: fine
+
+
+def test_the_program_table_in_toml(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text('[default]\nprecision = "bf16"\n\n[programs.denoise_step.default]\nprecision = "fp16"\n\n'
+                    '[programs.denoise_step.parts.head]\noptimization_level = 5\n')
+    step = Recipe.from_file(path).for_program("denoise_step")
+    assert step.options_of(step.part_for("head")) == CompileOptions(precision="fp16", optimization_level=5)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"programs": {"denoise": {}}}, "recipe table(s) [programs.denoise] name no program of the export; its "
+     "programs: 'prefix', 'denoise_step'"),
+    ({"parts": {"visoin": {}}}, "recipe part 'visoin' (closest module paths: 'vision') matches no module of the "
+     "exported programs 'prefix', 'denoise_step'"),
+    ({"programs": {"denoise_step": {"parts": {"vision": {}}}}}, "recipe part 'vision' of program 'denoise_step' "
+     "matches no module of the exported programs 'denoise_step'; a part is a module path or a glob over module "
+     "paths (top-level modules: decoder, head)"),
+    ({"default": {"shape_ranges": {"token": {"min": 1, "max": 8}}}}, "[default] shape_ranges.token: no dynamic "
+     "dimension is named 'token'; valid names: prefix_len, tokens, x:0"),
+    ({"programs": {"prefix": {"default": {"shape_ranges": {"prefix_len": {"min": 1, "max": 8}}}}}},
+     "[programs.prefix.default] shape_ranges.prefix_len: no dynamic dimension is named 'prefix_len'; valid "
+     "names: tokens, x:0"),
+    ({"parts": {"decoder": {"shape_ranges": {"tokens": {"min": 1, "max": 512}}}}}, "[parts.decoder] "
+     "shape_ranges.tokens: range 1..512 lies outside the exported range 1..256 of tokens"),
+    ({"programs": {"prefix": {"default": {"precision": "fp64"}}}}, "[programs.prefix.default]: option "
+     "'precision': 'fp64' is not one of"),
+    ({"programs": {"prefix": {"parts": {"decoder": {"optimization_level": 7}}}}}, "[programs.prefix.parts.decoder]: "
+     "option 'optimization_level'"),
+    ({"programs": {"prefix": {"precision": "fp16"}}}, "[programs.prefix]: unknown key(s) 'precision'; a "
+     "program's table has 'default' and 'parts'"),
+    ({"programs": ["prefix"]}, "[programs] must be a table of program name -> recipe"),
+])
+def test_program_errors_name_the_table(change, message):
+    with pytest.raises(OptionsError) as error:
+        Recipe.from_dict({**PROGRAMS, **change}).check(POLICY)
+    assert message in str(error.value)

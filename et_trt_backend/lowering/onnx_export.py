@@ -12,14 +12,19 @@ GroupedMM takes trans_b), or with expert_precision "fp8" as FP8 weights and thei
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import re
 
 import onnx
+import onnx_ir
+import onnx_ir.passes.common
 import sympy
 import torch
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import ACTIVATIONS
@@ -32,7 +37,7 @@ from . import routing_rewrites, translations
 from .errors import LoweringError
 from .fp8_experts import quantize_experts
 from .fp8_swiglu import fuse_swiglu
-from .precision import apply_precision
+from .precision import apply_precision, truncate_double
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
 
@@ -91,6 +96,40 @@ def _check_tensor_inputs(program: torch.export.ExportedProgram) -> None:
                 "TensorRT engine takes tensors only (and integer sizes that a tensor input carries). The "
                 "partitioner should compute such values inside the partition"
             )
+
+
+def _check_no_data_dependent_sizes(program: torch.export.ExportedProgram) -> None:
+    for node in program.graph.nodes:
+        symbols = free_unbacked_symbols(node.meta.get("val"))
+        if symbols:
+            raise LoweringError(
+                f"node '{node.name}' has a size ({', '.join(sorted(map(str, symbols)))}) that depends on the data; "
+                "TensorRT engines need sizes that follow from the input shapes (TensorRTPartitioner leaves such "
+                "ops to ExecuTorch)"
+            )
+
+
+@contextlib.contextmanager
+def _outside_unbacked_symbols_set_aside(program: torch.export.ExportedProgram):
+    """Sets aside the shape environment's pending unbacked symbols while the partition is lowered.
+
+    A partition shares its fake tensors' shape environment with the whole program. Where the program
+    holds data-dependent ops outside the partition (nonzero, a mask index), ExecuTorch's passes leave
+    their fresh unbacked symbols pending there, and the next trace of any op in that environment (the
+    ONNX exporter's) fails with PendingUnbackedSymbolNotFound. Once rewritten, the partition holds no such
+    symbol (_check_no_data_dependent_sizes), so they are none of its business.
+    """
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        yield
+        return
+    pending = list(shape_env.pending_fresh_unbacked_symbols)
+    shape_env.pending_fresh_unbacked_symbols.clear()
+    try:
+        yield
+    finally:
+        shape_env.pending_fresh_unbacked_symbols[:0] = pending
 
 
 def _ranges(program, options: CompileOptions) -> dict[str, _DynamicDim]:
@@ -208,10 +247,18 @@ def has_translation(target) -> bool:
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     """The partition as TensorRT-parseable ONNX, with its IO specs."""
+    with _outside_unbacked_symbols_set_aside(edge_program):
+        return _lower(edge_program, options)
+
+
+def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
     program = to_aten_program(edge_program)
     inline_size_inputs(program)
     routing_rewrites.rewrite(program)
+    _check_no_data_dependent_sizes(program)  # after the rewrites, which give bincount of expert ids a static size
     _check_tensor_inputs(program)
+    if options.truncate_double:
+        truncate_double(program)
     apply_precision(program, options.precision)
     if options.expert_precision == "fp8":
         logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
@@ -230,6 +277,10 @@ def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOp
         optimize=True,
         verbose=False,
     )
+    # One name per value: the exporter names the inputs after the partition's arguments (say "getitem_3", a
+    # delegate's output in the program) after naming the values inside after their FX nodes, which can
+    # give an inner value the same name; NVIDIA's parser then finds a cycle. Inputs and outputs keep theirs.
+    onnx_ir.passes.common.NameFixPass()(onnx_program.model)
     # The weights leave for files first: no protobuf ever holds them (one stops at 2 GiB).
     weights = external_data.move_weights_out(onnx_program.model)
     model = onnx_program.model_proto

@@ -1,4 +1,7 @@
-"""The recipe's `precision`, written into a partition's ATen program before ONNX export.
+"""The recipe's `precision` and `truncate_double`, written into a partition's ATen program before ONNX export.
+
+truncate_double first (TensorRT has no float64): the partition's float64 computations become float32 ones,
+each logged with its source line, before the rule below, which then keeps them as float32 islands.
 
 TensorRT 11 and TensorRT for RTX build strongly typed networks only, and et-trt
 builds TensorRT 10 networks strongly typed too (runtime tensorrt_builder.cc): the
@@ -45,6 +48,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
 
+from et_trt_backend.op_support import holds_float64
 from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.source_lines import source_line
 
@@ -79,7 +83,7 @@ def _weights(program: torch.export.ExportedProgram):
             yield placeholders[spec.arg.name], store, spec.target
 
 
-def _cast_weights(program, mapping, fake_mode, precision: str) -> int:
+def _cast_weights(program, mapping, fake_mode, what: str, fix: str) -> int:
     overflowing = []
     count = 0
     for node, store, key in _weights(program):
@@ -95,11 +99,9 @@ def _cast_weights(program, mapping, fake_mode, precision: str) -> int:
             node.meta["val"] = node.meta["val"].to(target)
         count += 1
     if overflowing:
-        raise LoweringError(
-            f"precision = \"{precision}\" cannot hold {', '.join(overflowing)}: the values overflow to inf "
-            f"(largest finite {torch.finfo(DTYPES[precision]).max:.6g}). Give this part precision = \"bf16\" "
-            "or \"fp32\" in the recipe, or rescale those weights"
-        )
+        largest = torch.finfo(next(iter(mapping.values()))).max
+        raise LoweringError(f"{what} cannot hold {', '.join(overflowing)}: the values overflow to inf (largest "
+                            f"finite {largest:.6g}). {fix}")
     return count
 
 
@@ -170,6 +172,39 @@ def _warn_out_of_range_scalars(program, target: torch.dtype) -> None:
                                node.name, source_line(node), arg, largest, "-" if arg < 0 else "")
 
 
+def _propagate(program, fake_mode) -> None:
+    """Every meta value recomputed from the (re-typed) placeholders."""
+    program.graph_module.recompile()
+    FakeTensorProp(program.graph_module, mode=fake_mode).propagate_dont_convert_inputs(
+        *[n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"])
+
+
+def truncate_double(program: torch.export.ExportedProgram) -> None:
+    """CompileOptions.truncate_double: the partition's float64 weights, constants and dtype arguments become
+    float32, so every op that computed in float64 computes in float32; each is logged with its source line.
+    Its inputs and outputs are never float64 (TensorRTPartitioner leaves those casts to ExecuTorch); a
+    program that has them is refused."""
+    boundary = [n.name for n in [*user_input_nodes(program), *pytree.tree_leaves(program.graph.output_node().args)]
+                if holds_float64(n)]
+    if boundary:
+        raise LoweringError(f"partition inputs or outputs {boundary} are float64, which TensorRT does not bind; "
+                            "cast them to float32 outside the partition (TensorRTPartitioner leaves such casts "
+                            "to ExecuTorch)")
+    narrowed = [n for n in program.graph.nodes if n.op == "call_function" and any(
+        isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in pytree.tree_leaves(n.meta.get("val")))]
+    if not narrowed:
+        return
+    for node in narrowed:
+        logger.info("truncate_double: %s at %s computes in float32 instead of float64", node.name, source_line(node))
+    mapping = {torch.float64: torch.float32}
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
+    _cast_weights(program, mapping, fake_mode, "truncate_double",
+                  "Set truncate_double = false for this part (its float64 ops then stay on ExecuTorch)")
+    _retarget_dtype_arguments(program, mapping)
+    _propagate(program, fake_mode)
+    logger.info("truncate_double: %d float64 ops of this partition compute in float32", len(narrowed))
+
+
 def apply_precision(program: torch.export.ExportedProgram, precision: str) -> None:
     """Casts the ATen program (in place) to `precision` by the rule above. The program's state_dict
     and constants must be its own (to_aten_program copies them)."""
@@ -187,12 +222,11 @@ def apply_precision(program: torch.export.ExportedProgram, precision: str) -> No
     graph = program.graph
     fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes if n.op == "placeholder"])
     output_dtypes = _output_dtypes(program)
-    weights = _cast_weights(program, mapping, fake_mode, precision)
+    weights = _cast_weights(program, mapping, fake_mode, f"precision = \"{precision}\"",
+                            "Give this part precision = \"bf16\" or \"fp32\" in the recipe, or rescale those weights")
     inputs = _cast_inputs(program, mapping)
     _retarget_dtype_arguments(program, mapping)
-    program.graph_module.recompile()
-    FakeTensorProp(program.graph_module, mode=fake_mode).propagate_dont_convert_inputs(
-        *[n.meta["val"] for n in graph.nodes if n.op == "placeholder"])
+    _propagate(program, fake_mode)
     outputs = _cast_outputs(program, output_dtypes)
     program.graph_module.recompile()
     _warn_out_of_range_scalars(program, target)

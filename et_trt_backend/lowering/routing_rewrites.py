@@ -15,6 +15,8 @@ rewrite the ATen graph in place, without any change to the user's model:
   accumulate) where perm is a sort's permutation of T*k rows and out has T
   rows -> `out + index_put(zeros, [perm], src).view(T, k, ...).sum(1)`: a
   scatter without reduction (perm has no duplicates) and a reshape-and-sum.
+  Other float index_put(accumulate=True) and index_add with a 1-D index are
+  left to translations.index_put (a one-hot MatMul adds them).
 - `_grouped_mm(a, w.transpose(-2, -1), offs)` -> `grouped_mm(a, w, offs,
   trans_b=True)`, so weights are stored once, as the model holds them.
 """
@@ -228,6 +230,16 @@ def _combine_args(node: torch.fx.Node):
     return None
 
 
+def _index_add_as_index_put(ctx: RewriteContext, node, out, dim: int, index, src) -> None:
+    """out.index_add(dim, index, src) -> index_put(out, [None] * dim + [index], src, accumulate=True): the same
+    sums, which translations.index_put adds by a one-hot MatMul."""
+    dim = dim + out.meta["val"].dim() if dim < 0 else dim
+    with ctx.graph.inserting_before(node):
+        new = ctx.call(aten.index_put.default, (out, [None] * dim + [index], src, True))
+    node.replace_all_uses_with(new)
+    ctx.graph.erase_node(node)
+
+
 def rewrite_combines(ctx: RewriteContext) -> None:
     for node in list(ctx.graph.nodes):
         if node.target not in (aten.index_add.default, aten.scatter_add.default, aten.index_put.default):
@@ -241,6 +253,12 @@ def rewrite_combines(ctx: RewriteContext) -> None:
         if (found is None or dim != 0 or src_val.shape[0] != out_val.shape[0] * found[1]
                 or tuple(src_val.shape[1:]) != tuple(out_val.shape[1:])
                 or not all(isinstance(s, int) for s in src_val.shape[1:])):
+            if node.target is aten.index_put.default:
+                continue  # another x[idx] += v: translations.index_put adds it by a one-hot MatMul
+            one_index = index.meta["val"].dim() == 1
+            if node.target is aten.index_add.default and out_val.dtype.is_floating_point and one_index:
+                _index_add_as_index_put(ctx, node, out, dim, index, src)
+                continue
             raise LoweringError(
                 f"{node.target} ({node.name}) at {source_line(node)}: an accumulating scatter "
                 "(ScatterND with a reduction) is rejected by TensorRT. et-trt rewrites the top-k combine "

@@ -16,6 +16,7 @@ import torch
 from onnxscript import ir
 from onnxscript import opset18 as op
 from onnxscript import values
+from onnxscript.function_libs.torch_lib.ops import core as torchlib
 
 from et_trt_backend.plugin_names import (
     ACTIVATION_ATTRIBUTE,
@@ -231,6 +232,74 @@ def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True)
     return op.TopK(self, op.Constant(value_ints=[k]), axis=dim, largest=int(largest), sorted=1)
 
 
+def _shaped_like(value, original):
+    """`value` with `original`'s shape recorded: torchlib's functions read their inputs' ranks."""
+    value.shape = original.shape
+    return value
+
+
+def convolution(input, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,), transposed: bool = False,
+                output_padding=(0,), groups: int = 1):
+    """aten.convolution as torchlib writes it (Conv, ConvTranspose), except a bf16 transposed one: NVIDIA's
+    builder builds no bf16 deconvolution (TensorRT for RTX 1.7, for sm_80: any stride, groups, padding or
+    rank), so it runs in float32 between two casts."""
+    if not (transposed and input.dtype == ir.DataType.BFLOAT16):
+        return torchlib.aten_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                         groups)
+    as_float = lambda v: None if v is None else _shaped_like(op.Cast(v, to=onnx.TensorProto.FLOAT), v)  # noqa: E731
+    out = torchlib.aten_convolution(as_float(input), as_float(weight), as_float(bias), stride, padding, dilation,
+                                    transposed, output_padding, groups)
+    return op.Cast(out, to=onnx.TensorProto.BFLOAT16)
+
+
+def _from_the_end(index, size):
+    """Indices into an axis of `size` elements with negatives counted from its end, as PyTorch reads them."""
+    normalized = op.Cast(index, to=onnx.TensorProto.INT64)
+    normalized = op.Where(op.Less(normalized, op.Constant(value_int=0)), op.Add(normalized, size), normalized)
+    return _shaped_like(normalized, index)
+
+
+def index_put(self, indices, values, accumulate: bool = False):
+    """aten.index_put on any dimensions (x[:, idx] = v), negative indices counted from the end.
+
+    Without accumulate: torchlib's form (transposes around one ScatterND without reduction). With it
+    (op_support admits one 1-D index, float values): TensorRT has no accumulating scatter, so the
+    values are summed into their rows by a MatMul with the [K, N] one-hot of the index, which adds
+    duplicates as index_put does: K x N multiply-adds per element of the other dimensions.
+    """
+    shape = op.Shape(self)
+    indices = [None if index is None else _from_the_end(index, op.Gather(shape, op.Constant(value_int=axis)))
+               for axis, index in enumerate(indices)]
+    if not accumulate:
+        return torchlib.aten_index_put(self, indices, values, False)
+    (axis, index), = [(axis, index) for axis, index in enumerate(indices) if index is not None]
+    rank = len(self.shape)
+    indexed = op.Concat(op.Shape(self, start=0, end=axis), op.Shape(index), op.Shape(self, start=axis + 1), axis=0)
+    to_last = [d for d in range(rank) if d != axis] + [axis]
+    rows = op.Transpose(op.Expand(op.CastLike(values, self), indexed), perm=to_last)  # [..., K]
+    positions = op.Range(op.Constant(value_int=0), op.Gather(shape, op.Constant(value_int=axis)),
+                         op.Constant(value_int=1))
+    one_hot = op.CastLike(op.Equal(op.Unsqueeze(index, [1]), op.Unsqueeze(positions, [0])), self)  # [K, N]
+    sums = op.MatMul(rows, one_hot)  # [..., N]
+    return op.Add(self, op.Transpose(sums, perm=[to_last.index(d) for d in range(rank)]))
+
+
+def bucketize(self, boundaries, out_int32: bool = False, right: bool = False):
+    """aten.bucketize: how many boundaries lie below each value (at or below it with right=True), compared in
+    one dtype (float32 where the two differ and either is floating, else int64), NaN past the last one as
+    in PyTorch. A [..., len(boundaries)] comparison, summed."""
+    if self.dtype != boundaries.dtype:
+        common = (onnx.TensorProto.FLOAT if self.dtype.is_floating_point() or boundaries.dtype.is_floating_point()
+                  else onnx.TensorProto.INT64)
+        self, boundaries = op.Cast(self, to=common), op.Cast(boundaries, to=common)
+    values = op.Unsqueeze(self, [-1])
+    below = op.LessOrEqual(boundaries, values) if right else op.Less(boundaries, values)
+    count = op.ReduceSum(op.Cast(below, to=onnx.TensorProto.INT64), [-1], keepdims=0)
+    if self.dtype.is_floating_point():
+        count = op.Where(op.IsNaN(self), op.Size(boundaries), count)
+    return op.Cast(count, to=onnx.TensorProto.INT32 if out_int32 else onnx.TensorProto.INT64)
+
+
 def translation_table(grouped_gemm_kernel: bool) -> dict:
     """custom_translation_table for torch.onnx.export."""
 
@@ -249,4 +318,7 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
         torch.ops.aten.topk.default: topk,
         torch.ops.aten.copy.default: copy,
         torch.ops.aten.slice_scatter.default: slice_scatter,
+        torch.ops.aten.convolution.default: convolution,
+        torch.ops.aten.index_put.default: index_put,
+        torch.ops.aten.bucketize.Tensor: bucketize,
     }

@@ -81,14 +81,35 @@ def names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(sorted(dtype_name(d) for d in dtypes))
 
 
+def holds_float64(node: Any) -> bool:
+    """Whether `node` (an fx node) computes a float64 tensor."""
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
+
+
+def computed_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the lowering computes `dtype` in: float64 in float32 (CompileOptions.truncate_double, which
+    op_support.unsupported_reason checks; the rules take float64 where they take float32)."""
+    return torch.float32 if dtype == torch.float64 else dtype
+
+
 def check_dtype(tensor: torch.Tensor | None, allowed: frozenset[torch.dtype], what: str) -> str | None:
-    if tensor is not None and tensor.dtype not in allowed:
+    if tensor is not None and computed_dtype(tensor.dtype) not in allowed:
         return f"{what} has dtype {dtype_name(tensor.dtype)}; supported: {names(allowed)}"
     return None
 
 
 def check_arg_dtype(node: Node, index: int, allowed: frozenset[torch.dtype], what: str = "input") -> str | None:
     return check_dtype(arg_tensor(node, index), allowed, what)
+
+
+def bound_args(node: Node, *names: str) -> tuple:
+    """Arguments by name, with the schema's defaults (overloads differ in which are positional)."""
+    schema = aten_overload(node.target)._schema.arguments
+    bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+    bound.update(zip((a.name for a in schema), node.args))
+    bound.update(node.kwargs)
+    return tuple(bound.get(name) for name in names)
 
 
 def first_reason(*reasons: str | None) -> str | None:

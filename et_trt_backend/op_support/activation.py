@@ -1,4 +1,8 @@
-"""Activations and softmax (TensorRT Activation and SoftMax layers)."""
+"""Activations and softmax (TensorRT Activation and SoftMax layers).
+
+SiLU, Mish, softplus, hardswish and hardsigmoid reach an edge program decomposed (sigmoid, exp, log1p,
+tanh, clamp, where: elementwise.py); gelu (both approximations), elu and the rest as themselves.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _float,
     aten.leaky_relu.default: _float,
+    aten.elu.default: _float,
     aten._softmax.default: _softmax,
     aten._log_softmax.default: _softmax,
 }

@@ -16,7 +16,9 @@ et_trt_backend/lowering/routing_rewrites.py, which they mirror):
   index_put(accumulate=True) of that form, its index perm // k also reshaped
   or cast) is rewritten as un-permute + reshape + sum over k;
   `is_topk_combine` recognises it, reading the index as the rewrite does
-  (`as_floor_division`). Other accumulating scatters are refused.
+  (`as_floor_division`). A float index_put(accumulate=True) by one 1-D index
+  on any dimension (and index_add, which edge programs hand over as one) is
+  summed by a one-hot MatMul instead; other accumulating scatters are refused.
 - bincount is lowered for expert ids with minlength >= E (its size is then
   static); other data-dependent sizes (nonzero, unique) have no TensorRT form.
 """
@@ -32,6 +34,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from et_trt_backend.tensorrt_limits import TOPK_MAX_K
 
 from . import value_flow
+from .indexing import index_tensors_reason
 from ._common import (
     BOOL_DTYPES,
     FLOAT_DTYPES,
@@ -41,6 +44,7 @@ from ._common import (
     Rule,
     arg_tensor,
     aten_overload,
+    bound_args,
     check_arg_dtype,
     check_dtype,
     first_reason,
@@ -71,15 +75,6 @@ def _target(node: object) -> object:
 
 def _arg(node: Node, index: int, name: str, default: object) -> object:
     return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
-
-
-def _bound_args(node: Node, *names: str) -> tuple:
-    """Arguments by name, with the schema's defaults (sort overloads differ in which are positional)."""
-    schema = aten_overload(node.target)._schema.arguments
-    bound = {a.name: a.default_value for a in schema if a.has_default_value()}
-    bound.update(zip((a.name for a in schema), node.args))
-    bound.update(node.kwargs)
-    return tuple(bound.get(name) for name in names)
 
 
 def _router_indices(node: object) -> tuple[Node, int] | None:
@@ -219,7 +214,7 @@ def _sort(node: Node) -> str | None:
     reason = check_dtype(keys, NUMERIC_DTYPES, "sort keys")
     if reason:
         return reason
-    dim, descending = _bound_args(node, "dim", "descending")
+    dim, descending = bound_args(node, "dim", "descending")
     if keys.dim() == 1 and not descending and keys.dtype in INT_DTYPES and integer_key_bound(node.args[0]) is not None:
         return None  # stable counting sort over the experts: any length
     size = keys.shape[normalize_dim(dim, keys.dim())] if keys.dim() else 1
@@ -275,22 +270,21 @@ def _scatter_add(node: Node) -> str | None:
 
 
 def _index_put(node: Node) -> str | None:
-    indices = node.args[1]
-    if len(indices) != 1 or indices[0] is None:
-        return "index_put is lowered for one index tensor on dimension 0 (x[idx] = v or x.index_add_(0, ...))"
-    index = indices[0].meta.get("val") if isinstance(indices[0], Node) else None
-    if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
-        return "index_put with a boolean mask is not supported; use torch.where"
+    """x[..., idx, ...] = v on any dimensions (adjacent index tensors, as ScatterND); with accumulate, the MoE
+    combine, or a float x[..., idx, ...] += v by one 1-D index (a one-hot MatMul adds the duplicates)."""
+    indices = list(node.args[1])
     reason = first_reason(
-        check_dtype(index, INDEX_DTYPES, "index"),
-        check_arg_dtype(node, 0, NUMERIC_DTYPES),
-        check_arg_dtype(node, 2, NUMERIC_DTYPES, "values"),
-    )
-    if reason:
+        index_tensors_reason(indices, "index_put with a boolean mask is not supported; use torch.where(mask, values, x)"),
+        check_arg_dtype(node, 0, NUMERIC_DTYPES), check_arg_dtype(node, 2, NUMERIC_DTYPES, "values"))
+    if reason or not _arg(node, 3, "accumulate", False):
         return reason
-    if _arg(node, 3, "accumulate", False) and not is_topk_combine(node.args[0], 0, indices[0], node.args[2]):
-        return _COMBINE_ADVICE
-    return None
+    if len(indices) == 1 and is_topk_combine(node.args[0], 0, indices[0], node.args[2]):
+        return None
+    present = [i for i in indices if i is not None]
+    if len(present) > 1 or present[0].meta["val"].dim() != 1:
+        return ("index_put(accumulate=True) is lowered for one 1-D index tensor (x[:, idx] += v); "
+                f"{_COMBINE_ADVICE}")
+    return check_arg_dtype(node, 0, FLOAT_DTYPES, "accumulated tensor (TensorRT adds duplicates by a float MatMul)")
 
 
 RULES: dict[torch._ops.OpOverload, Rule] = {

@@ -10,7 +10,16 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from ._common import TENSOR_DTYPES, Rule, check_arg_dtype, first_reason, is_static, rule_dtypes, static_ints
+from ._common import (
+    TENSOR_DTYPES,
+    Rule,
+    check_arg_dtype,
+    computed_dtype,
+    first_reason,
+    is_static,
+    rule_dtypes,
+    static_ints,
+)
 
 aten = torch.ops.aten
 
@@ -41,7 +50,7 @@ def _slice_scatter(node: Node) -> str | None:
 
 def _cat(node: Node) -> str | None:
     tensors = [t for t in node.args[0] if isinstance(t, Node)]
-    dtypes = {t.meta["val"].dtype for t in tensors if isinstance(t.meta.get("val"), torch.Tensor)}
+    dtypes = {computed_dtype(t.meta["val"].dtype) for t in tensors if isinstance(t.meta.get("val"), torch.Tensor)}
     if len(dtypes) > 1:
         return "inputs of cat have different dtypes; cast them to one dtype first"
     if dtypes and not dtypes <= TENSOR_DTYPES:
@@ -64,5 +73,6 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.alias_copy.default: _any,
     aten.cat.default: _cat,
     aten.repeat.default: _any,
+    aten.flip.default: _any,
     aten.sym_size.int: lambda node: None,
 }

@@ -74,10 +74,12 @@ class ModelView:
         self.constants: dict[str, onnx.TensorProto] = {}
         self.used: set[str] = set()  # names read by some node or graph output
         self.nodes: list[NodeRef] = []
+        self.graphs: dict[str, onnx.GraphProto] = {}  # by path, as NodeRef.graph names them
         self._walk(model.graph, "main")
 
     # ---- building ----------------------------------------------------------
     def _walk(self, graph: onnx.GraphProto, path: str) -> None:
+        self.graphs[path] = graph
         for info in [*graph.input, *graph.output, *graph.value_info]:
             self._record_type(info)
         for init in graph.initializer:

@@ -156,8 +156,10 @@ ATTRIBUTE_VALUES: dict[tuple[str, str], tuple[frozenset, object]] = {
     ("LSTM", "input_forget"): (frozenset({0}), 0),
     ("LSTM", "layout"): (frozenset({0}), 0),
 }
-# Pooling dilations must be absent or all ones.
-ONES_ATTRIBUTES = {("AveragePool", "dilations"), ("LpPool", "dilations"), ("MaxPool", "dilations")}
+# Pooling dilations must be absent or all ones; so must a ConvTranspose's (NVIDIA's builder refuses a dilated
+# deconvolution: TensorRT for RTX 1.7, seen building for sm_80).
+ONES_ATTRIBUTES = {("AveragePool", "dilations"), ("LpPool", "dilations"), ("MaxPool", "dilations"),
+                   ("ConvTranspose", "dilations")}
 # Constant attributes the parser cannot read.
 UNSUPPORTED_CONSTANT_ATTRIBUTES = frozenset({"sparse_value", "value_string", "value_strings"})
 # Ops of which only the first output is supported.

@@ -81,6 +81,7 @@ _FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
 BUILD_OPTION_FIELDS = frozenset({"tf32", "workspace_bytes", "optimization_level"})
 EXPORT_ONLY_OPTIONS = {
     "precision": "written into the ONNX's tensor types (the network is strongly typed)",
+    "truncate_double": "the ONNX computes the model's float64 in float32",
     "shape_ranges": "carried by the IO specs (Dim.min/opt/max)",
     "kernel_archs": "the embedded kernel images are the result",
     "grouped_gemm_kernel": "the ONNX has GroupedMM nodes or their dense form",

@@ -106,6 +106,12 @@ bool known_dtype(blob::DType dtype) {
   return false;
 }
 
+// The dtypes a TensorRT network input or output may have (tensorrt_executor.cc binds them). The exporter
+// writes no other: float64 is cast to float32 on ExecuTorch before and after the delegate (truncate_double).
+bool bindable_dtype(blob::DType dtype) {
+  return dtype != blob::DType::Float64 && dtype != blob::DType::Int16;
+}
+
 bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::TensorSpec>>* specs,
                         const char* what, std::set<std::string>* names, BlobError* error) {
   if (specs == nullptr) return fail(error, std::string("blob lists no ") + what);
@@ -122,6 +128,10 @@ bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::Tens
     }
     if (!known_dtype(spec->dtype())) {
       return fail(error, where.str() + ": unknown " + dtype_name(spec->dtype()));
+    }
+    if (!bindable_dtype(spec->dtype())) {
+      return fail(error, where.str() + ": " + dtype_name(spec->dtype()) + ", which no TensorRT tensor holds; " +
+                             "et-trt exports cast float64 to float32 outside the engine: re-export the .pte");
     }
     if (spec->dims() == nullptr) return fail(error, where.str() + " has no dims");
     if (spec->dims()->size() > kMaxRank) {

@@ -295,6 +295,10 @@ TEST(BlobReader, RefusesBadTensorSpecs) {
   Knobs k;
   k.dtype = static_cast<blob::DType>(9);
   EXPECT_NE(refusal(k).find("unknown dtype 9"), std::string::npos);
+  // The exporter casts float64 outside the engine (truncate_double): no blob may ask TensorRT to bind it.
+  k = Knobs{};
+  k.dtype = blob::DType::Float64;
+  EXPECT_NE(refusal(k).find("'x': fp64, which no TensorRT tensor holds"), std::string::npos);
   k = Knobs{};
   k.output_name = "x";
   EXPECT_NE(refusal(k).find("tensor name used twice"), std::string::npos);

@@ -9,11 +9,13 @@
 - `hf_moe_block`, `HFDecoderLayer`, `HFCausalLM`: an unmodified sparse-MoE block,
   decoder layer or whole causal LM from `transformers`, built from a tiny random
   config with the "grouped_mm" experts implementation.
+- `TokenTypeMoE`, `ActionTokenMoE`: experts chosen by a token-type input or a
+  comparison (WALL-OSS's mixture of transformers), one nn.Linear MLP per expert.
 - `edge_program`: the edge program a partitioner sees inside
   to_edge_transform_and_lower, for tests that inspect partitioning without
   lowering.
 
-All models are bf16: torch.export accepts `_grouped_mm` only in bf16.
+The grouped-GEMM models are bf16: torch.export accepts `_grouped_mm` only in bf16.
 """
 
 from __future__ import annotations
@@ -117,8 +119,14 @@ class GroupedMoE(nn.Module):
         return out.reshape(shape)
 
 
+def unsupported_identity(x: torch.Tensor) -> torch.Tensor:
+    """x through masked_scatter with an empty mask (x != x: no element of x is NaN): core ATen with a portable
+    kernel but no TensorRT lowering in op_support, so it stays in ExecuTorch (the tests' unsupported op)."""
+    return x.masked_scatter(x != x, x)
+
+
 class MoEStack(nn.Module):
-    """Norm -> MoE -> flip (no TensorRT lowering) -> MoE: two MoE blocks that cannot share an engine."""
+    """Norm -> MoE -> an unsupported op -> MoE: two MoE blocks that cannot share an engine."""
 
     def __init__(self, hidden: int = 32, **moe_kwargs):
         super().__init__()
@@ -128,12 +136,13 @@ class MoEStack(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.moe0(self.norm(x))
-        x = x.flip(0)  # core ATen with a portable kernel, but not in op_support: stays in ExecuTorch
+        x = unsupported_identity(x)
         return x + self.moe1(x)
 
 
 class MoEWithUnsupportedOp(GroupedMoE):
-    """A MoE block whose router computes in float64, a dtype TensorRT does not have."""
+    """A MoE block whose router computes in float64, a dtype TensorRT does not have (unsupported where the
+    recipe's truncate_double is off)."""
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weights, ids = super().route(x)
@@ -308,9 +317,9 @@ class MoEWithDetour(nn.Module):
 
     def __init__(self, **moe_kwargs):
         super().__init__()
-        self.flipper = _Flipper()
+        self.outsider = _Outsider()
         self.moe = _DetourMoE(**moe_kwargs)
-        object.__setattr__(self.moe, "detour", self.flipper)  # called by moe, owned by the parent
+        object.__setattr__(self.moe, "detour", self.outsider)  # called by moe, owned by the parent
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.moe(x)
@@ -322,6 +331,60 @@ class _DetourMoE(GroupedMoE):
         return self.detour(weights), ids
 
 
-class _Flipper(nn.Module):
+class _Outsider(nn.Module):
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
-        return weights.flip(-1).flip(-1)  # identity, but flip has no TensorRT lowering
+        return unsupported_identity(weights)
+
+
+# ---- experts routed by an input (mixture of transformers) ----------------------
+class _ExpertMLP(nn.Module):
+    """One expert: a gated MLP of its own width (WALL-OSS's BlockSparseMLP)."""
+
+    def __init__(self, hidden: int, ffn: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TokenTypeMoE(nn.Module):
+    """Experts chosen per token by a token-type tensor, written as WALL-OSS writes its SparseMoeBlock
+    (lerobot 0.4.4, policies/wall_x/qwen_model/qwen2_5_vl_moe.py): expert i runs on the tokens whose type
+    is i, on their first dim_inputs[i] features, and writes back there. `skip_empty` keeps the authors'
+    `if mask.sum() == 0: continue`, a Python branch on data that torch.export refuses; without it (the
+    smallest rewrite: those two lines deleted) the block exports and computes the same."""
+
+    def __init__(self, dim_inputs=(32, 16), ffns=(48, 24), skip_empty: bool = False):
+        super().__init__()
+        self.experts = nn.ModuleList(_ExpertMLP(dim, ffn) for dim, ffn in zip(dim_inputs, ffns))
+        self.dim_inputs = dim_inputs
+        self.skip_empty = skip_empty
+
+    def forward(self, hidden_states: torch.Tensor, experts_indices: torch.Tensor) -> torch.Tensor:
+        output = torch.zeros_like(hidden_states)
+        for expert_idx, expert in enumerate(self.experts):
+            mask = experts_indices == expert_idx
+            if self.skip_empty and mask.sum() == 0:
+                continue
+            dim_input = self.dim_inputs[expert_idx]
+            selected_hidden = hidden_states[mask]
+            processed_hidden = expert(selected_hidden[:, :dim_input])
+            batch_indices, seq_indices = torch.where(mask)
+            output[batch_indices, seq_indices, :dim_input] = processed_hidden
+        return output
+
+
+class ActionTokenMoE(nn.Module):
+    """The token types as WALL-OSS computes them from the prompt: a comparison with the action token id."""
+
+    ACTION_TOKEN = 7
+
+    def __init__(self):
+        super().__init__()
+        self.moe = TokenTypeMoE()
+
+    def forward(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.moe(hidden_states, input_ids == self.ACTION_TOKEN)

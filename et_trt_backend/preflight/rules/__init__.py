@@ -5,6 +5,7 @@ from et_trt_backend.preflight.rules import (
     attributes,
     data_dependent,
     dtypes,
+    graph_order,
     grouped_mm,
     opset,
     scatter,
@@ -14,6 +15,7 @@ from et_trt_backend.preflight.rules import (
 )
 
 RULES = {
+    "graph_order": graph_order.check,
     "opset": opset.check,
     "supported_ops": supported_ops.check,
     "dtypes": dtypes.check,

@@ -63,6 +63,35 @@ std::string parser_error(const nvonnxparser::IParserError& error) {
 // parser's "could not create the plugin".
 bool from_plugin(const std::string& message) { return message.rfind("GroupedMM plugin: ", 0) == 0; }
 
+// The dtype name of a TensorRT type, as the IO specs name theirs.
+std::string type_name(nvinfer1::DataType type) {
+  for (blob::DType dtype : blob::EnumValuesDType()) {
+    nvinfer1::DataType bound;
+    if (to_trt_dtype(dtype, &bound) && bound == type) return dtype_name(dtype);
+  }
+  return "a type no IO spec has";
+}
+
+// Where a network input or output has another type than its IO spec: the runtime binds each ExecuTorch tensor
+// as its spec says and refuses an engine whose tensor differs (tensorrt_executor.cc), e.g. an int64 input the
+// parser did not keep as INT64.
+std::vector<std::string> io_type_mismatches(const nvinfer1::INetworkDefinition& network, const PartitionIo& io) {
+  std::vector<std::string> mismatches;
+  const auto check = [&](const nvinfer1::ITensor& tensor, const std::vector<IoSpec>& specs) {
+    for (const IoSpec& spec : specs) {
+      nvinfer1::DataType bound;
+      if (spec.name != tensor.getName()) continue;
+      if (!to_trt_dtype(spec.dtype, &bound) || bound != tensor.getType()) {
+        mismatches.push_back("'" + spec.name + "': the network's is " + type_name(tensor.getType()) +
+                             ", the IO spec's " + dtype_name(spec.dtype));
+      }
+    }
+  };
+  for (int32_t i = 0; i < network.getNbInputs(); ++i) check(*network.getInput(i), io.inputs);
+  for (int32_t i = 0; i < network.getNbOutputs(); ++i) check(*network.getOutput(i), io.outputs);
+  return mismatches;
+}
+
 // The config of the blob's BuildOptions for `request`, with one profile from the IO specs' ranges.
 bool configure(nvinfer1::IBuilder& builder, const nvinfer1::INetworkDefinition& network, const blob::Blob& root,
                const PartitionIo& io, const BuildRequest& request, nvinfer1::IBuilderConfig& config,
@@ -211,6 +240,12 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
       failure->parsed = false;
       return fail(std::string(provider_name(trt.provider())) + "'s ONNX parser refused the partition");
     }
+  }
+  std::vector<std::string> mismatches = io_type_mismatches(*network, io);
+  if (!mismatches.empty()) {
+    logged.swap(mismatches);
+    return fail("the parsed network's IO types are not the blob's IO specs, by which the runtime binds "
+                "ExecuTorch's tensors (it would refuse the engine)");
   }
   std::unique_ptr<nvinfer1::IBuilderConfig> config(builder->createBuilderConfig());
   if (config == nullptr) return fail(provider + " could not create a builder config");

@@ -71,6 +71,21 @@ std::string rtx_unversioned_library_missing(void* parser) {
 
 }  // namespace
 
+bool to_trt_dtype(blob::DType dtype, nvinfer1::DataType* out) {
+  using nvinfer1::DataType;
+  switch (dtype) {
+    case blob::DType::Float32: *out = DataType::kFLOAT; return true;
+    case blob::DType::Float16: *out = DataType::kHALF; return true;
+    case blob::DType::BFloat16: *out = DataType::kBF16; return true;
+    case blob::DType::Int8: *out = DataType::kINT8; return true;
+    case blob::DType::Int32: *out = DataType::kINT32; return true;
+    case blob::DType::Int64: *out = DataType::kINT64; return true;
+    case blob::DType::Bool: *out = DataType::kBOOL; return true;
+    case blob::DType::UInt8: *out = DataType::kUINT8; return true;
+    default: return false;
+  }
+}
+
 void TensorRTLogger::log(Severity severity, const char* message) noexcept {
   const bool error = severity == Severity::kINTERNAL_ERROR || severity == Severity::kERROR;
   if (error && captured != nullptr) captured->emplace_back(message);

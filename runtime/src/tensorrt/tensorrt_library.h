@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "provider_choice.h"
+#include "schema_generated.h"
 
 namespace et_trt {
 
@@ -51,6 +52,9 @@ class TensorRTLogger final : public nvinfer1::ILogger {
     std::vector<std::string>* outer_;
   };
 };
+
+// The TensorRT type an IO spec's dtype is bound as; false for a dtype no TensorRT tensor holds.
+bool to_trt_dtype(blob::DType dtype, nvinfer1::DataType* out);
 
 class TensorRTLibrary {
  public:
