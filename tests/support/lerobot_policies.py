@@ -6,7 +6,7 @@ LeRobot is installed by scripts/setup.sh with --no-deps (it pins torch < 2.11) b
 code imports (pyproject's [test] extra). Its policy code runs unmodified; what the harness changes, and
 why, is said where it does it:
 - torchvision from PyPI is a CUDA build whose compiled ops do not load beside CPU torch
-  (`_torchvision_without_compiled_ops`); ACT and Diffusion use only its pure-Python ResNet.
+  (tests/support/torchvision_cpu.py, run by conftest.py); ACT and Diffusion use only its pure-Python ResNet.
 - transformers 5.24 (the project's pin; LeRobot 0.4.4 wants 4.57) breaks two package initializers that
   import policies we do not build (`_import_policy_modules`), and four transformers 4.x interfaces pi0
   uses (`_openpi_transformers`).
@@ -32,7 +32,6 @@ LEROBOT_VERSION = "0.4.4"
 BATCH = 1
 IMAGE = (3, 32, 32)  # channels, height, width: the tiniest image every vision tower here accepts
 bf16 = torch.bfloat16
-_TORCHVISION_SCHEMAS: list[torch.library.Library] = []
 
 
 class Program(NamedTuple):
@@ -54,21 +53,7 @@ def import_lerobot() -> None:
     from importlib.metadata import version
     if version("lerobot") != LEROBOT_VERSION:
         pytest.skip(f"these tiny configs are written for lerobot {LEROBOT_VERSION}, found {version('lerobot')}")
-    _torchvision_without_compiled_ops()
     _import_policy_modules()
-
-
-def _torchvision_without_compiled_ops() -> None:
-    """PyPI's torchvision 0.28 is built for CUDA torch: its _C.so needs libtorch_cuda.so, so under CPU torch
-    it does not load and torchvision goes on without its compiled ops (nms, roi_align, ...). Its import
-    still registers fake kernels for torchvision::nms and ::qnms, which fails unless those operators exist.
-    Declaring the two schemas (no kernel) lets it import; calling them would fail, and nothing here does."""
-    if "torchvision" in sys.modules or hasattr(torch.ops.torchvision, "nms"):
-        return
-    library = torch.library.Library("torchvision", "FRAGMENT")
-    for name in ("nms", "qnms"):
-        library.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _TORCHVISION_SCHEMAS.append(library)  # a Library's definitions last as long as the object
 
 
 def _import_policy_modules() -> None:
