@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from et_trt_backend.kernels import sm90
 from et_trt_backend.kernels.images import cached_image
 from et_trt_backend.serialization.kernel_image import WEIGHT_FORMATS, KernelImage, kernel_name
-from et_trt_backend.options import KERNEL_ARCHS, NO_FP8_ARCHS
+from et_trt_backend.options import FP8_ARCHS, NO_FP8_ARCHS, without_fp8
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
@@ -89,8 +89,6 @@ _FP8_ADA_CONFIGS = (  # sm_89: no TMA, 99 KiB
     TileConfig("tile", 128, 128, 64, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
-# Architectures with FP8 tensor cores: all but options.NO_FP8_ARCHS (Ampere, Jetson Orin).
-FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +145,7 @@ def _capability(arch: str) -> int:
 def configs_for(arch: str, weight_format: str = "dense") -> tuple[TileConfig, ...]:
     cap = _capability(arch)
     if weight_format == "fp8":
-        _check_fp8_arch(arch, cap)
+        _check_fp8_arch(arch)
         return {89: _FP8_ADA_CONFIGS, 90: _FP8_HOPPER_CONFIGS, 120: _FP8_SMALL_SMEM_CONFIGS}.get(
             cap, _FP8_BLACKWELL_CONFIGS)
     if cap == 90:
@@ -159,8 +157,8 @@ def configs_for(arch: str, weight_format: str = "dense") -> tuple[TileConfig, ..
     return _AMPERE_CONFIGS
 
 
-def _check_fp8_arch(arch: str, cap: int) -> None:
-    if cap not in {_capability(a) for a in FP8_ARCHS}:
+def _check_fp8_arch(arch: str) -> None:
+    if without_fp8([arch]):
         raise ValueError(
             f"kernel architecture {arch} has no FP8 tensor cores, so expert_precision = \"fp8\" cannot run there "
             f"({', '.join(NO_FP8_ARCHS)} have none; FP8 needs {', '.join(FP8_ARCHS)}). Drop it "
@@ -201,7 +199,7 @@ def compile_image(
     cap = _capability(arch)
     ptx_version = _PTX_VERSION[cap]
     if weight_format == "fp8":
-        _check_fp8_arch(arch, cap)
+        _check_fp8_arch(arch)
         ptx_version = _FP8_PTX_VERSION.get(cap, ptx_version)
     key = [_source_hash("grouped_mm"), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config),
            ptx_version, weight_format, "no line info"]
@@ -288,7 +286,7 @@ def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
 
     _check_form(dtype, True, "fp8")
     cap = _capability(arch)
-    _check_fp8_arch(arch, cap)
+    _check_fp8_arch(arch)
     ptx_version = _FP8_PTX_VERSION.get(cap, _PTX_VERSION[cap])
     images = []
     for variant, config in QUANTIZE_VARIANTS.items():
@@ -350,8 +348,8 @@ def grouped_mm_images(
     fp8 = weight_format == "fp8"
     caps = [_capability(a) for a in archs]  # validates every name first
     if fp8:
-        for arch, cap in zip(archs, caps):
-            _check_fp8_arch(arch, cap)
+        for arch in archs:
+            _check_fp8_arch(arch)
     supported = _compiler_targets()
     images = []
     for arch, cap in zip(archs, caps):

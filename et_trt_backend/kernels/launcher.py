@@ -77,6 +77,10 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_moe_experts_last_kernels.restype = ctypes.c_char_p
         lib.et_trt_moe_experts_last_kernels.argtypes = [ctypes.c_void_p]
         lib.et_trt_moe_experts_destroy.argtypes = [ctypes.c_void_p]
+        lib.et_trt_grouped_mm_images_for_gpu.restype = ctypes.c_int32
+        lib.et_trt_grouped_mm_images_for_gpu.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32,
+                                                         ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32,
+                                                         ctypes.c_char_p, ctypes.c_size_t]
         _lib = lib
     return _lib
 
@@ -88,6 +92,20 @@ class Fp8Operands(NamedTuple):
     workspace: int  # device pointer, 256-byte aligned, >= fp8_workspace_bytes(rows, k) bytes
     workspace_bytes: int
     swiglu: bool = False  # a is a gate+up output [rows, 2K]; the GEMM's activations are its SwiGLU
+
+
+def images_for_gpu(images: Sequence[KernelImage], compute_capability: int) -> list[KernelImage]:
+    """The images the launcher loads on a GPU of `compute_capability` (major * 10 + minor): per kernel, the one
+    that serves it best. No GPU needed."""
+    if not images:
+        return []
+    kernels = blob.kernel_images_flatbuffer(images)
+    chosen = (ctypes.c_uint8 * len(images))()
+    error = ctypes.create_string_buffer(1024)
+    if _library().et_trt_grouped_mm_images_for_gpu(kernels, len(kernels), compute_capability, chosen, len(images),
+                                                   error, len(error)) != 0:
+        raise LauncherError(error.value.decode())
+    return [image for image, taken in zip(images, chosen) if taken]
 
 
 def fp8_workspace_bytes(rows: int, k: int) -> int:

@@ -5,18 +5,12 @@ serialization/blob.py writes and reads them; neither Triton nor nvcc is needed t
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from et_trt_backend.serialization import schema_generated as fb
+from et_trt_backend.serialization.schema_fields import schema_fields
 
-
-def _snake_case(name: str) -> str:
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
-
-
-# The fields of table KernelImage in schema.fbs (their one definition), in its order: flatc's object API
-# (schema_generated.KernelImageT) names them in camelCase; here they are in snake_case.
-SCHEMA_NAMES: dict[str, str] = {_snake_case(name): name for name in vars(fb.KernelImageT())}
+# The fields of table KernelImage in schema.fbs (their one definition), in its order, in snake_case.
+SCHEMA_NAMES: dict[str, str] = schema_fields(fb.KernelImageT)
 
 # weight_format was appended to the schema with a default (Dense) so that older blobs read; records made
 # without it are dense too.

@@ -1,5 +1,6 @@
 #include "grouped_mm_capi.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -8,6 +9,22 @@
 
 using et_trt::kernels::GroupedMMLauncher;
 using et_trt::kernels::capi::copy_error;
+
+extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_images_for_gpu(const uint8_t* kernels, size_t kernels_size,
+                                                                  int32_t cc, uint8_t* chosen, int32_t count,
+                                                                  char* error, size_t error_size) {
+  et_trt::kernels::capi::Images records;
+  std::string message;
+  if (!et_trt::kernels::capi::read_records(kernels, kernels_size, count, &records, &message)) {
+    copy_error("grouped_mm: " + message, error, error_size);
+    return 1;
+  }
+  std::fill(chosen, chosen + count, 0);
+  for (const et_trt::kernels::KernelImageRef* ref : et_trt::kernels::images_for_gpu(records.refs, cc)) {
+    chosen[ref - records.refs.data()] = 1;
+  }
+  return 0;
+}
 
 extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const uint8_t* kernels, size_t kernels_size,
                                                         const uint8_t* const* images, const size_t* image_sizes,

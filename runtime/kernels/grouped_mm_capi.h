@@ -33,6 +33,11 @@ const char* et_trt_grouped_mm_last_kernel(void* launcher);
 // With fp8 weights, the row quantization the last launch ran before its GEMM ("" otherwise).
 const char* et_trt_grouped_mm_last_quantize(void* launcher);
 void et_trt_grouped_mm_destroy(void* launcher);
+// Which kernel images the launcher loads on a GPU of compute capability `cc` (major * 10 + minor):
+// `kernels` as et_trt_grouped_mm_create takes it (no image bytes needed), `chosen[i]` set to 1 for
+// each of its `count` images that serves it best (image_loading.h's images_for_gpu), else 0.
+int32_t et_trt_grouped_mm_images_for_gpu(const uint8_t* kernels, size_t kernels_size, int32_t cc, uint8_t* chosen,
+                                         int32_t count, char* error, size_t error_size);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,10 @@
   writer_weights.ptd, written by ExecuTorch's FlatTensorSerializer as an
   export's .ptd is.
 - writer_mlp.blob, writer_mlp.ptd: two such MatMuls, their two weights in the .ptd.
+- ranges/optimization_level_<n>_<accepted|refused>.blob: writer_static with each
+  optimization level from one below to one above options.OPTIMIZATION_LEVELS,
+  written past the Python validation and named by whether the Python schema takes
+  it: the C++ reader must take exactly those (its range is written in C++ once).
 - example_<i>.blob: the delegate blobs of the example policy's .pte
   ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
   that file exists. They carry the records of real kernel images from the
@@ -24,8 +28,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
+import shutil
 import sys
 
 import numpy as np
@@ -33,7 +39,7 @@ import onnx_ir as ir
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from et_trt_backend.options import CompileOptions, ShapeRange
+from et_trt_backend.options import OPTIMIZATION_LEVELS, CompileOptions, ShapeRange
 from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
 from et_trt_backend.serialization.external_data import ALIGNMENT, move_weights_out
 
@@ -82,6 +88,15 @@ def _expected(contents: BlobContents) -> str:
 def _write(out: pathlib.Path, name: str, contents: BlobContents) -> None:
     (out / f"{name}.blob").write_bytes(serialize(contents))
     (out / f"{name}.expected").write_text(_expected(contents))
+
+
+def _write_ranges(out: pathlib.Path, contents: BlobContents) -> None:
+    out.mkdir()
+    for level in range(OPTIMIZATION_LEVELS[0] - 1, OPTIMIZATION_LEVELS[-1] + 2):
+        options = dataclasses.replace(contents.options, optimization_level=level)  # not validated: a raw value
+        verdict = "accepted" if level in OPTIMIZATION_LEVELS else "refused"
+        (out / f"optimization_level_{level}_{verdict}.blob").write_bytes(
+            serialize(dataclasses.replace(contents, options=options)))
 
 
 def _weights_contents(part: str, shapes: list[tuple[int, int]], data_file: str, seed: int) -> BlobContents:
@@ -167,8 +182,10 @@ def main() -> None:
     mlp = _weights_contents("mlp", [(16, 32), (32, 24)], "writer_mlp.ptd", seed=1)
     _write(out, "writer_mlp", mlp)
     _write_ptd(out / "writer_mlp.ptd", {data.key: data.bytes() for data in mlp.named_data()})
-    _write(out, "writer_static", _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)],
-                                           CompileOptions()))
+    static = _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)], CompileOptions())
+    _write(out, "writer_static", static)
+    shutil.rmtree(out / "ranges", ignore_errors=True)
+    _write_ranges(out / "ranges", static)
     dynamic = CompileOptions(precision="fp16", optimization_level=5, workspace_bytes=1 << 30,
                              shape_ranges={"tokens": ShapeRange(2, 64, 512)})
     _write(out, "writer_dynamic", _contents("decoder.layers.0", [DimSpec(None, "tokens", 2, 64, 512),

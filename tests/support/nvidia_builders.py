@@ -38,3 +38,15 @@ def serialized_plugin_fields(plan: bytes) -> list[PluginFields]:
     """Every GroupedMM plugin's serialized fields in `plan`, in plan order."""
     return [PluginFields(int.from_bytes(trans_b, "little"), images_id, int.from_bytes(activation, "little"))
             for trans_b, images_id, activation in _PLUGIN_FIELDS.findall(plan)]
+
+
+# What a TensorRT for RTX 1.7 plan records of the compute capability it was built for: its compiler's header
+# names the accelerators, e.g. "accelerators={sm86 }" (seen for sm80, sm86, sm89 and sm120 builds; the same plans
+# as TensorRT for RTX's Python API builds with config.set_compute_capability).
+_BUILT_TARGET = re.compile(rb"accelerators=\{sm(\d+) \}")
+
+
+def built_target(plan: bytes) -> int:
+    """The one compute capability (major * 10 + minor) `plan` was built for."""
+    (target,) = set(_BUILT_TARGET.findall(plan))
+    return int(target)
