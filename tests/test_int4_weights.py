@@ -68,7 +68,8 @@ def test_bad_forms_are_refused_by_name():
     with pytest.raises(ValueError, match=r"bfloat16 \[3, 12, 2\]"):
         int4_weights.check(q.packed, q.scales, 100, 64)
     with pytest.raises(ValueError, match="offs must be"):
-        int4_weights.grouped_mm_reference(torch.randn(4, 100), q.packed, q.scales, torch.zeros(2, dtype=torch.int32), 32)
+        int4_weights.grouped_mm_reference(torch.randn(4, 100), q.packed, q.scales, torch.zeros(2, dtype=torch.int32),
+                                          32)
 
 
 def test_grouped_mm_reference_follows_the_groups():
