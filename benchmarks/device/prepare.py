@@ -3,6 +3,7 @@
     python benchmarks/device/prepare.py        # then: run benchmarks/device/run_all.sh there, carry .device
     python benchmarks/device/prepare.py --moe  # only what benchmarks/device/moe_run.sh needs (the MoE block and
                                                # the grouped GEMM's tests)
+    python benchmarks/device/prepare.py --int4 # only what benchmarks/device/int4_run.sh needs
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -11,6 +12,11 @@
 .device/fp8_bench_images.json (+ .groups.json)  the same for benchmarks/fp8_grouped_mm_bench.py
 .device/moe_images.json    the MoE experts kernels for sm_90a, both dtypes, plus sm_80 PTX (--moe; tests)
 .device/moe_bench_images.json (+ .groups.json)  benchmarks/moe_block_bench.py's contenders (--moe)
+.device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
+                           PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
+                           benchmarks/int4_experts_bench.py; --int4)
+.device/executorch/fused_moe.py  ExecuTorch CUDA backend's Triton fused_moe, the benchmark's comparator, as its
+                           authors wrote it (from the fetched pytorch/executorch, --executorch; --int4)
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
                            fields through the blob schema's generated header, which the device cannot make
 """
@@ -20,6 +26,7 @@ import json
 import logging
 import pathlib
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -27,6 +34,7 @@ from et_trt_backend.kernels import aot, moe_aot, sm90  # noqa: E402
 from et_trt_backend.kernels.images import save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
+EXECUTORCH_GIT = pathlib.Path("/work/.mirror/pytorch+executorch/repo")  # where the fetch tool puts it
 ARCH = "sm_90a"
 # The kind of kernel Torch-TensorRT's Triton plugin runs: TensorRT's own AOT
 # launcher does not opt in to more than 48 KiB of shared memory.
@@ -101,12 +109,37 @@ def save_moe_images() -> None:
     })
 
 
+def save_int4_images(executorch: pathlib.Path) -> None:
+    """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
+    images = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype, "int4")
+              + aot.grouped_mm_images([ARCH], dtype, True, "int4")]
+    images += [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
+    # Route and combine read no weights: the INT4 and dense sets hold the same images once each.
+    unique = {(i.kernel, i.variant, i.arch, i.format, i.dtype, i.weight_format): i for i in images}
+    save_images(OUT / "int4_images.json", list(unique.values()))
+    source = "backends/cuda/triton/kernels/fused_moe.py"
+    commit = subprocess.run(["git", "-C", executorch, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    text = subprocess.run(["git", "-C", executorch, "show", f"{commit}:{source}"], capture_output=True, text=True,
+                          check=True).stdout
+    (OUT / "executorch").mkdir(exist_ok=True)
+    (OUT / "executorch" / "fused_moe.py").write_text(text)
+    (OUT / "executorch" / "SOURCE").write_text(f"pytorch/executorch {commit} {source}\n")
+    logging.info("ExecuTorch's fused_moe.py from pytorch/executorch %s", commit)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
+    parser.add_argument("--int4", action="store_true", help="only the INT4 experts' images (int4_run.sh)")
+    parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
+                        help="a git directory of pytorch/executorch (--int4)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
+    if args.int4:
+        save_int4_images(args.executorch)
+        return
     save_test_images()
     if args.moe:
         save_moe_images()

@@ -1,0 +1,48 @@
+"""benchmarks/int4_experts_bench.py on the CPU: ExecuTorch's byte order of our INT4 values (its comparator must get
+the same weights), and the report from the rows a device run makes, contenders that were not timed included."""
+
+import importlib
+import pathlib
+import sys
+
+import pytest
+import torch
+
+from et_trt_backend import int4_weights
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("int4_experts_bench")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_executorch_byte_order_holds_the_same_values(bench):
+    """ExecuTorch's fused_moe reads element k of a row as (byte[k // 2] >> 4 * (k % 2)) & 0xF, minus 8."""
+    w = int4_weights.quantize(torch.randn(2, 3, 256), 128)
+    packed = bench.et_packed(w)
+    assert packed.dtype == torch.int8 and packed.shape == (2, 3, 128)
+    k = torch.arange(256)
+    values = (packed.to(torch.int16)[..., k // 2] >> (4 * (k % 2))) & 0xF
+    assert torch.equal(values - 8, int4_weights.unpack(w.packed, 256).to(torch.int16))
+
+
+def test_report_names_what_was_not_met_or_not_timed(bench):
+    rows = [
+        {"tokens": 1, "experts": 8, "hidden": 1024, "ffn": 1024, "launches": {"int4": 3},
+         "us": {"int4": 5.0, "int4_sm80": 6.0, "bf16": 13.0, "et_decode": 7.0, "et_batched": 20.0, "et": 7.0},
+         "x": {"bf16": 2.6, "et": 1.2}, "touched_bytes": 3.2e6, "vs_bf16": 0.11, "kernels": "moe_gemv_down"},
+        {"tokens": 256, "experts": 8, "hidden": 1024, "ffn": 1024, "launches": {}, "us": {"bf16": 40.0}, "x": {},
+         "touched_bytes": 1e7},
+    ]
+    text = bench.table(rows, 3e12)
+    assert text.splitlines()[-3:] == [
+        "  NOT MET 8x1024x1024 1 tok: int4 x et 1.20 < 1.3",
+        "  NOT MET 8x1024x1024 1 tok: sm_80 images at 18% of the copy bandwidth < 60%",
+        "  NOT MET 8x1024x1024 256 tok: int4 x bf16 - < 1.5"]
+    assert "Goals: 1 met, 3 not met" in text and "| 8x1024x1024 | 256 | - | - | 40.0 |" in text
