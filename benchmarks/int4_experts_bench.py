@@ -39,8 +39,7 @@ import moe_block_bench  # noqa: E402
 
 from et_trt_backend import int4_weights, moe_experts  # noqa: E402
 from et_trt_backend.kernels.images import load_images  # noqa: E402
-from et_trt_backend.kernels.launcher import MoEExpertsArgs, MoEExpertsLauncher, moe_workspace_bytes  # noqa: E402
-from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS  # noqa: E402
+from et_trt_backend.kernels.launcher import MoEExpertsLauncher  # noqa: E402
 
 logger = logging.getLogger("int4_experts_bench")
 
@@ -62,27 +61,13 @@ def et_packed(w: int4_weights.Int4Weights) -> torch.Tensor:
 
 
 def int4_block(launcher: MoEExpertsLauncher):
-    """Our INT4 kernels; output and workspace allocated once per shape, outside the graphs."""
+    """Our INT4 kernels (moe_block_bench.launch_block), gate+up rows "concat" as ExecuTorch's."""
     buffers = {}
 
     def block(hidden, ids, weights, gate_up: int4_weights.Int4Weights, down: int4_weights.Int4Weights):
-        tokens, size = hidden.shape
-        experts, ffn = down.packed.shape[0], gate_up.packed.shape[1] // 2
-        key = (tokens, ids.shape[1], experts, size, ffn)
-        if key not in buffers:
-            buffers.clear()
-            buffers[key] = (torch.empty(tokens, size, dtype=hidden.dtype, device="cuda"),
-                            torch.empty(moe_workspace_bytes(*key), dtype=torch.uint8, device="cuda"))
-        out, workspace = buffers[key]
-        launcher.launch(MoEExpertsArgs(
-            hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(), weights_fp32=1,
-            w_gate_up=gate_up.packed.data_ptr(), w_down=down.packed.data_ptr(), out=out.data_ptr(), tokens=tokens,
-            top_k=ids.shape[1], experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS["swiglu"],
-            gate_up_layout=MOE_GATE_UP_LAYOUTS.index("concat"), alpha=moe_experts.GPTOSS_ALPHA,
-            limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
-            w_gate_up_scale=gate_up.scales.data_ptr(), w_down_scale=down.scales.data_ptr(), group_size=GROUP),
-            torch.cuda.current_stream().cuda_stream)
-        return out
+        return moe_block_bench.launch_block(
+            launcher, buffers, hidden, ids, weights, gate_up.packed, down.packed, down.k, "concat",
+            w_gate_up_scale=gate_up.scales.data_ptr(), w_down_scale=down.scales.data_ptr(), group_size=GROUP)
 
     block.launcher = launcher
     return block

@@ -1,25 +1,17 @@
 """benchmarks/int4_experts_bench.py on the CPU: ExecuTorch's byte order of our INT4 values (its comparator must get
 the same weights), and the report from the rows a device run makes, contenders that were not timed included."""
 
-import importlib
-import pathlib
-import sys
-
 import pytest
 import torch
+from support.benchmark_modules import benchmark_module
 
 from et_trt_backend import int4_weights
-
-BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("int4_experts_bench")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_module("int4_experts_bench") as module:
+        yield module
 
 
 def test_executorch_byte_order_holds_the_same_values(bench):
