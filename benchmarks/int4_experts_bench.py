@@ -219,6 +219,9 @@ def main() -> None:
             rows.append(bench_shape(tokens, experts, size, ffn, w, contenders, et))
             logger.info("%dx%dx%d %d tok: %s us", experts, size, ffn, tokens,
                         {label: round(us, 1) for label, us in rows[-1]["us"].items()})
+            # The table so far: a run its time limit cuts still leaves the shapes it timed.
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "int4_experts_bench.md").write_text(table(rows, copy_bps) + "\n")
         del w
         torch.cuda.empty_cache()
     bench.save_results(args.out, "int4_experts_bench", rows, table(rows, copy_bps))

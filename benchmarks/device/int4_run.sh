@@ -18,14 +18,14 @@ main() {
   source benchmarks/device/common.sh
   build_launcher
 
-  step int4_tests 100 int4_images.json "${PYTEST[@]}" -rs tests/test_int4_gpu.py
+  step int4_tests 80 int4_images.json "${PYTEST[@]}" -rs tests/test_int4_gpu.py
   rc_int4_memcheck=skipped
   if [ "${INT4_MEMCHECK:-1}" != 0 ]; then
-    step int4_memcheck 100 int4_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_int4_gpu.py \
+    step int4_memcheck 90 int4_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_int4_gpu.py \
       -k "(grouped_mm and bf16 and 32) or invalid or odd or single or (paths and bf16 and swiglu and concat)"
   fi
   # ExecuTorch's kernels are Triton's: this step's Python has it (our kernels are still the AOT images).
-  step int4_bench 250 int4_images.json env PYTHONPATH="$PWD" python3 benchmarks/int4_experts_bench.py \
+  step int4_bench 270 int4_images.json env PYTHONPATH="$PWD" python3 benchmarks/int4_experts_bench.py \
     --images .device/int4_images.json --executorch .device/executorch --out "$OUT"
 
   echo
