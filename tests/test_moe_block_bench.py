@@ -13,8 +13,9 @@ def bench():
         yield module
 
 
-def _row(shape, tokens, us, x, launches, err):
-    return {"shape": shape, "tokens": tokens, "us": us, "x": x, "launches": launches, "err": err, "kernels": {}}
+def _row(shape, tokens, us, x, launches, err, kernels=None, **more):
+    return {"shape": shape, "tokens": tokens, "us": us, "x": x, "launches": launches, "err": err,
+            "kernels": kernels or {}, **more}
 
 
 def test_table_and_goals_name_what_was_not_timed(bench):
@@ -30,16 +31,27 @@ def test_table_and_goals_name_what_was_not_timed(bench):
              {"fused": 0.5, "eager": 1e-3, "unfused": 1e-3}),
         _row("robot 256tok 8e h1024", 256, {"eager": 90.0, "unfused": 33.0, "fused": 30.0},
              {"fused": {"eager": 3.0, "unfused": 1.1}}, {"eager": 14, "unfused": 12, "fused": 5},
-             {"eager": 1e-3, "unfused": 1e-3, "fused": 1e-3}),
+             {"eager": 1e-3, "unfused": 1e-3, "fused": 1e-3}, weight_bytes=75_000_000),
     ]
+    times = {"eager": 200.0, "unfused": 180.0, "fused": 100.0, "fused_triton": 90.0}
+    wgmma = {"fused": "moe_route (e64) + moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + "
+                      "moe_combine (any)"}
+    for tokens, fused_us, kernels in [(512, 100.0, wgmma), (1024, 80.0, wgmma), (384, 90.0, {})]:
+        rows.append(_row(f"dispatch {tokens}tok 8e h2048", tokens, {**times, "fused": fused_us}, {}, {}, {},
+                         kernels, top_k=2, experts=8))
     table, goals = bench.table(rows).split("\n\n")
     lines = table.splitlines()
     assert all(line.count("|") == lines[0].count("|") for line in lines)
-    assert "| robot 1tok 8e h1024 | 80.0 | - | 20.0 | 4.00x | - | 14 / - / 4 | - | nan |" in lines
+    assert "| robot 1tok 8e h1024 | 80.0 | - | 20.0 | 4.00x | - | 14 / - / 4 | - | - | nan |" in lines
+    assert "| 14 / 12 / 5 | - | 2.50 | 1.0e-03 |" in lines[5]  # 75 MB of weights in 30 us
     assert goals.splitlines() == [
         "Goals (fused):",
         "3500tok: met (2.70 ms; an H100's goal 2.75 ms)",
         "robot 1tok 8e h1024: NOT MET: unfused not timed",
         "robot 32tok 8e h1024: fused not timed (wrong result or missing): NOT MET",
         "robot 256tok 8e h1024: NOT MET: x unfused 1.10 < 1.2, 5 launches > 4",
+        "dispatch 512tok 8e h2048 (128 rows per expert): fused (wgmma) x fused_triton 0.90: NOT the faster path: "
+        "the wgmma threshold belongs higher",
+        "dispatch 1024tok 8e h2048 (256 rows per expert): fused (wgmma) x fused_triton 1.12: the faster path",
+        "dispatch 384tok 8e h2048 (96 rows per expert): fused took the Triton tilings (no wgmma time to compare)",
     ]

@@ -27,7 +27,7 @@ main() {
     step moe_memcheck 90 moe_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_moe_experts_gpu.py \
       -k "invalid or odd or empty or single or (family and t7) or every_wgmma or (many_rows and bf16 and swiglu)"
   fi
-  step moe_bench 160 moe_bench_images.json python3 benchmarks/moe_block_bench.py \
+  step moe_bench 180 moe_bench_images.json python3 benchmarks/moe_block_bench.py \
     --images .device/moe_bench_images.json --out "$OUT" ${MOE_BENCH_ARGS:-}
 
   echo
