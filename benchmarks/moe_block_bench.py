@@ -100,10 +100,13 @@ def ours_grouped_mm(launcher: GroupedMMLauncher):
 
 
 def launch_block(launcher: MoEExpertsLauncher, buffers: dict, hidden, ids, weights, w_gate_up, w_down, ffn: int,
-                 layout: str, **quantized) -> torch.Tensor:
+                 layout: str, experts: int = 0, **quantized) -> torch.Tensor:
     """One launch of our MoEExperts kernels (SwiGLU) on device tensors; the output and workspace are allocated once
-    per shape in `buffers`, outside the graphs. `quantized`: MoEExpertsArgs' INT4 fields."""
-    (tokens, size), experts, top_k = hidden.shape, w_down.shape[0], ids.shape[1]
+    per shape in `buffers`, outside the graphs. `quantized`: MoEExpertsArgs' INT4 fields. `experts`: the count the
+    launcher is told, if more than the weights hold (ids stay below the real count; the launcher's rules that
+    depend on it see the larger one)."""
+    (tokens, size), top_k = hidden.shape, ids.shape[1]
+    experts = max(experts, w_down.shape[0])
     key = (tokens, top_k, experts, size, ffn)
     if key not in buffers:
         buffers.clear()

@@ -108,7 +108,7 @@ def moe_tiles(case, block_m=16, block_n=16, chunk=16, e_pad=16):
     return out
 
 
-def moe_gemv(case, block_n=8, block_c=2):
+def moe_gemv(case, block_n=8, block_c=2, paired=False):
     """The vector-matrix path: gate+up per pair, down per pair, combine (no route)."""
     tokens, size = case.hidden.shape
     top_k, experts, ffn = case.ids.shape[1], case.dense_down.shape[0], case.dense_down.shape[2]
@@ -119,7 +119,7 @@ def moe_gemv(case, block_n=8, block_c=2):
         no_bias if case.b_gate_up is None else case.b_gate_up, h, pairs, experts, size, ffn, top_k, moe_block(case),
         case.group_size, MOE_ACTIVATIONS[case.activation], moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT,
         int(case.b_gate_up is not None), GATED=moe_experts.is_gated(case.activation), BLOCK_N=block_n,
-        BLOCK_C=block_c)
+        BLOCK_C=block_c, PAIRED=paired)
     int4_kernels.moe_int4_gemv_down_kernel[(pairs, triton.cdiv(size, block_n))](
         h, case.ids, case.down.packed, case.down.scales, no_bias if case.b_down is None else case.b_down,
         case.weights, y, pairs, experts, size, ffn, case.group_size, int(case.b_down is not None),
@@ -128,7 +128,12 @@ def moe_gemv(case, block_n=8, block_c=2):
     return out
 
 
-def check_moe(name, case, paths=(moe_tiles, moe_gemv)):
+def moe_gemv_paired(case):
+    """The vector-matrix path with gate and up rows in one loop (PAIRED)."""
+    return moe_gemv(case, paired=True)
+
+
+def check_moe(name, case, paths=(moe_tiles, moe_gemv, moe_gemv_paired)):
     want = case.reference()
     for run in paths:
         out = run(case)
@@ -174,7 +179,7 @@ def main():
     # Every id invalid: every output row zero.
     case = moe_case(3, 2, 4, 32, 16, dtype=torch.float16, seed=6)
     case.ids.fill_(9)
-    for run in (moe_tiles, moe_gemv):
+    for run in (moe_tiles, moe_gemv, moe_gemv_paired):
         assert (run(case) == 0).all(), (run.__name__, "rows of invalid pairs must be zero")
     print("interpreter ok")
 

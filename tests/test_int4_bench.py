@@ -38,3 +38,26 @@ def test_report_names_what_was_not_met_or_not_timed(bench):
         "  NOT MET 8x1024x1024 1 tok: sm_80 images at 18% of the copy bandwidth < 60%",
         "  NOT MET 8x1024x1024 256 tok: int4 x bf16 - < 1.5"]
     assert "Goals: 1 met, 3 not met" in text and "| 8x1024x1024 | 256 | - | - | 40.0 |" in text
+
+
+def test_sweep_report_ranks_the_blockings():
+    """benchmarks/int4_gemv_sweep.py's tables: per shape the fastest blocking and the ratios against it, then each
+    blocking's mean slowdown; a shape where no blocking was timed is left out, not a crash."""
+    with benchmark_module("int4_gemv_sweep") as sweep:
+        rows = [
+            {"tokens": 1, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6, "shipped_kernels":
+             "moe_gemv_gate_up_gated (gemv) + moe_gemv_down (gemv)",
+             "us": {"n8_k256_w2_s3": 10.0, "n4_k512_w2_s3_paired": 5.0, "shipped": 10.0, "bf16": 15.0,
+                    "et_decode": 12.0}},
+            {"tokens": 64, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6,
+             "shipped_kernels": "moe_route (e64)", "us": {"n8_k256_w2_s3": 20.0, "n4_k512_w2_s3_paired": 40.0}},
+            {"tokens": 4, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6, "us": {"bf16": 9.0}},
+        ]
+        text = sweep.table(rows, 2e12)
+    lines = text.splitlines()
+    assert lines[4].startswith("| 8x1024x1024 | 1 | n4_k512_w2_s3_paired | 5.0 | 30% | n8_k256_w2_s3 10.0 | - |")
+    assert lines[4].endswith("| 10.0 (gemv) | 15.0 | 12.0 | 3.00x | 2.40x | 2.00x |")
+    assert "| 8x1024x1024 | 64 | n8_k256_w2_s3 | 20.0 |" in lines[5] and "(tiles)" in lines[5]
+    assert "| 4 |" not in text
+    # Geometric means of time / best: sqrt(2 * 1) and sqrt(1 * 2).
+    assert "| n8_k256_w2_s3 | 1.414 | 2 |" in text and "| n4_k512_w2_s3_paired | 1.414 | 2 |" in text

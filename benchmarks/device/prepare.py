@@ -15,6 +15,8 @@
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
+.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's gemv blockings for sm_90a, bf16:
+                           each group the three gemv images of one (--int4)
 .device/executorch/fused_moe.py  ExecuTorch CUDA backend's Triton fused_moe, the benchmark's comparator, as its
                            authors wrote it (from the fetched pytorch/executorch, --executorch; --int4)
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
@@ -128,6 +130,29 @@ def save_int4_images(executorch: pathlib.Path) -> None:
     logging.info("ExecuTorch's fused_moe.py from pytorch/executorch %s", commit)
 
 
+# The INT4 gemv blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig: rows, 32-element chunks per
+# step, warps, stages, size multiple, gate and up in one loop): the shipped one, then more programs (fewer rows),
+# more bytes per step (more chunks), more warps or stages. Each keeps >= 16 bytes a thread per step.
+GEMV_SWEEP = [(8, 8, 2, 3, False)] + [(n, c, w, s, True) for n, c, w, s in (
+    (8, 8, 2, 3), (8, 8, 2, 4), (4, 8, 1, 3), (4, 16, 2, 3), (2, 16, 1, 3), (2, 32, 2, 2), (8, 16, 2, 3),
+    (8, 16, 4, 3), (8, 32, 4, 2), (4, 32, 2, 2), (16, 8, 4, 3), (16, 16, 4, 3), (16, 4, 2, 4), (8, 4, 1, 4))] + [
+    (4, 16, 2, 3, False), (8, 16, 4, 3, False)]
+
+
+def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
+    return f"n{block_n}_k{32 * block_c}_w{warps}_s{stages}" + ("_paired" if paired else "")
+
+
+def save_int4_sweep_images() -> None:
+    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP its three gemv images (variant "gemv")."""
+    contenders = {}
+    for block_n, block_c, warps, stages, paired in GEMV_SWEEP:
+        config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, paired)
+        contenders[gemv_sweep_label(block_n, block_c, warps, stages, paired)] = moe_aot.gemv_images(
+            ARCH, "bf16", "cubin", [config])
+    save_contenders("int4_sweep_images", contenders)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
@@ -139,6 +164,7 @@ def main() -> None:
     copy_flatbuffers()
     if args.int4:
         save_int4_images(args.executorch)
+        save_int4_sweep_images()
         return
     save_test_images()
     if args.moe:

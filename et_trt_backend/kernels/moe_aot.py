@@ -67,6 +67,7 @@ class MoEGemvConfig:
     num_warps: int
     num_stages: int
     k_n_multiple: int
+    paired: bool = False  # gated gate+up: gate and up rows in one loop (int4_kernels.py's PAIRED)
 
 
 # 8 weight rows x 8 chunks (256 elements of K) per step, 16 bytes a thread, loads pipelined 3 deep: many small
@@ -179,21 +180,24 @@ def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[Ke
     return images
 
 
-def _gemv_images(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
-    """The INT4 vector-matrix kernels (int4_kernels.py): gate+up (non-gated and gated) and down, per pair."""
+def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> list[KernelImage]:
+    """The INT4 vector-matrix kernels (int4_kernels.py) of each blocking: gate+up (non-gated and gated) and down,
+    per pair."""
     from et_trt_backend.kernels import int4_kernels as source
 
     images = []
-    for config in MOE_GEMV_CONFIGS:
+    for config in configs:
         sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
         blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c}
         for gated in (False, True):
             signature = {**_pointers("x_ptr:x ids_ptr:i32 w_ptr:u8 scale_ptr:bf16 bias_ptr:x h_ptr:x", dtype),
                          "pairs": "i32", "E": "i32", "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32",
                          "group_size": "i32", "activation": "i32", "alpha": "fp32", "limit": "fp32",
-                         "has_bias": "i32", "GATED": "constexpr", "BLOCK_N": "constexpr", "BLOCK_C": "constexpr"}
+                         "has_bias": "i32", "GATED": "constexpr", "BLOCK_N": "constexpr", "BLOCK_C": "constexpr",
+                         "PAIRED": "constexpr"}
+            constexprs = {"GATED": gated, "PAIRED": gated and config.paired, **blocks}
             images.append(_compile("moe_gemv_gate_up_gated" if gated else "moe_gemv_gate_up", config.variant,
-                                   source.moe_int4_gemv_gate_up_kernel, signature, {"GATED": gated, **blocks},
+                                   source.moe_int4_gemv_gate_up_kernel, signature, constexprs,
                                    {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, fmt,
                                    config.num_warps, config.num_stages, (1, config.block_n, 32 * config.block_c),
                                    "int4"))
@@ -212,7 +216,7 @@ def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -
 
     images = _route_and_combine(arch, dtype, fmt) + _gemm_images(arch, dtype, fmt, weight_format)
     if weight_format == "int4":
-        images += _gemv_images(arch, dtype, fmt)
+        images += gemv_images(arch, dtype, fmt)
     elif aot._capability(arch) == 90 and fmt == "cubin":
         images += _sm90_images(arch, dtype, source)
     return images
