@@ -120,7 +120,7 @@ def gemv_labels(row: dict) -> list[str]:
 
 def table(rows: list[dict], copy_bps: float) -> str:
     lines = [f"copy bandwidth (1 GiB device-to-device, read + write): {copy_bps / 1e9:.0f} GB/s", "",
-             "| E x H x F | tokens | best gemv | us | % copy | 2nd | 3rd | n8_k256 (shipped gemv) us | shipped us "
+             "| E x H x F | tokens | best gemv | us | % copy | 2nd | 3rd | n8_k256 (first gemv) us | shipped us "
              "(path) | bf16 us | et_decode us | best x bf16 | best x et | best x shipped |", "|---" * 14 + "|"]
     for r in rows:
         us = r["us"]
@@ -146,7 +146,9 @@ def table(rows: list[dict], copy_bps: float) -> str:
 
 
 def overall(rows: list[dict]) -> str:
-    """Each blocking's geometric mean of its time over the best one's, across the shapes timed."""
+    """Each blocking's geometric mean of its time over the best one's: on the shapes the shipped launcher runs on the
+    gemv path (what picks the shipped blocking; the ranking's order) and across all shapes timed."""
+    served: dict[str, list[float]] = {}
     slowdown: dict[str, list[float]] = {}
     for r in rows:
         labels = gemv_labels(r)
@@ -155,10 +157,17 @@ def overall(rows: list[dict]) -> str:
         best = min(r["us"][label] for label in labels)
         for label in labels:
             slowdown.setdefault(label, []).append(math.log(r["us"][label] / best))
-    ranked = sorted(slowdown, key=lambda label: statistics.mean(slowdown[label]))
-    lines = ["| blocking | mean time / best (geometric, all shapes) | shapes |", "|---|---|---|"]
-    lines += [f"| {label} | {math.exp(statistics.mean(slowdown[label])):.3f} | {len(slowdown[label])} |"
-              for label in ranked]
+            if "gemv" in r.get("shipped_kernels", ""):
+                served.setdefault(label, []).append(math.log(r["us"][label] / best))
+
+    def mean(logs):
+        return math.exp(statistics.mean(logs)) if logs else math.nan
+
+    ranked = sorted(slowdown, key=lambda label: (mean(served.get(label, [])), mean(slowdown[label])))
+    lines = ["| blocking | mean time / best on the gemv path's shapes | shapes | mean time / best, all shapes | "
+             "shapes |", "|---|---|---|---|---|"]
+    lines += [f"| {label} | {mean(served.get(label, [])):.3f} | {len(served.get(label, []))} | "
+              f"{mean(slowdown[label]):.3f} | {len(slowdown[label])} |" for label in ranked]
     return "\n".join(lines)
 
 

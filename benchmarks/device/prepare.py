@@ -131,8 +131,8 @@ def save_int4_images(executorch: pathlib.Path) -> None:
 
 
 # The INT4 gemv blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig: rows, 32-element chunks per
-# step, warps, stages, size multiple, gate and up in one loop): the shipped one, then more programs (fewer rows),
-# more bytes per step (more chunks), more warps or stages. Each keeps >= 16 bytes a thread per step.
+# step, warps, stages, size multiple, gate and up in one loop): the first shipped one, then more programs (fewer
+# rows), more bytes per step (more chunks), more warps or stages. Each keeps >= 16 bytes a thread per step.
 GEMV_SWEEP = [(8, 8, 2, 3, False)] + [(n, c, w, s, True) for n, c, w, s in (
     (8, 8, 2, 3), (8, 8, 2, 4), (4, 8, 1, 3), (4, 16, 2, 3), (2, 16, 1, 3), (2, 32, 2, 2), (8, 16, 2, 3),
     (8, 16, 4, 3), (8, 32, 4, 2), (4, 32, 2, 2), (16, 8, 4, 3), (16, 16, 4, 3), (16, 4, 2, 4), (8, 4, 1, 4))] + [

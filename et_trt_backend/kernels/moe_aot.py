@@ -70,10 +70,14 @@ class MoEGemvConfig:
     paired: bool = False  # gated gate+up: gate and up rows in one loop (int4_kernels.py's PAIRED)
 
 
-# 8 weight rows x 8 chunks (256 elements of K) per step, 16 bytes a thread, loads pipelined 3 deep: many small
-# programs keep enough bytes in flight at 1-16 tokens (ExecuTorch's decode kernel tunes to the same region:
-# 8 rows, K 256, 2 warps, 2-5 stages). Untuned on a GPU so far.
-MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 8, 8, 2, 3, 16), MoEGemvConfig("gemv_any", 8, 8, 2, 3, 1))
+# 4 weight rows x 32 chunks (1024 elements of K) per step, 2 warps, loads 2 deep, gate and up rows in one loop: the
+# fastest of the 17 blockings an H100 sweep timed (benchmarks/results/h100_int4/sweep/, sm_90a bf16 "gemv"), ranked
+# on the shapes the launcher runs on this path (1-4 tokens at 8 and 16 experts, 1-32 at 64): 1.023x the best
+# blocking per shape (geometric mean; worst 1.06x), 1.09x faster than the first blocking (8 rows x 256, 3 deep,
+# two loops). Few pairs make few programs: fewer rows and longer runs of K each keep more bytes in flight.
+# "gemv_any" takes the same blocking (not timed on its own).
+MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
+                    MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program

@@ -88,7 +88,9 @@ struct Int4Operands {
   int64_t group_size = 0;         // 32, 64 or 128
 };
 // INT4 launches of at most max(groups, this) rows run the vector-matrix kernel: about one row per group, where
-// reading each weight row once per row of a is the whole work (the rows of one group share it through L2).
+// reading each weight row once per row of a is the whole work (the rows of one group share it through L2). On an
+// H100 (benchmarks/results/h100_int4/sweep/, the MoE block) the tiles won from 32 pairs at 8 and 16 experts and from
+// 128 at 64; the gemv path beat bf16 up to 8 pairs at 8 and 16 experts and 64 at 64: this limit lies between.
 constexpr int64_t kInt4GemvMaxRows = 16;
 
 // The fused MoE experts op's two GEMMs on sm_90a are the wgmma kernel built with an epilogue of its own
