@@ -30,8 +30,12 @@ def _checkout_copy(where: pathlib.Path) -> pathlib.Path:
 
 
 def _export(checkout: pathlib.Path) -> bytes:
+    from et_trt_backend import runtime
+
+    # The copy holds the Python sources only: its engines come from this checkout's C++ builder.
     env = {**os.environ, "PYTHONPATH": str(checkout), "ET_TRT_KERNEL_CACHE": str(checkout / "kernel_cache"),
-           "TRITON_CACHE_DIR": str(checkout / "triton_cache")}
+           "TRITON_CACHE_DIR": str(checkout / "triton_cache"),
+           runtime.PLUGIN_LIBRARY_ENV: str(runtime.plugin_library_path())}
     code = ("import et_trt_backend, et_trt_partitioner, sys\n"
             f"assert et_trt_backend.__file__.startswith({str(checkout)!r}), et_trt_backend.__file__\n"
             f"assert et_trt_partitioner.__file__.startswith({str(checkout)!r}), et_trt_partitioner.__file__\n"

@@ -49,7 +49,7 @@ MOE_GEMM_CONFIGS = (
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
-GATHER_BLOCK = (16, 256)  # rows x columns per program
+GATHER_BLOCK = (16, 128)  # rows x columns per program (16 x 256 spilled a register pair to local memory on sm_90a)
 _NUM_WARPS = 4  # route and combine
 
 
