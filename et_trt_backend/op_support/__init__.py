@@ -85,9 +85,9 @@ SYMBOLIC_FUNCTIONS = frozenset(
     {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg, torch.sym_max, torch.sym_min}
 )
 
-# Kept through to_edge's decompositions (each has a rule above):
 DATA_MOVEMENT: frozenset[torch._ops.OpOverload] = conversion.CASTS | shape.VIEWS
 
+# Kept through to_edge's decompositions (each has a rule above):
 PRESERVED_OPS: list[torch._ops.OpOverload] = [
     # Not core ATen and no portable kernel: the MoE expert GEMMs themselves.
     aten._grouped_mm.default,
