@@ -68,7 +68,8 @@ _KERNEL_DTYPE_TO_FB = {"bf16": fb.DType.BFloat16, "fp16": fb.DType.Float16}
 _FB_TO_KERNEL_DTYPE = {v: k for k, v in _KERNEL_DTYPE_TO_FB.items()}
 _IMAGE_FORMAT_TO_FB = {"cubin": fb.ImageFormat.Cubin, "ptx": fb.ImageFormat.Ptx}
 _FB_TO_IMAGE_FORMAT = {v: k for k, v in _IMAGE_FORMAT_TO_FB.items()}
-_WEIGHT_FORMAT_TO_FB = {"dense": fb.WeightFormat.Dense, "fp8": fb.WeightFormat.Float8RowScaled}
+_WEIGHT_FORMAT_TO_FB = {"dense": fb.WeightFormat.Dense, "fp8": fb.WeightFormat.Float8RowScaled,
+                        "int4": fb.WeightFormat.Int4GroupScaled}
 _FB_TO_WEIGHT_FORMAT = {v: k for k, v in _WEIGHT_FORMAT_TO_FB.items()}
 # Engine providers, as et-trt names them (inspect, logs).
 PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}

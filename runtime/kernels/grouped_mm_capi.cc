@@ -49,14 +49,15 @@ namespace {
 
 int32_t launch(void* launcher, const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
                int64_t n, int64_t groups, int32_t trans_b, void* stream, const et_trt::kernels::Fp8Operands* fp8,
-               char* error, size_t error_size) {
+               const et_trt::kernels::Int4Operands* int4, char* error, size_t error_size) {
   if (launcher == nullptr) {
     copy_error("grouped_mm: null launcher", error, error_size);
     return 1;
   }
   std::string message;
   bool ok = static_cast<GroupedMMLauncher*>(launcher)->launch(a, b, offs, out, rows, k, n, groups, trans_b != 0,
-                                                              static_cast<CUstream>(stream), &message, fp8);
+                                                              static_cast<CUstream>(stream), &message, fp8,
+                                                              nullptr, int4);
   if (!ok) copy_error(message, error, error_size);
   return ok ? 0 : 1;
 }
@@ -66,7 +67,7 @@ int32_t launch(void* launcher, const void* a, const void* b, const int32_t* offs
 extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_launch(void* launcher, const void* a, const void* b, const int32_t* offs,
                                             void* out, int64_t rows, int64_t k, int64_t n, int64_t groups,
                                             int32_t trans_b, void* stream, char* error, size_t error_size) {
-  return launch(launcher, a, b, offs, out, rows, k, n, groups, trans_b, stream, nullptr, error, error_size);
+  return launch(launcher, a, b, offs, out, rows, k, n, groups, trans_b, stream, nullptr, nullptr, error, error_size);
 }
 
 extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_launch_fp8(void* launcher, const void* a, const void* b,
@@ -76,7 +77,16 @@ extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_launch_fp8(void* launcher, co
                                                               size_t workspace_bytes, int32_t swiglu, void* stream,
                                                               char* error, size_t error_size) {
   const et_trt::kernels::Fp8Operands fp8{b_scale, workspace, workspace_bytes, swiglu != 0};
-  return launch(launcher, a, b, offs, out, rows, k, n, groups, trans_b, stream, &fp8, error, error_size);
+  return launch(launcher, a, b, offs, out, rows, k, n, groups, trans_b, stream, &fp8, nullptr, error, error_size);
+}
+
+extern "C" ET_TRT_EXPORT int32_t et_trt_grouped_mm_launch_int4(void* launcher, const void* a, const void* b,
+                                                               const int32_t* offs, void* out, int64_t rows, int64_t k,
+                                                               int64_t n, int64_t groups, int32_t trans_b,
+                                                               const void* b_scale, int64_t group_size, void* stream,
+                                                               char* error, size_t error_size) {
+  const et_trt::kernels::Int4Operands int4{b_scale, group_size};
+  return launch(launcher, a, b, offs, out, rows, k, n, groups, trans_b, stream, nullptr, &int4, error, error_size);
 }
 
 extern "C" ET_TRT_EXPORT size_t et_trt_grouped_mm_fp8_workspace_bytes(int64_t rows, int64_t k) {

@@ -28,6 +28,12 @@ int32_t et_trt_grouped_mm_launch_fp8(void* launcher, const void* a, const void* 
                                      const float* b_scale, void* workspace, size_t workspace_bytes, int32_t swiglu,
                                      void* stream, char* error, size_t error_size);
 size_t et_trt_grouped_mm_fp8_workspace_bytes(int64_t rows, int64_t k);
+// The same with int4 weights (GroupedMMLauncher::launch with Int4Operands): b packed INT4 [G, N, K] (uint8
+// [G, N, round_up(K, 32) / 2]), b_scale bfloat16 [G, N, ceil(K / group_size)], group_size 32, 64 or 128.
+int32_t et_trt_grouped_mm_launch_int4(void* launcher, const void* a, const void* b, const int32_t* offs, void* out,
+                                      int64_t rows, int64_t k, int64_t n, int64_t groups, int32_t trans_b,
+                                      const void* b_scale, int64_t group_size, void* stream, char* error,
+                                      size_t error_size);
 // Name of the kernel the last launch used ("" before the first).
 const char* et_trt_grouped_mm_last_kernel(void* launcher);
 // With fp8 weights, the row quantization the last launch ran before its GEMM ("" otherwise).
