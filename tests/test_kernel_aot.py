@@ -149,8 +149,8 @@ def test_fp8_refuses_architectures_without_fp8_tensor_cores(arch):
 def test_fp8_form_needs_weights_stored_n_by_k():
     with pytest.raises(ValueError, match=r"\[G, N, K\] only \(trans_b = True\)"):
         aot.grouped_mm_images(["sm_90a"], "bf16", False, weight_format="fp8")
-    with pytest.raises(ValueError, match="'int4'"):
-        aot.grouped_mm_images(["sm_90a"], "bf16", True, weight_format="int4")
+    with pytest.raises(ValueError, match="'int3'"):
+        aot.grouped_mm_images(["sm_90a"], "bf16", True, weight_format="int3")
 
 
 def test_images_come_from_the_disk_cache(monkeypatch):
