@@ -118,8 +118,8 @@ def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def time_interleaved(graphs: dict, calls: int, rounds: int) -> dict:
-    """Median seconds per call for each graph. Each replay is timed after an untimed one of
+def time_rounds(graphs: dict, calls: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each graph in each round. Each replay is timed after an untimed one of
     the same graph, so the clock has settled to that kernel's own power draw; the order
     is shuffled each round (seeded), so drift and neighbours affect all contenders alike."""
     times = {label: [] for label in graphs}
@@ -136,7 +136,12 @@ def time_interleaved(graphs: dict, calls: int, rounds: int) -> dict:
             end.record()
             end.synchronize()
             times[label].append(start.elapsed_time(end) / 1e3 / calls)
-    return {label: statistics.median(t) for label, t in times.items()}
+    return times
+
+
+def time_interleaved(graphs: dict, calls: int, rounds: int) -> dict:
+    """Median seconds per call for each graph, timed as time_rounds does."""
+    return {label: statistics.median(t) for label, t in time_rounds(graphs, calls, rounds).items()}
 
 
 def launch_fn(launcher: GroupedMMLauncher, a, w, offs, out):

@@ -31,3 +31,28 @@ ACTIVATIONS = {"none": 0, "swiglu": 1}
 # errors, 0 builder errors or warnings and the weight bytes verbatim in the plan. So the weights carry their own
 # type, and an INT8 tensor is never mistaken for FP8 bits; onnx-tensorrt maps FLOAT8E4M3FN to kFP8 as well.
 FP8_WEIGHT_ONNX_TYPE = "FLOAT8E4M3FN"
+
+# The fused MoE experts op (issue 32; /work contract "MoEExperts"): one node from top-k ids to the combined output.
+# Domain GROUPED_MM_DOMAIN, plugin attributes PLUGIN_ATTRIBUTES; et_trt_backend/moe_experts.py holds its semantics.
+MOE_EXPERTS_OP = "MoEExperts"
+# Its int attribute "activation": gated ones take a gate+up output of 2F columns (gate g, up u), the others F.
+# The C++ mirror is enum class MoEActivation in runtime/kernels/moe_experts_launcher.h (tests/test_moe_experts.py
+# checks they agree).
+MOE_ACTIVATIONS = {
+    "swiglu": 0,  # silu(g) * u
+    "geglu_tanh": 1,  # gelu(g, tanh approximation) * u
+    "geglu_erf": 2,  # gelu(g) * u
+    "gptoss_glu": 3,  # GPT-OSS: g = min(g, limit), u = clamp(u, -limit, limit), (u + 1) * g * sigmoid(alpha * g)
+    "silu": 4,
+    "gelu_tanh": 5,
+    "gelu_erf": 6,
+    "relu2": 7,  # relu(x)^2
+}
+MOE_GATED_ACTIVATIONS = ("swiglu", "geglu_tanh", "geglu_erf", "gptoss_glu")
+# Its string attribute "gate_up_layout": where a gated activation's gate and up rows of feature f lie among the
+# 2F rows of w_gate_up[e]. "concat": f and F + f; "interleaved": 2f and 2f + 1 (GPT-OSS); "blocked8": in blocks of
+# 16 rows, 8 gate rows then the same 8 features' up rows, 16 (f // 8) + f % 8 and that + 8 (F % 8 == 0 only): the
+# layout the kernels read fastest (the sm_90a kernel holds both rows of a feature in one thread); the lowering
+# reorders the rows at export and records it. Each is a block size B (moe_experts.layout_block): gate row
+# (f // B) * 2B + f % B, up row that + B; concat's B is F, interleaved's 1.
+MOE_GATE_UP_LAYOUTS = ("concat", "interleaved", "blocked8")

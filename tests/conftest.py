@@ -4,6 +4,7 @@ import fcntl
 import importlib.util
 import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -61,3 +62,18 @@ def example_pte(tmp_path_factory) -> pathlib.Path:
     path = tmp_path_factory.mktemp("example") / "moe_policy.pte"
     path.write_bytes(edge.to_executorch().buffer)
     return path
+
+
+@pytest.fixture(scope="session")
+def launcher_library(tmp_path_factory) -> pathlib.Path:
+    """The standalone CMake build of runtime/kernels (the launchers and their C ABI library), with no warnings."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not installed")
+    build = tmp_path_factory.mktemp("kernels_build")
+    subprocess.run([cmake, "-S", REPO / "runtime" / "kernels", "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, capture_output=True)
+    result = subprocess.run([cmake, "--build", build, "-j2"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "warning" not in result.stdout.lower()
+    return build

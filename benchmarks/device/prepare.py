@@ -1,16 +1,20 @@
 """Compiles, on this (CPU) machine, the kernel images a device run needs, into .device/.
 
-    python benchmarks/device/prepare.py      # then: run benchmarks/device/run_all.sh there, carry .device
+    python benchmarks/device/prepare.py        # then: run benchmarks/device/run_all.sh there, carry .device
+    python benchmarks/device/prepare.py --moe  # only what benchmarks/device/moe_run.sh needs (the MoE block)
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests)
 .device/bench_images.json  bf16, trans_b: ours, the 48 KiB baseline and tuning candidates
 .device/bench_images.groups.json  which of those each benchmark contender launches
 .device/fp8_bench_images.json (+ .groups.json)  the same for benchmarks/fp8_grouped_mm_bench.py
+.device/moe_images.json    the MoE experts kernels for sm_90a, both dtypes, plus sm_80 PTX (--moe; tests)
+.device/moe_bench_images.json (+ .groups.json)  benchmarks/moe_block_bench.py's contenders (--moe)
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
                            fields through the blob schema's generated header, which the device cannot make
 """
 
+import argparse
 import json
 import logging
 import pathlib
@@ -18,7 +22,7 @@ import shutil
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from et_trt_backend.kernels import aot, sm90  # noqa: E402
+from et_trt_backend.kernels import aot, moe_aot, sm90  # noqa: E402
 from et_trt_backend.kernels.images import save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
@@ -72,9 +76,29 @@ def save_contenders(name: str, contenders: dict) -> list:
     return images
 
 
+def save_moe_images() -> None:
+    """.device/moe_images.json (the MoE experts GPU tests' images) and benchmarks/moe_block_bench.py's contenders:
+    "unfused", our GroupedMM images; "fused", the MoE experts images the launcher picks from (the wgmma GEMMs at
+    many rows per expert); "fused_triton", the same without the wgmma GEMMs."""
+    tests = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype)]
+    save_images(OUT / "moe_images.json", tests)
+    fused = [i for i in tests if i.dtype == "bf16" and i.format == "cubin"]
+    save_contenders("moe_bench_images", {
+        "unfused": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
+        "fused": fused,
+        "fused_triton": [i for i in fused if i.variant != "wgmma" and i.kernel != "moe_gather"],
+    })
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
+    args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
+    if args.moe:
+        save_moe_images()
+        return
     tests = []
     for dtype in aot.DTYPES:
         for trans_b in (False, True):

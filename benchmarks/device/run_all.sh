@@ -5,19 +5,9 @@
 # Then on the device:  bash benchmarks/device/run_all.sh   (carry .device; results go to $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-# Triton is blocked in every check and benchmark process: the shipped images must run without it.
-mkdir -p /tmp/no_triton/triton
-echo 'raise ImportError("triton is blocked: the grouped_mm checks run without Triton")' > /tmp/no_triton/triton/__init__.py
-export PYTHONPATH=/tmp/no_triton:$PWD PYTHONUNBUFFERED=1 ET_TRT_KERNEL_IMAGES=$PWD/.device/images.json
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-python3 -c "import torch; print('torch', torch.__version__)"
-
-cmake -S runtime/kernels -B build/kernels -DCMAKE_BUILD_TYPE=Release \
-  -DET_TRT_FLATBUFFERS_INCLUDE_DIR=$PWD/.device/flatbuffers/include > "$OUT/build.log" 2>&1 \
-  && cmake --build build/kernels -j 8 >> "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
-echo "launcher built"
+source benchmarks/device/common.sh
+export ET_TRT_KERNEL_IMAGES=$PWD/.device/images.json
+build_launcher
 
 tests_rc=skipped memcheck_rc=skipped
 if [ -z "${BENCH_ONLY:-}" ]; then  # BENCH_ONLY=1: tuning runs, kernel source unchanged since the last checked run

@@ -38,6 +38,13 @@
 // x 128 bytes), all with 128-byte swizzle and zero fill, then offs, out, in FP8 mode
 // a_scale and b_scale, then rows, K, N, G. G <= MAX_GROUPS. The launcher reads CLUSTER
 // from the kernel's required cluster width. FP8 needs K % 16 == 0 (TMA's 16-byte strides).
+// MoE modes (-DET_TRT_MOE=1 or 2; the fused MoE experts op, et_trt_backend/kernels/moe_experts.py has the
+// semantics): a is the token-expert pairs' rows sorted by expert, offs their experts' ends, and no tail group is
+// written. Mode 1 (gate+up): W holds 2F rows per expert in the "blocked8" layout (16-row blocks of 8 gate rows and
+// the same features' 8 up rows), so a thread's accumulator rows r and r + 8 are one feature's gate and up; the
+// epilogue adds the bias, rounds both, applies the gated activation (MoEEpilogue::activation), rounds, and writes
+// out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and writes
+// float32 rows at the pair's place: out is float [pairs, N], row sorted[r]. The launcher passes MoEEpilogue after out.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -59,6 +66,9 @@
 #if !defined(ET_TRT_FP8) || (ET_TRT_FP8 != 0 && ET_TRT_FP8 != 1)
 #error "compile with -DET_TRT_FP8=0 (a and W in ET_TRT_ELEM) or 1 (float8 e4m3 with scales)"
 #endif
+#if !defined(ET_TRT_MOE) || ET_TRT_MOE < 0 || ET_TRT_MOE > 2 || (ET_TRT_MOE != 0 && ET_TRT_FP8 != 0)
+#error "compile with -DET_TRT_MOE=0 (grouped GEMM), 1 (MoE gate+up) or 2 (MoE down); the MoE modes are 16-bit only"
+#endif
 
 namespace {
 
@@ -66,6 +76,7 @@ constexpr int kTileFeatures = 128;  // weight rows per tile: wgmma M for two war
 constexpr int kMaxWidth = 256;      // rows per tile at most: wgmma N
 constexpr int kWidthStep = 8;  // wgmma's N step (16-bit and fp8 inputs alike)
 constexpr bool kFp8 = ET_TRT_FP8;
+constexpr int kMoE = ET_TRT_MOE;
 constexpr int kSwizzleBytes = 128;  // one swizzled row of a stage: K-bytes per stage
 constexpr int kBlockK = kSwizzleBytes / (kFp8 ? 1 : 2);  // elements of K per stage
 constexpr int kInstrBytes = 32;                         // K-bytes per wgmma: k16 (16-bit) or k32 (fp8)
@@ -81,7 +92,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // Named barrier of one consumer warpgroup (ids 1 and 2; 0 is __syncthreads).
-__device__ __forceinline__ void warpgroup_sync(int warpgroup) {
+[[maybe_unused]] __device__ __forceinline__ void warpgroup_sync(int warpgroup) {
   asm volatile("bar.sync %0, 128;" ::"r"(warpgroup + 1) : "memory");
 }
 
@@ -291,12 +302,12 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   }
 }
 
-__device__ __forceinline__ void stmatrix_x2_trans(void* dst, uint32_t r0, uint32_t r1) {
+[[maybe_unused]] __device__ __forceinline__ void stmatrix_x2_trans(void* dst, uint32_t r0, uint32_t r1) {
   asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(smem_addr(dst)), "r"(r0), "r"(r1)
                : "memory");
 }
 
-__device__ __forceinline__ void stmatrix_x4_trans(void* dst, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+[[maybe_unused]] __device__ __forceinline__ void stmatrix_x4_trans(void* dst, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(dst)), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
                : "memory");
@@ -308,11 +319,145 @@ struct Scales {
   const float* b;
 };
 
+// What the MoE modes' epilogues read (the launcher's MoEEpilogue, runtime/kernels/grouped_mm_launcher.h, field
+// for field). bias: [G, N] in ET_TRT_ELEM or null; sorted: each row's pair (mode 2); weights: the routing weights,
+// float32 or (weights_16bit) ET_TRT_ELEM, by pair (mode 2); activation: plugin_names.MOE_ACTIVATIONS (gated, mode 1).
+struct MoEEpilogue {
+  const void* bias;
+  const int32_t* sorted;
+  const void* weights;
+  int32_t weights_16bit;
+  int32_t activation;
+  float alpha, limit;
+};
+
+#if ET_TRT_MOE
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  else return __half2float(x);
+}
+
+#if ET_TRT_MOE == 1
+// x rounded to T (nearest even), as a float.
+template <typename T>
+__device__ __forceinline__ float rounded(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(__float2bfloat16(x));
+  else return __half2float(__float2half(x));
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
+
+// The gated activations of plugin_names.MOE_ACTIVATIONS (0-3) of a gate and an up value, in float32.
+__device__ __forceinline__ float gated_activation(float g, float u, const MoEEpilogue& moe) {
+  switch (moe.activation) {
+    case 0:  // swiglu
+      return g * sigmoid(g) * u;
+    case 1:  // geglu_tanh: tanh(z) = 2 sigmoid(2z) - 1
+      return g * sigmoid(1.5957691216057308f * (g + 0.044715f * g * g * g)) * u;
+    case 2:  // geglu_erf
+      return 0.5f * g * (1.f + erff(g * 0.7071067811865476f)) * u;
+    default: {  // gptoss_glu
+      const float gate = fminf(g, moe.limit), up = fminf(fmaxf(u, -moe.limit), moe.limit);
+      return (up + 1.f) * gate * sigmoid(moe.alpha * gate);
+    }
+  }
+}
+
+__device__ __forceinline__ void stmatrix_x1_trans(void* dst, uint32_t r0) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};" ::"r"(smem_addr(dst)), "r"(r0) : "memory");
+}
+
+// Mode 1's epilogue on one consumer warpgroup: its 64 weight rows are 32 features' gate and up rows. Each warp's
+// values of 8 tile rows form one 8x8 matrix (features x tile rows) that stmatrix.trans stages as 8 tile rows of 8
+// features; a warpgroup stages 64 tile rows x 32 features (64 bytes a row, 16-byte pieces XOR-swizzled by row / 2
+// so a matrix's 8 rows fall in distinct banks), then stores 16-byte row pieces.
+template <int WIDTH, typename T>
+__device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
+                                                     T* staging_base, T* out, const MoEEpilogue& moe, int N) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, thread = threadIdx.x % 128;
+  const int features = N / 2;
+  const int gate_row = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // its up row is gate_row + 8
+  float gate_bias = 0.f, up_bias = 0.f;
+  if (moe.bias != nullptr && gate_row < N) {  // N % 16 == 0 (the launcher checks): the up row is in range too
+    const T* bias = static_cast<const T*>(moe.bias) + static_cast<int64_t>(tile.group) * N;
+    gate_bias = to_float(bias[gate_row]);
+    up_bias = to_float(bias[gate_row + 8]);
+  }
+  // acc[4j + e]: gate of tile row 8j + 2(lane % 4) + e; acc[4j + 2 + e]: its up.
+  auto value = [&](int j, int e) {
+    return gated_activation(rounded<T>(acc[4 * j + e] + gate_bias), rounded<T>(acc[4 * j + 2 + e] + up_bias), moe);
+  };
+  auto packed = [&](int j) { return pack<T>(value(j, 0), value(j, 1)); };
+  T* staging = staging_base + warpgroup * kStagingRows * 32;
+  auto slot = [&](int row) { return &staging[row * 32 + (warp ^ ((row >> 1) & 3)) * 8]; };
+  const int feature0 = tile.feature / 2 + warpgroup * 32;
+  constexpr int kMatrices = WIDTH / 8, kPerChunk = kStagingRows / 8;
+#pragma unroll
+  for (int j = 0; j < kMatrices; j += 4) {  // fully unrolled: acc is indexed by constants only
+    if (j + 3 < kMatrices) {  // matrices j..j+3; lane L addresses row L % 8 of matrix L / 8
+      stmatrix_x4_trans(slot((8 * (j + lane / 8) + lane % 8) % kStagingRows), packed(j), packed(j + 1),
+                        packed(j + 2), packed(j + 3));
+    } else {
+#pragma unroll
+      for (int m = j; m < kMatrices; ++m) stmatrix_x1_trans(slot((8 * m + lane % 8) % kStagingRows), packed(m));
+    }
+    const int done = j + 4 < kMatrices ? j + 4 : kMatrices;  // matrices staged so far
+    if (done % kPerChunk == 0 || done == kMatrices) {  // a chunk of rows is staged
+      const int chunk = (done - 1) / kPerChunk * kStagingRows;
+      const int staged_rows = min(8 * done, WIDTH) - chunk;
+      warpgroup_sync(warpgroup);
+      for (int i = thread; i < staged_rows * 4; i += 128) {
+        const int staged = i / 4, part = i % 4;
+        const int feature = feature0 + part * 8;
+        if (chunk + staged < tile.rows && feature < features)
+          *reinterpret_cast<uint4*>(&out[static_cast<int64_t>(tile.first_row + chunk + staged) * features + feature]) =
+              *reinterpret_cast<const uint4*>(&staging[staged * 32 + (part ^ ((staged >> 1) & 3)) * 8]);
+      }
+      warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
+    }
+  }
+}
+
+#elif ET_TRT_MOE == 2
+// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, straight to the pair's row of y. For one (j, h, e)
+// the 8 lanes of one row write 8 consecutive floats: whole 32-byte sectors.
+template <int WIDTH, typename T>
+__device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
+                                                  float* y, const MoEEpilogue& moe, int N) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int feature = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // and feature + 8
+  float bias[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (moe.bias != nullptr && feature + 8 * h < N)
+      bias[h] = to_float(static_cast<const T*>(moe.bias)[static_cast<int64_t>(tile.group) * N + feature + 8 * h]);
+#pragma unroll
+  for (int j = 0; j < WIDTH / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = 8 * j + 2 * (lane % 4) + e;
+      if (row >= tile.rows) continue;
+      const int pair = moe.sorted[tile.first_row + row];
+      const float weight = moe.weights_16bit ? to_float(static_cast<const T*>(moe.weights)[pair])
+                                             : static_cast<const float*>(moe.weights)[pair];
+      float* dst = y + static_cast<int64_t>(pair) * N;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (feature + 8 * h < N) dst[feature + 8 * h] = (acc[4 * j + 2 * h + e] + bias[h]) * weight;
+    }
+  }
+}
+
+#endif  // ET_TRT_MOE == 1 / 2
+#endif  // ET_TRT_MOE
+
 // One tile on one consumer warpgroup: its 64 weight rows times WIDTH rows.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int k_steps, uint8_t* stages,
                                              uint64_t* full, uint64_t* empty, int& stage, int& phase, int warpgroup,
-                                             T* staging_base, T* out, const Scales& scales, int N) {
+                                             T* staging_base, T* out, const Scales& scales, const MoEEpilogue& moe,
+                                             int N) {
   float acc[WIDTH / 2];
 #pragma unroll
   for (int i = 0; i < WIDTH / 2; ++i) acc[i] = 0.f;
@@ -343,6 +488,11 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     wgmma_fence(acc);
     if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
   }
+#if ET_TRT_MOE == 1
+  moe_gate_up_epilogue<WIDTH, T>(acc, tile, warpgroup, staging_base, out, moe, N);
+#elif ET_TRT_MOE == 2
+  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(out), moe, N);
+#else
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store
   // 2-byte pieces of four rows; staged, each thread stores 16-byte row pieces.
@@ -402,17 +552,18 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
       warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
     }
   }
+#endif
 }
 
 template <typename T>
 __device__ __forceinline__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8_t* stages, uint64_t* full,
                               uint64_t* empty, int& stage, int& phase, int warpgroup, T* staging, T* out,
-                              const Scales& scales, int N) {
+                              const Scales& scales, const MoEEpilogue& moe, int N) {
   switch (tile.width / kWidthStep) {
 #define ET_TRT_WIDTH_CASE(n)                                                                                  \
   case n:                                                                                                     \
     consume_tile<n * kWidthStep, T>(tile, compute, k_steps, stages, full, empty, stage, phase, warpgroup,     \
-                                    staging, out, scales, N);                                                 \
+                                    staging, out, scales, moe, N);                                            \
     break;
     ET_TRT_WIDTH_CASE(1) ET_TRT_WIDTH_CASE(2) ET_TRT_WIDTH_CASE(3) ET_TRT_WIDTH_CASE(4)
     ET_TRT_WIDTH_CASE(5) ET_TRT_WIDTH_CASE(6) ET_TRT_WIDTH_CASE(7) ET_TRT_WIDTH_CASE(8)
@@ -440,7 +591,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
 #if ET_TRT_FP8
                      const float* __restrict__ a_scale, const float* __restrict__ b_scale,
 #endif
+#if ET_TRT_MOE
+                     const MoEEpilogue moe,
+#endif
                      int rows, int K, int N, int G) {
+#if !ET_TRT_MOE
+  const MoEEpilogue moe = {};
+#endif
 #if ET_TRT_FP8
   const Scales scales = {a_scale, b_scale};
 #else
@@ -480,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
       const int g = threadIdx.x + j * kThreads;
       if (g > G) break;
       first[j] = g == 0 ? 0 : min(rows, ends[g - 1]);
-      last[j] = g < G ? min(rows, ends[g]) : rows;
+      last[j] = g < G ? min(rows, ends[g]) : kMoE ? first[j] : rows;  // MoE: rows past the pairs are not written
     }
     __syncthreads();
 #pragma unroll
@@ -584,6 +741,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
     Tile tile = tile_at(i, schedule, table, G, rank);
     if (tile.rows <= 0) continue;
     consume_width(tile, tile.group < G, k_steps, stages, full, empty, stage, phase, warpgroup - 1, staging, out, scales,
-                  N);
+                  moe, N);
   }
 }

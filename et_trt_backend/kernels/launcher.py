@@ -1,4 +1,4 @@
-"""Python binding (ctypes) of the C++ launcher's C ABI (runtime/kernels/grouped_mm_capi.h).
+"""Python binding (ctypes) of the C++ launchers' C ABI (runtime/kernels/grouped_mm_capi.h, moe_experts_capi.h).
 
 Runs the ahead-of-time images with no Triton: the same code path as the
 TensorRT plugin on the robot.
@@ -67,6 +67,16 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_grouped_mm_last_quantize.restype = ctypes.c_char_p
         lib.et_trt_grouped_mm_last_quantize.argtypes = [ctypes.c_void_p]
         lib.et_trt_grouped_mm_destroy.argtypes = [ctypes.c_void_p]
+        lib.et_trt_moe_experts_create.restype = ctypes.c_void_p
+        lib.et_trt_moe_experts_create.argtypes = lib.et_trt_grouped_mm_create.argtypes
+        lib.et_trt_moe_experts_launch.restype = ctypes.c_int32
+        lib.et_trt_moe_experts_launch.argtypes = [ctypes.c_void_p, ctypes.POINTER(MoEExpertsArgs), ctypes.c_void_p,
+                                                  ctypes.c_char_p, ctypes.c_size_t]
+        lib.et_trt_moe_experts_workspace_bytes.restype = ctypes.c_size_t
+        lib.et_trt_moe_experts_workspace_bytes.argtypes = [ctypes.c_int64] * 5
+        lib.et_trt_moe_experts_last_kernels.restype = ctypes.c_char_p
+        lib.et_trt_moe_experts_last_kernels.argtypes = [ctypes.c_void_p]
+        lib.et_trt_moe_experts_destroy.argtypes = [ctypes.c_void_p]
         _lib = lib
     return _lib
 
@@ -85,21 +95,25 @@ def fp8_workspace_bytes(rows: int, k: int) -> int:
     return _library().et_trt_grouped_mm_fp8_workspace_bytes(rows, k)
 
 
+def _create(create, images: Sequence[KernelImage]) -> int:
+    """A launcher handle from the C ABI's `create` for `images`; LauncherError with its message otherwise."""
+    kernels = blob.kernel_images_flatbuffer(images)
+    data = [i.image.bytes() for i in images]  # the C side reads them during create only
+    pointers = (ctypes.c_char_p * len(data))(*data)
+    sizes = (ctypes.c_size_t * len(data))(*(len(d) for d in data))
+    error = ctypes.create_string_buffer(4096)
+    handle = create(kernels, len(kernels), pointers, sizes, len(data), error, len(error))
+    if not handle:
+        raise LauncherError(error.value.decode())
+    return handle
+
+
 class GroupedMMLauncher:
     """Loads images for the current CUDA context's GPU; launch() takes raw device pointers."""
 
     def __init__(self, images: Sequence[KernelImage]):
-        lib = _library()
         self.trans_b = bool(images) and images[0].trans_b
-        kernels = blob.kernel_images_flatbuffer(images)
-        data = [i.image.bytes() for i in images]  # the C side reads them during create only
-        pointers = (ctypes.c_char_p * len(data))(*data)
-        sizes = (ctypes.c_size_t * len(data))(*(len(d) for d in data))
-        error = ctypes.create_string_buffer(4096)
-        self._handle = lib.et_trt_grouped_mm_create(kernels, len(kernels), pointers, sizes, len(data), error,
-                                                    len(error))
-        if not self._handle:
-            raise LauncherError(error.value.decode())
+        self._handle = _create(_library().et_trt_grouped_mm_create, images)
 
     def launch(self, a: int, b: int, offs: int, out: int, rows: int, k: int, n: int, groups: int,
                trans_b: bool, stream: int, fp8: Fp8Operands | None = None) -> None:
@@ -127,4 +141,44 @@ class GroupedMMLauncher:
     def __del__(self):
         if getattr(self, "_handle", None) and _lib is not None:
             _lib.et_trt_grouped_mm_destroy(self._handle)
+            self._handle = None
+
+
+class MoEExpertsArgs(ctypes.Structure):
+    """et_trt_moe_experts_args (runtime/kernels/moe_experts_capi.h): device pointers as ints, sizes, the
+    activation's plugin_names.MOE_ACTIVATIONS value and the layout's index in plugin_names.MOE_GATE_UP_LAYOUTS."""
+
+    _fields_ = [("hidden", ctypes.c_void_p), ("topk_ids", ctypes.c_void_p), ("topk_weights", ctypes.c_void_p),
+                ("weights_fp32", ctypes.c_int32), ("w_gate_up", ctypes.c_void_p), ("w_down", ctypes.c_void_p),
+                ("b_gate_up", ctypes.c_void_p), ("b_down", ctypes.c_void_p), ("out", ctypes.c_void_p),
+                ("tokens", ctypes.c_int64), ("top_k", ctypes.c_int64), ("experts", ctypes.c_int64),
+                ("hidden_size", ctypes.c_int64), ("ffn", ctypes.c_int64), ("activation", ctypes.c_int32),
+                ("gate_up_layout", ctypes.c_int32), ("alpha", ctypes.c_float), ("limit", ctypes.c_float),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+
+
+def moe_workspace_bytes(tokens: int, top_k: int, experts: int, hidden_size: int, ffn: int) -> int:
+    """The workspace one MoE experts launch needs (MoEExpertsLauncher::workspace_bytes)."""
+    return _library().et_trt_moe_experts_workspace_bytes(tokens, top_k, experts, hidden_size, ffn)
+
+
+class MoEExpertsLauncher:
+    """The fused MoE experts kernels' launcher for the current CUDA context's GPU (moe_experts_launcher.h)."""
+
+    def __init__(self, images: Sequence[KernelImage]):
+        self._handle = _create(_library().et_trt_moe_experts_create, images)
+
+    def launch(self, args: MoEExpertsArgs, stream: int) -> None:
+        error = ctypes.create_string_buffer(2048)
+        if _library().et_trt_moe_experts_launch(self._handle, ctypes.byref(args), stream, error, len(error)) != 0:
+            raise LauncherError(error.value.decode())
+
+    @property
+    def last_kernels(self) -> str:
+        """The kernels the last launch ran, joined by " + "."""
+        return _library().et_trt_moe_experts_last_kernels(self._handle).decode()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) and _lib is not None:
+            _lib.et_trt_moe_experts_destroy(self._handle)
             self._handle = None

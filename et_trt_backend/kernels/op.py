@@ -40,7 +40,8 @@ def _images_for(device: torch.device, dtype: str, trans_b: bool, weight_format: 
         arch = f"sm_{major}{minor}"
         logger.info("compiling grouped_mm kernel images for %s with Triton", arch)
         pool = aot.grouped_mm_images([arch], dtype, trans_b, weight_format)
-    return [i for i in pool if i.dtype == dtype and i.trans_b == trans_b and i.weight_format == weight_format]
+    return [i for i in pool if i.dtype == dtype and i.trans_b == trans_b and i.weight_format == weight_format
+            and not i.kernel.startswith("moe_")]  # the MoE experts' images are moe_op's
 
 
 def _launcher(device: torch.device, dtype: str, trans_b: bool, weight_format: str = "dense") -> GroupedMMLauncher:

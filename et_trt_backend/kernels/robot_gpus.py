@@ -1,7 +1,7 @@
 """Which robot GPUs a partition's kernel images serve, and how.
 
 The C++ launcher picks, for each kernel, the image that serves the GPU it runs
-on (runtime/kernels/grouped_mm_launcher.cc, `serves`): an arch-specific cubin
+on (runtime/kernels/image_loading.cc, `serves`): an arch-specific cubin
 (sm_90a, sm_110a) on that compute capability only; another cubin on the same
 major with an equal or lower minor (sm_80's on sm_87); else PTX of an equal or
 lower architecture, which the CUDA driver JIT-compiles at load if its PTX ISA

@@ -1,29 +1,13 @@
 #include "grouped_mm_capi.h"
 
-#include <algorithm>
-#include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
+#include "capi_images.h"
 #include "grouped_mm_launcher.h"
 
 using et_trt::kernels::GroupedMMLauncher;
-
-// The C ABI is this library's interface: exported also where the build hides symbols by
-// default (runtime/CMakeLists.txt does, and builds this library as its subdirectory).
-#define ET_TRT_EXPORT __attribute__((visibility("default")))
-
-namespace {
-
-void copy_error(const std::string& message, char* error, size_t error_size) {
-  if (error == nullptr || error_size == 0) return;
-  size_t n = std::min(message.size(), error_size - 1);
-  std::memcpy(error, message.data(), n);
-  error[n] = '\0';
-}
-
-}  // namespace
+using et_trt::kernels::capi::copy_error;
 
 extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const uint8_t* kernels, size_t kernels_size,
                                                         const uint8_t* const* images, const size_t* image_sizes,
@@ -32,27 +16,11 @@ extern "C" ET_TRT_EXPORT void* et_trt_grouped_mm_create(const uint8_t* kernels, 
     copy_error("grouped_mm: " + message, error, error_size);
     return nullptr;
   };
-  flatbuffers::Verifier verifier(kernels, kernels_size);
-  if (kernels == nullptr || !et_trt::blob::VerifyBlobBuffer(verifier))
-    return refuse("the kernel images are not a flatbuffer of the blob schema (root Blob, identifier ETRT)");
-  const auto* fields = et_trt::blob::GetBlob(kernels)->kernels();
-  const int32_t kernel_count = fields ? static_cast<int32_t>(fields->size()) : 0;
-  if (count != kernel_count)
-    return refuse(std::to_string(count) + " image byte strings for " + std::to_string(kernel_count) + " kernel images");
-  if (count > 0 && (images == nullptr || image_sizes == nullptr)) return refuse("no image bytes were given");
-  std::vector<std::unique_ptr<et_trt::blob::KernelImageT>> unpacked;
-  std::vector<et_trt::kernels::KernelImageRef> refs;
-  for (int32_t i = 0; i < count; ++i) {
-    unpacked.emplace_back(fields->Get(static_cast<flatbuffers::uoffset_t>(i))->UnPack());
-    const et_trt::blob::KernelImageT& image = *unpacked.back();
-    if (image.image == nullptr || image.image->size != image_sizes[i])
-      return refuse("kernel image " + std::to_string(i) + " (" + image.kernel + ") has " +
-                    std::to_string(image_sizes[i]) + " bytes; its record says " +
-                    (image.image ? std::to_string(image.image->size) : std::string("none")));
-    refs.push_back({&image, images[i], image_sizes[i]});
-  }
+  et_trt::kernels::capi::Images parsed;
   std::string message;
-  std::unique_ptr<GroupedMMLauncher> launcher = GroupedMMLauncher::create(refs, &message);
+  if (!et_trt::kernels::capi::read_images(kernels, kernels_size, images, image_sizes, count, &parsed, &message))
+    return refuse(message);
+  std::unique_ptr<GroupedMMLauncher> launcher = GroupedMMLauncher::create(parsed.refs, &message);
   if (!launcher) {
     copy_error(message, error, error_size);
     return nullptr;

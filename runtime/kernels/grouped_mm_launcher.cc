@@ -17,27 +17,6 @@ bool fail(std::string* error, std::string message) {
   return false;
 }
 
-// "sm_90a" -> {90, true}; {-1, false} when malformed.
-std::pair<int, bool> parse_arch(const std::string& arch) {
-  if (arch.rfind("sm_", 0) != 0) return {-1, false};
-  std::string digits = arch.substr(3);
-  bool specific = !digits.empty() && digits.back() == 'a';
-  if (specific) digits.pop_back();
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return {-1, false};
-  return {std::atoi(digits.c_str()), specific};
-}
-
-// Whether an image made for `arch` runs on a device of compute capability `cc`
-// (major * 10 + minor): "a" targets only on their own; cubins on the same major
-// with an equal or higher minor; PTX (JIT) on any equal or newer device.
-bool serves(const blob::KernelImageT& image, int cc) {
-  auto [cap, specific] = parse_arch(image.arch);
-  if (cap < 0) return false;
-  if (specific) return cap == cc;
-  if (image.format == blob::ImageFormat::Cubin) return cap / 10 == cc / 10 && cap <= cc;
-  return cap <= cc;
-}
-
 // Preference rank of a variant; lower is tried first.
 int variant_rank(const std::string& variant) {
   if (variant == "wgmma" || variant == "tma" || variant == "tma_small") return 0;
@@ -165,10 +144,6 @@ struct WgmmaMaps {
 
 }  // namespace
 
-const char* kernel_dtype_name(blob::DType dtype) {
-  return dtype == blob::DType::BFloat16 ? "bf16" : dtype == blob::DType::Float16 ? "fp16" : nullptr;
-}
-
 struct GroupedMMLauncher::State {
   const CudaDriver* cu = nullptr;
   CUcontext context = nullptr;
@@ -178,6 +153,7 @@ struct GroupedMMLauncher::State {
   // fp8 on sm_90+: the GEMM is launched while the row quantization runs, and waits for it on the GPU
   // (programmatic dependent launch; the images are built for it, et_trt_backend/kernels/aot.py).
   bool overlap_quantize = false;
+  MoEGemm moe = MoEGemm::kNone;  // the MoE experts GEMM whose epilogue the one (wgmma) image has
   std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
   std::vector<LoadedKernel> quantize;  // fp8: the row quantizations run before each GEMM, preferred first
   std::vector<LoadedKernel> swiglu_quantize;  // fp8: the same of a gate+up output's SwiGLU (Fp8Operands::swiglu)
@@ -205,13 +181,21 @@ GroupedMMLauncher::~GroupedMMLauncher() {
   cu.cuCtxPopCurrent(&popped);
 }
 
-std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageRef>& images,
-                                                             std::string* error) {
+std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<KernelImageRef>& offered_images,
+                                                             std::string* error, MoEGemm moe) {
+  // A blob's MoE experts images are MoEExpertsLauncher's; it makes launchers for its wgmma GEMMs here.
+  const std::string moe_kernel = moe == MoEGemm::kGateUp ? "moe_gate_up_gated" : moe == MoEGemm::kDown ? "moe_down" : "";
+  std::vector<KernelImageRef> images;
+  for (const KernelImageRef& ref : offered_images)
+    if (ref.fields == nullptr || (moe == MoEGemm::kNone ? !is_moe_experts_image(*ref.fields)
+                                                        : ref.fields->kernel == moe_kernel && ref.fields->variant == "wgmma"))
+      images.push_back(ref);
   const CudaDriver* cu_ptr = CudaDriver::get(error);
   if (cu_ptr == nullptr) return nullptr;
   const CudaDriver& cu = *cu_ptr;
   auto state = std::make_unique<State>();
   state->cu = cu_ptr;
+  state->moe = moe;
   auto failed = [&](std::string message) -> std::unique_ptr<GroupedMMLauncher> {
     fail(error, "grouped_mm launcher: " + std::move(message));
     GroupedMMLauncher cleanup(std::move(state));  // unloads what was loaded so far
@@ -252,43 +236,19 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   if (kernel_dtype_name(state->dtype) == nullptr)
     return failed("unsupported dtype in " + described(first) + " (bf16 or fp16)");
 
-  CUresult status = cu.cuCtxGetCurrent(&state->context);
-  if (status != CUDA_SUCCESS || state->context == nullptr)
-    return failed("no current CUDA context on this thread; initialize CUDA (e.g. cudaSetDevice/cudaFree(0)) first");
-  CUdevice device = 0;
-  cu.cuCtxGetDevice(&device);
-  int major = 0, minor = 0, sms = 0, smem_optin = 0, driver_version = 0;
-  cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
-  cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
-  cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
-  cu.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device);
-  cu.cuDriverGetVersion(&driver_version);
-  char name_buffer[256] = {0};
-  cu.cuDeviceGetName(name_buffer, sizeof(name_buffer) - 1, device);
-  const int cc = major * 10 + minor;
+  Gpu device;
+  std::string no_gpu;
+  if (!current_gpu(cu, &device, &no_gpu)) return failed(no_gpu);
+  state->context = device.context;
+  const int cc = device.cc, sms = device.sms;
   state->overlap_quantize = state->fp8 && cc >= kOverlapQuantizeMinCapability;
-  const std::string gpu = std::string(name_buffer) + " (sm_" + std::to_string(cc) + ")";
+  const std::string& gpu = device.name;
+  CUresult status = CUDA_SUCCESS;
 
-  // For each variant, the image that serves this GPU best: a cubin for the
-  // closest architecture, else PTX.
-  std::vector<const KernelImageRef*> chosen;
+  // For each variant, the image that serves this GPU best.
   std::string offered;
-  for (const KernelImageRef& ref : images) {
-    const blob::KernelImageT& image = *ref.fields;
-    offered += (offered.empty() ? "" : ", ") + image.kernel + "@" + image.arch +
-               (image.format == blob::ImageFormat::Ptx ? "(ptx)" : "");
-    if (!serves(image, cc)) continue;
-    auto same = std::find_if(chosen.begin(), chosen.end(),
-                             [&](const KernelImageRef* c) { return c->fields->variant == image.variant; });
-    if (same == chosen.end()) {
-      chosen.push_back(&ref);
-      continue;
-    }
-    const blob::KernelImageT& current = *(*same)->fields;
-    bool better = (image.format == blob::ImageFormat::Cubin && current.format == blob::ImageFormat::Ptx) ||
-                  (image.format == current.format && parse_arch(image.arch).first > parse_arch(current.arch).first);
-    if (better) *same = &ref;
-  }
+  const std::vector<const KernelImageRef*> chosen =
+      choose_images(images, cc, [](const blob::KernelImageT& image) { return image.variant; }, &offered);
   if (chosen.empty())
     return failed("no kernel image serves this GPU, " + gpu + "; images offered: " + offered +
                   ". Re-export with this architecture in the recipe's kernel_archs (e.g. \"sm_" + std::to_string(cc) +
@@ -326,52 +286,14 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
       return failed("kernel " + image->kernel + " has tiles " + std::to_string(image->block_m) + "x" +
                     std::to_string(image->block_n) + "; this launcher drives 256x128 (rebuild both from one release)");
 
-    if (image->shared_bytes > smem_optin)
-      return failed("kernel " + image->kernel + " needs " + std::to_string(image->shared_bytes) +
-                    " bytes of shared memory per block; " + gpu + " allows " + std::to_string(smem_optin) +
-                    ". Compile it for this architecture (smaller tiles or fewer stages)");
-
-    // PTX must be NUL-terminated for the driver's JIT.
-    std::string ptx;
-    const void* data = ref->bytes;
-    if (image->format == blob::ImageFormat::Ptx) {
-      ptx.assign(reinterpret_cast<const char*>(ref->bytes), ref->size);
-      data = ptx.c_str();
-    }
-    char jit_log[4096] = {0};
-    CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void* values[] = {jit_log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(jit_log) - 1))};
-    status = cu.cuModuleLoadDataEx(&kernel.module, data, 2, options, values);
-    if (status == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
-      return failed("the CUDA driver (version " + std::to_string(driver_version) + ") is too old for the PTX of " +
-                    image->kernel + " (PTX ISA " + image->ptx_version + "); update the driver or ship a cubin for " + gpu);
-    if (status != CUDA_SUCCESS)
-      return failed("cannot load " + image->kernel + " (" + image->arch + ") on " + gpu + ": " + cu.describe(status) +
-                    (jit_log[0] ? std::string("; JIT log: ") + jit_log : std::string()));
+    LoadedImage module;
+    std::string message;
+    if (!load_image(cu, *ref, device, &module, &message)) return failed(message);
+    kernel.module = module.module;
+    kernel.function = module.function;
     state->kernels.push_back(kernel);
     LoadedKernel& loaded = state->kernels.back();
-    status = cu.cuModuleGetFunction(&loaded.function, loaded.module, image->entry.c_str());
-    if (status != CUDA_SUCCESS)
-      return failed("image " + image->kernel + " has no entry '" + image->entry + "': " + cu.describe(status));
-
-    int max_threads = 0, registers = 0;
-    cu.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, loaded.function);
-    cu.cuFuncGetAttribute(&registers, CU_FUNC_ATTRIBUTE_NUM_REGS, loaded.function);
-    if (max_threads < loaded.threads)
-      return failed("kernel " + image->kernel + " uses " + std::to_string(registers) + " registers per thread, so " + gpu +
-                    " runs at most " + std::to_string(max_threads) + " threads per block, fewer than its " +
-                    std::to_string(loaded.threads) + "; compile it with fewer warps or smaller tiles");
-    if (image->shared_bytes > 48 * 1024) {
-      status = cu.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, image->shared_bytes);
-      if (status != CUDA_SUCCESS)
-        return failed("cannot opt in to " + std::to_string(image->shared_bytes) + " bytes of shared memory for " +
-                      image->kernel + ": " + cu.describe(status));
-    }
-    int per_sm = 0;
-    status = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loaded.function, loaded.threads, image->shared_bytes);
-    if (status != CUDA_SUCCESS || per_sm < 1)
-      return failed("kernel " + image->kernel + " cannot be resident on " + gpu + " (" + std::to_string(registers) +
-                    " registers, " + std::to_string(image->shared_bytes) + " bytes of shared memory per block)");
+    const int per_sm = module.blocks_per_sm;
     // Persistent kernels loop over tiles: one CTA per resident slot is enough.
     loaded.max_grid = image->persistent ? sms * per_sm : 0;
     loaded.sms = sms;
@@ -443,7 +365,7 @@ size_t GroupedMMLauncher::fp8_workspace_bytes(int64_t rows, int64_t k) {
 
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
                                int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
-                               const Fp8Operands* fp8) {
+                               const Fp8Operands* fp8, const MoEEpilogue* moe) {
   const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
@@ -464,6 +386,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   if (!state_->fp8 && fp8 != nullptr)
     return fail(error, "grouped_mm: fp8 operands were given but the kernel images take dense weights; load the fp8 "
                        "images (weight_format \"fp8\") for fp8 weights");
+  if ((state_->moe != MoEGemm::kNone) != (moe != nullptr))
+    return fail(error, "grouped_mm: a MoE epilogue is given iff the launcher runs a MoE experts GEMM " + shape);
+  if (moe && (k == 0 || groups == 0)) return fail(error, "grouped_mm: a MoE experts GEMM needs K and groups " + shape);
   if (rows == 0 || n == 0) return true;
   if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
   if (k == 0 || groups == 0) {  // no products (a, b, offs may be empty): every row is zero
@@ -593,7 +518,12 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                       &rows_arg, &k_arg, &n_arg, &groups_arg};
   void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : map_args) : (fp8 ? triton_fp8_args : triton_args);
+  static_assert(sizeof(MoEEpilogue) == 40, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
+  MoEEpilogue moe_arg = moe ? *moe : MoEEpilogue{};
+  void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
+                          &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
+  void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
+                                    : (fp8 ? triton_fp8_args : triton_args);
   CUlaunchConfig config = {};
   config.gridDimX = grid;
   config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1;

@@ -29,17 +29,11 @@
 #include <string>
 #include <vector>
 
-#include "schema_generated.h"
+#include "image_loading.h"  // KernelImageRef, kernel_dtype_name
 
 namespace et_trt::kernels {
 
-// One compiled kernel image: its fields as the blob schema defines them (table
-// KernelImage in et_trt_backend/serialization/schema.fbs, as flatc's object
-// API holds them) and its bytes (the cubin, or PTX text with or without a NUL
-// terminator). Both are borrowed: they only need to live until
-// GroupedMMLauncher::create returns.
-//
-// The variant says which kernel it is:
+// The images a GroupedMMLauncher takes (KernelImageRef, image_loading.h): the variant says which kernel it is:
 //   "wgmma":     hand-written sm_90a kernel (et_trt_backend/kernels/grouped_mm_sm90.cu): rows
 //                as wgmma's N in steps of 8; layout nk (trans_b) only; needs K % 8 == 0, N % 8 == 0
 //                and at most 1024 groups (else the next variant serves); takes TMA
@@ -63,14 +57,6 @@ namespace et_trt::kernels {
 // this GPU, that accepts K and N, in the order wgmma, tma, tile, others, any; it
 // takes tma_small instead of wgmma or tma when rows < 64 * groups or when their
 // tiles would not fill every multiprocessor once.
-struct KernelImageRef {
-  const blob::KernelImageT* fields = nullptr;
-  const uint8_t* bytes = nullptr;
-  size_t size = 0;
-};
-
-// "bf16" or "fp16" (the kernels' element types, as et-trt names them); nullptr for any other.
-const char* kernel_dtype_name(blob::DType dtype);
 
 // What a launch with fp8 weights needs beside launch()'s arguments. `workspace` is device
 // memory of at least fp8_workspace_bytes(rows, k) bytes, 256-byte aligned, that no other
@@ -84,6 +70,25 @@ struct Fp8Operands {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   bool swiglu = false;
+};
+
+// The fused MoE experts op's two GEMMs on sm_90a are the wgmma kernel built with an epilogue of its own
+// (grouped_mm_sm90.cu's MoE modes; images "moe_gate_up_gated" and "moe_down", variant "wgmma"), run by
+// MoEExpertsLauncher through a GroupedMMLauncher made for one of them.
+enum class MoEGemm { kNone, kGateUp, kDown };
+
+// What those epilogues read, passed to the kernel as is (grouped_mm_sm90.cu's MoEEpilogue, field for field).
+// kGateUp: out is [rows, N / 2] (the activations of W's blocked8 gate and up rows), bias [G, N] or null,
+// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit. kDown: out is float32 [pairs, N],
+// row r written at row sorted[r], times the routing weight weights[sorted[r]] (float32, or the images' dtype
+// where weights_16bit), plus bias [G, N] or null. Rows past offs[G - 1] are neither read into out nor written.
+struct MoEEpilogue {
+  const void* bias = nullptr;
+  const int32_t* sorted = nullptr;
+  const void* weights = nullptr;
+  int32_t weights_16bit = 0;
+  int32_t activation = 0;
+  float alpha = 0.f, limit = 0.f;
 };
 
 class GroupedMMLauncher {
@@ -101,8 +106,10 @@ class GroupedMMLauncher {
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
   // The images must also share one weight format; fp8 ones need a quantize_rows_any image.
+  // Images of the MoE experts kernels (is_moe_experts_image) are left out, but for `moe` other than kNone,
+  // which takes only that GEMM's wgmma image (MoEExpertsLauncher's use).
   static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
-                                                   std::string* error);
+                                                   std::string* error, MoEGemm moe = MoEGemm::kNone);
   ~GroupedMMLauncher();
   GroupedMMLauncher(const GroupedMMLauncher&) = delete;
   GroupedMMLauncher& operator=(const GroupedMMLauncher&) = delete;
@@ -118,9 +125,10 @@ class GroupedMMLauncher {
   // Not thread-safe (it keeps the last kernel's name and the wgmma kernel's TMA
   // descriptors of recent calls, reused when a, b and the sizes repeat): one
   // launcher per thread, as the TensorRT plugin has one per execution context.
+  // `moe` must be given iff the launcher was made for a MoE GEMM (K and groups then nonzero).
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
-              const Fp8Operands* fp8 = nullptr);
+              const Fp8Operands* fp8 = nullptr, const MoEEpilogue* moe = nullptr);
 
   // Kernel name the last successful launch used (for the device checks and benchmarks); with fp8
   // weights the GEMM's (the row quantization ran before it).

@@ -1,0 +1,160 @@
+"""Ahead-of-time compilation of the fused MoE experts kernels (moe_experts.py) to cubin and PTX, cached on disk.
+
+The same machinery as the grouped GEMM's (aot.py): Triton compiles each kernel for each architecture with no GPU,
+the images carry what runtime/kernels/moe_experts_launcher.cc needs. Image names: kernel "moe_route" (variant
+"e<E_PAD>": experts it holds), "moe_gate_up" and "moe_gate_up_gated" (non-gated and gated activations),
+"moe_down", "moe_combine"; the GEMMs' variants are their tilings (MOE_GEMM_CONFIGS), which the launcher picks by
+the rows per expert; a gate+up and a down image of one variant share BLOCK_M (the route kernel's tile table).
+sm_90a adds the wgmma kernel's MoE builds (sm90.py: "moe_gate_up_gated" and "moe_down" of variant "wgmma", with
+nvcc) and "moe_gather", which copies their rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from et_trt_backend.kernels import aot, sm90
+from et_trt_backend.kernels.images import KernelImage, cached_image
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEGemmConfig:
+    """One tiling of the two GEMMs: BLOCK_M rows of a tile (shared), columns and K per stage for each GEMM."""
+
+    variant: str
+    block_m: int
+    gate_up_n: int  # features per tile (gated: per accumulator, so the tile reads 2x this many weight rows)
+    down_n: int
+    block_k: int
+    num_stages: int
+    num_warps: int
+    k_n_multiple: int  # H and F must be multiples of this (16-byte rows for vector loads); 1 = any
+
+
+# In the launcher's order of preference by rows per expert (moe_experts_launcher.cc): "small" for robot batches
+# (one to a few tokens per expert: the weights' stream is the work, so narrow tiles spread it over more
+# multiprocessors), "tile" for tens of rows, "large" for hundreds; "any" for H or F not a multiple of 16.
+# Sized for the smallest shared memory of the architectures (99 KiB: sm_86, sm_89, sm_120).
+MOE_GEMM_CONFIGS = (
+    MoEGemmConfig("small", 16, 64, 64, 64, 4, 4, 16),
+    MoEGemmConfig("tile", 64, 64, 64, 64, 3, 4, 16),
+    MoEGemmConfig("large", 128, 64, 128, 64, 3, 8, 16),
+    MoEGemmConfig("any", 32, 32, 32, 32, 2, 4, 1),
+)
+# The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
+MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
+COMBINE_BLOCK = (8, 256)  # tokens x columns per program
+GATHER_BLOCK = (16, 256)  # rows x columns per program
+_NUM_WARPS = 4  # route and combine
+
+
+def _compile(kernel_name: str, variant: str, function, signature: dict, constexprs: dict, multiples: dict,
+             arch: str, dtype: str, fmt: str, num_warps: int, num_stages: int, blocks: tuple[int, int, int]):
+    """One image, from the disk cache where there; `multiples` maps argument names to a divisibility."""
+    import triton
+
+    cap = aot._capability(arch)
+    ptx_version = aot._PTX_VERSION[cap]
+    names = list(signature)
+    key = [aot._source_hash("moe_experts"), triton.__version__, cap, dtype, fmt, kernel_name, variant,
+           sorted(constexprs.items()), sorted(multiples.items()), num_warps, num_stages, ptx_version, "no line info"]
+
+    def build() -> KernelImage:
+        logger.info("compiling %s (%s) for %s (%s, %s)", kernel_name, variant, arch, dtype, fmt)
+        attrs = {(names.index(name),): [["tt.divisibility", multiple]] for name, multiple in multiples.items()}
+        compiled = aot._triton_compile(function, signature, constexprs, attrs, cap, num_warps, num_stages,
+                                       ptx_version)
+        return aot._image(compiled, kernel=kernel_name, variant=variant, trans_b=True, cap=cap, fmt=fmt, dtype=dtype,
+                          block_m=blocks[0], block_n=blocks[1], block_k=blocks[2], persistent=False,
+                          ptx_version=ptx_version, weight_format="dense")
+
+    return cached_image(key, build)
+
+
+def _pointers(names: str, dtype: str) -> dict:
+    """Signature entries "name:type" with type i32, f32 or x (the activations' dtype) for pointers."""
+    types = {"i32": "*i32", "f32": "*fp32", "x": "*" + dtype}
+    return {name: types[kind] for name, kind in (entry.split(":") for entry in names.split())}
+
+
+def _images_for(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
+    from et_trt_backend.kernels import moe_experts as source
+
+    aligned = {name: 16 for name in ("x_ptr", "sorted_ptr", "w_ptr", "bias_ptr", "tiles_ptr", "offs_ptr", "h_ptr",
+                                      "weights_ptr", "y_ptr", "ids_ptr", "out_ptr")}
+    images = []
+    for variant, (e_pad, chunk) in MOE_ROUTE_CONFIGS.items():
+        signature = {**_pointers("ids_ptr:i32 offs_ptr:i32 sorted_ptr:i32 tiles_ptr:i32", dtype),
+                     "pairs": "i32", "E": "i32", "block_m": "i32", "CHUNK": "constexpr", "E_PAD": "constexpr"}
+        # It reads no activations: compiled once, tagged with the dtype of the images it ships with.
+        route = _compile("moe_route", variant, source.moe_route_kernel, signature, {"CHUNK": chunk, "E_PAD": e_pad},
+                         {n: 16 for n in signature if n.endswith("_ptr")}, arch, aot.DTYPES[0], fmt, _NUM_WARPS, 1,
+                         (0, e_pad, chunk))
+        images.append(dataclasses.replace(route, dtype=dtype))
+    for config in MOE_GEMM_CONFIGS:
+        sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
+        for gated in (False, True):
+            signature = {**_pointers("x_ptr:x sorted_ptr:i32 w_ptr:x bias_ptr:x tiles_ptr:i32 offs_ptr:i32 h_ptr:x",
+                                     dtype),
+                         "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32", "activation": "i32",
+                         "alpha": "fp32", "limit": "fp32", "has_bias": "i32", "GATED": "constexpr",
+                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+            constexprs = {"GATED": gated, "BLOCK_M": config.block_m, "BLOCK_N": config.gate_up_n,
+                          "BLOCK_K": config.block_k}
+            images.append(_compile("moe_gate_up_gated" if gated else "moe_gate_up", config.variant,
+                                   source.moe_gate_up_kernel, signature, constexprs,
+                                   {**{n: 16 for n in signature if n in aligned}, **sizes}, arch, dtype, fmt,
+                                   config.num_warps, config.num_stages,
+                                   (config.block_m, config.gate_up_n, config.block_k)))
+        signature = {**_pointers("h_ptr:x sorted_ptr:i32 w_ptr:x bias_ptr:x weights_ptr:f32 tiles_ptr:i32 "
+                                 "offs_ptr:i32 y_ptr:f32", dtype),
+                     "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",
+                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.down_n, "BLOCK_K": config.block_k}
+        images.append(_compile("moe_down", config.variant, source.moe_down_kernel, signature, constexprs,
+                               {**{n: 16 for n in signature if n in aligned}, **sizes}, arch, dtype, fmt,
+                               config.num_warps, config.num_stages, (config.block_m, config.down_n, config.block_k)))
+    signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
+                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
+    images.append(_compile("moe_combine", "any", source.moe_combine_kernel, signature,
+                           {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
+                           {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
+                           (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
+    if aot._capability(arch) == 90 and fmt == "cubin":
+        images += _sm90_images(arch, dtype, source)
+    return images
+
+
+def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:
+    """The wgmma kernel's MoE builds and the row gather before them; [] without nvcc (the Triton tilings serve)."""
+    if sm90.nvcc_path() is None:
+        logger.warning("nvcc not found: the sm_90a MoE images lack the wgmma kernel (the Triton tilings serve)")
+        return []
+    signature = {**_pointers("x_ptr:x sorted_ptr:i32 offs_ptr:i32 a_ptr:x", dtype), "H": "i32", "E": "i32",
+                 "top_k": "i32", "BLOCK_R": "constexpr", "BLOCK_H": "constexpr"}
+    gather = _compile("moe_gather", "any", source.moe_gather_kernel, signature,
+                      {"BLOCK_R": GATHER_BLOCK[0], "BLOCK_H": GATHER_BLOCK[1]},
+                      {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
+                      (GATHER_BLOCK[0], GATHER_BLOCK[1], 0))
+    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), gather]
+
+
+def moe_experts_images(archs: Sequence[str], dtype: str) -> list[KernelImage]:
+    """Cubins of every MoE experts kernel for each architecture, plus the sm_80 ones as portable PTX.
+    Architectures the installed compiler cannot target are skipped with a warning, as aot.grouped_mm_images does."""
+    if dtype not in aot.DTYPES:
+        raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {aot.DTYPES}")
+    caps = [aot._capability(a) for a in archs]  # validates every name first
+    supported = aot._compiler_targets()
+    images = []
+    for arch, cap in zip(archs, caps):
+        if cap not in supported:
+            logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
+            continue
+        logger.info("MoE experts kernels for %s (%s)", arch, dtype)
+        images += _images_for(arch, dtype, "cubin")
+    return images + _images_for(aot.PTX_FALLBACK_ARCH, dtype, "ptx")

@@ -1,0 +1,89 @@
+"""Eager custom op torch.ops.et_trt.moe_experts: the fused MoE experts kernels from PyTorch, no Triton at run time.
+
+    out = torch.ops.et_trt.moe_experts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                       activation="swiglu", gate_up_layout="concat", alpha=1.702, limit=7.0)
+
+The MoEExperts op of et_trt_backend/moe_experts.py (its semantics and input rules; `reference` is the CPU
+definition) on one CUDA device, through the C++ launcher (runtime/kernels/moe_experts_launcher.h) and a
+workspace this op allocates. Kernel images come from the JSON file named by $ET_TRT_KERNEL_IMAGES (its "moe_"
+kernels), else from compiling for the GPU's architecture with Triton (moe_aot.moe_experts_images).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from et_trt_backend import moe_experts
+from et_trt_backend.kernels import moe_aot
+from et_trt_backend.kernels.images import load_images
+from et_trt_backend.kernels.launcher import MoEExpertsArgs, MoEExpertsLauncher, moe_workspace_bytes
+from et_trt_backend.kernels.op import IMAGES_ENV
+from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_launchers: dict[tuple[int, str], MoEExpertsLauncher] = {}
+
+
+def launcher_for(device: torch.device, dtype: torch.dtype) -> MoEExpertsLauncher:
+    """The launcher of `dtype`'s images for `device` (made once per device and dtype)."""
+    key = (device.index, _DTYPES[dtype])
+    if key not in _launchers:
+        if os.environ.get(IMAGES_ENV):
+            pool = load_images(os.environ[IMAGES_ENV])
+        else:
+            major, minor = torch.cuda.get_device_capability(device)
+            logger.info("compiling the MoE experts kernel images for sm_%d%d with Triton", major, minor)
+            pool = moe_aot.moe_experts_images([f"sm_{major}{minor}"], key[1])
+        images = [i for i in pool if i.kernel.startswith("moe_") and i.dtype == key[1]]
+        if not images:
+            raise RuntimeError(f"et_trt.moe_experts: no MoE experts kernel images for dtype {key[1]}")
+        with torch.cuda.device(device):
+            _launchers[key] = MoEExpertsLauncher(images)
+    return _launchers[key]
+
+
+def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
+    """The launcher takes dense row-major tensors with 16-byte aligned storage."""
+    return t if t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) else t.contiguous().clone()
+
+
+@torch.library.custom_op("et_trt::moe_experts", mutates_args=())
+def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                   w_down: torch.Tensor, b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None,
+                   activation: str = "swiglu", gate_up_layout: str = "concat", alpha: float = moe_experts.GPTOSS_ALPHA,
+                   limit: float = moe_experts.GPTOSS_LIMIT) -> torch.Tensor:
+    tokens, top_k, experts, size, ffn = moe_experts.check_inputs(
+        hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout)
+    tensors = [t for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down) if t is not None]
+    if not all(t.is_cuda for t in tensors) or len({t.device for t in tensors}) != 1:
+        raise ValueError("et_trt.moe_experts: every input must be on one CUDA device")
+    hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down = (
+        _aligned(t) for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down))
+    out = torch.empty((tokens, size), dtype=hidden.dtype, device=hidden.device)
+    launcher = launcher_for(hidden.device, hidden.dtype)
+    # The caching allocator's blocks are 512-byte aligned; the workspace lives until the stream is done with it.
+    workspace = torch.empty(max(moe_workspace_bytes(tokens, top_k, experts, size, ffn), 1), dtype=torch.uint8,
+                            device=hidden.device)
+    args = MoEExpertsArgs(
+        hidden=hidden.data_ptr(), topk_ids=topk_ids.data_ptr(), topk_weights=topk_weights.data_ptr(),
+        weights_fp32=int(topk_weights.dtype == torch.float32), w_gate_up=w_gate_up.data_ptr(),
+        w_down=w_down.data_ptr(), b_gate_up=b_gate_up.data_ptr() if b_gate_up is not None else None,
+        b_down=b_down.data_ptr() if b_down is not None else None, out=out.data_ptr(), tokens=tokens, top_k=top_k,
+        experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
+        gate_up_layout=MOE_GATE_UP_LAYOUTS.index(gate_up_layout), alpha=alpha, limit=limit,
+        workspace=workspace.data_ptr(), workspace_bytes=workspace.numel())
+    launcher.launch(args, torch.cuda.current_stream(hidden.device).cuda_stream)
+    return out
+
+
+@moe_experts_op.register_fake
+def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None, activation="swiglu",
+      gate_up_layout="concat", alpha=moe_experts.GPTOSS_ALPHA, limit=moe_experts.GPTOSS_LIMIT):
+    tokens, _, _, size, _ = moe_experts.check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up,
+                                                     b_down, activation, gate_up_layout)
+    return hidden.new_empty((tokens, size))

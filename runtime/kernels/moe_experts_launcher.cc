@@ -1,0 +1,358 @@
+#include "moe_experts_launcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "cuda_driver.h"
+#include "grouped_mm_launcher.h"
+
+namespace et_trt::kernels {
+namespace {
+
+bool fail(std::string* error, std::string message) {
+  if (error) *error = std::move(message);
+  return false;
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t round_up(size_t value) { return (value + 255) / 256 * 256; }
+
+// The kernels index pairs, rows and columns with 32-bit integers, plus up to one tile past the end.
+constexpr int64_t kIndexLimit = (int64_t{1} << 31) - 1024;
+constexpr int64_t kGridYLimit = 65535;
+// The wgmma kernels serve launches of at least this many rows per expert (below, its tiles of up to 256 rows are
+// mostly padding and the Triton tilings' narrower ones win; grouped_mm_launcher's rule for its "tma_small"), with
+// gated activations, blocked8 rows, H and F multiples of 8 (TMA's 16-byte rows; 16-row gate/up blocks) and at
+// most 1024 experts (its group table).
+constexpr int64_t kWgmmaMinRowsPerExpert = 64;
+constexpr int64_t kWgmmaMaxExperts = 1024;
+
+struct Kernel {
+  std::string name;  // "moe_down (small)"
+  CUfunction function = nullptr;
+  int threads = 0;
+  int shared_bytes = 0;
+  int block_m = 0, block_n = 0, block_k = 0;
+};
+
+// One tiling of the two GEMMs (et_trt_backend/kernels/moe_aot.py's MOE_GEMM_CONFIGS): the images of one variant.
+struct Gemms {
+  std::string variant;
+  Kernel gate_up, gate_up_gated, down;
+  int block_m = 0;
+  int size_multiple = 16;  // H and F must be multiples of this ("any": 1)
+};
+
+// Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
+struct Regions {
+  size_t offs = 0, tiles = 0, sorted = 0, h = 0, y = 0, bytes = 0;
+};
+
+Regions regions(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn) {
+  const size_t pairs = static_cast<size_t>(std::max<int64_t>(tokens * top_k, 0));
+  const size_t e = static_cast<size_t>(std::max<int64_t>(experts, 0));
+  Regions r;
+  r.tiles = round_up(4 * e);
+  // The tile table's bound for any tile height: a tile per pair and one partial tile per expert.
+  r.sorted = r.tiles + round_up(4 * (1 + 2 * (pairs + e)));
+  r.h = r.sorted + round_up(4 * pairs);
+  r.y = r.h + round_up(2 * pairs * static_cast<size_t>(std::max<int64_t>(ffn, 0)));
+  r.bytes = r.y + round_up(4 * pairs * static_cast<size_t>(std::max<int64_t>(hidden_size, 0)));
+  return r;
+}
+
+// Gate row (f / B) * 2B + f % B: the layout's block B.
+int64_t layout_block(GateUpLayout layout, int64_t ffn) {
+  switch (layout) {
+    case GateUpLayout::kConcat:
+      return std::max<int64_t>(ffn, 1);
+    case GateUpLayout::kInterleaved:
+      return 1;
+    case GateUpLayout::kBlocked8:
+      return 8;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool parse_gate_up_layout(const std::string& name, GateUpLayout* layout) {
+  static const std::pair<const char*, GateUpLayout> names[] = {
+      {"concat", GateUpLayout::kConcat}, {"interleaved", GateUpLayout::kInterleaved}, {"blocked8", GateUpLayout::kBlocked8}};
+  for (const auto& [text, value] : names)
+    if (name == text) {
+      *layout = value;
+      return true;
+    }
+  return false;
+}
+
+struct MoEExpertsLauncher::State {
+  const CudaDriver* cu = nullptr;
+  CUcontext context = nullptr;
+  blob::DType dtype = blob::DType::BFloat16;
+  std::vector<CUmodule> modules;  // every one loaded, unloaded with the launcher
+  std::vector<Kernel> routes;     // by the experts they hold (block_n = E_PAD, block_k = pairs per program)
+  std::vector<Gemms> gemms;       // by block_m
+  Kernel combine;                 // block_m tokens x block_n columns per program
+  // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
+  // per program); null where no image serves this GPU.
+  std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
+  Kernel gather;
+  std::string last_kernels;
+};
+
+MoEExpertsLauncher::MoEExpertsLauncher(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+MoEExpertsLauncher::~MoEExpertsLauncher() {
+  if (!state_ || state_->cu == nullptr) return;
+  const CudaDriver& cu = *state_->cu;
+  if (cu.cuCtxPushCurrent(state_->context) != CUDA_SUCCESS) return;
+  for (CUmodule module : state_->modules) cu.cuModuleUnload(module);
+  CUcontext popped = nullptr;
+  cu.cuCtxPopCurrent(&popped);
+}
+
+size_t MoEExpertsLauncher::workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size,
+                                           int64_t ffn) {
+  return regions(tokens, top_k, experts, hidden_size, ffn).bytes;
+}
+
+std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector<KernelImageRef>& offered_images,
+                                                               std::string* error) {
+  const CudaDriver* cu_ptr = CudaDriver::get(error);
+  if (cu_ptr == nullptr) return nullptr;
+  const CudaDriver& cu = *cu_ptr;
+  auto state = std::make_unique<State>();
+  state->cu = cu_ptr;
+  auto failed = [&](std::string message) -> std::unique_ptr<MoEExpertsLauncher> {
+    fail(error, "moe_experts launcher: " + std::move(message));
+    MoEExpertsLauncher cleanup(std::move(state));  // unloads what was loaded so far
+    return nullptr;
+  };
+  std::vector<KernelImageRef> images;  // a blob's grouped GEMM images are GroupedMMLauncher's
+  for (const KernelImageRef& ref : offered_images) {
+    if (ref.fields == nullptr) return failed("a kernel image has no fields");
+    if (is_moe_experts_image(*ref.fields)) images.push_back(ref);
+  }
+  if (images.empty()) return failed("no MoE experts kernel images (kernels \"moe_...\") were given");
+  state->dtype = images.front().fields->dtype;
+  if (kernel_dtype_name(state->dtype) == nullptr)
+    return failed("unsupported dtype in " + images.front().fields->kernel + " (bf16 or fp16)");
+  for (const KernelImageRef& ref : images) {
+    const blob::KernelImageT& image = *ref.fields;
+    if (image.dtype != state->dtype)
+      return failed(std::string("all images of one launcher must share one dtype; got ") +
+                    kernel_dtype_name(state->dtype) + " and " + image.kernel + " of another");
+    if (ref.bytes == nullptr || ref.size == 0) return failed("image " + image.kernel + " is empty");
+    if (image.num_warps <= 0 || image.block_m < 0 || image.block_n <= 0)
+      return failed("image " + image.kernel + " (" + image.variant + ") has no tile sizes or warp count");
+    if (image.global_scratch_bytes > 0 || image.profile_scratch_bytes > 0)
+      return failed("image " + image.kernel + " needs scratch memory, which this launcher does not pass; rebuild "
+                    "the images and the launcher from one release");
+  }
+  Gpu device;
+  std::string message;
+  if (!current_gpu(cu, &device, &message)) return failed(message);
+  state->context = device.context;
+  std::string offered;
+  const auto chosen = choose_images(
+      images, device.cc, [](const blob::KernelImageT& image) { return image.kernel + "/" + image.variant; }, &offered);
+  for (const KernelImageRef* ref : chosen) {
+    const blob::KernelImageT& image = *ref->fields;
+    if (image.variant == "wgmma") continue;  // GroupedMMLauncher's, below
+    LoadedImage module;
+    if (!load_image(cu, *ref, device, &module, &message)) return failed(message);
+    state->modules.push_back(module.module);
+    Kernel kernel{image.kernel + " (" + image.variant + ")", module.function, module.threads, image.shared_bytes,
+                  image.block_m, image.block_n, image.block_k};
+    if (image.kernel == "moe_route") {
+      state->routes.push_back(kernel);
+    } else if (image.kernel == "moe_combine") {
+      state->combine = kernel;
+    } else if (image.kernel == "moe_gather") {
+      state->gather = kernel;
+    } else if (image.kernel == "moe_gate_up" || image.kernel == "moe_gate_up_gated" || image.kernel == "moe_down") {
+      auto gemms = std::find_if(state->gemms.begin(), state->gemms.end(),
+                                [&](const Gemms& g) { return g.variant == image.variant; });
+      if (gemms == state->gemms.end()) {
+        state->gemms.push_back({image.variant, {}, {}, {}, image.block_m, image.variant == "any" ? 1 : 16});
+        gemms = state->gemms.end() - 1;
+      }
+      if (image.block_m != gemms->block_m)
+        return failed("the " + image.variant + " images of the two GEMMs have tiles of " +
+                      std::to_string(gemms->block_m) + " and " + std::to_string(image.block_m) +
+                      " rows; they share the route kernel's tile table (rebuild them from one release)");
+      (image.kernel == "moe_down" ? gemms->down : image.kernel == "moe_gate_up" ? gemms->gate_up
+                                                                                   : gemms->gate_up_gated) = kernel;
+    }  // other "moe_" kernels are a newer release's: not used here
+  }
+  const std::string gpu = device.name + "; images offered: " + offered;
+  if (state->routes.empty() || state->combine.function == nullptr)
+    return failed("no moe_route or moe_combine image serves " + gpu +
+                  ". Re-export with this architecture in the recipe's kernel_archs");
+  state->gemms.erase(std::remove_if(state->gemms.begin(), state->gemms.end(), [](const Gemms& g) {
+                       return !g.gate_up.function || !g.gate_up_gated.function || !g.down.function;
+                     }), state->gemms.end());
+  if (std::none_of(state->gemms.begin(), state->gemms.end(), [](const Gemms& g) { return g.size_multiple == 1; }))
+    return failed("no \"any\" variant of moe_gate_up, moe_gate_up_gated and moe_down serves " + gpu +
+                  " (the GEMMs for any hidden and FFN size); export the images together "
+                  "(moe_aot.moe_experts_images)");
+  if (state->gather.function != nullptr) {  // sm_90a: the wgmma GEMMs where their images serve this GPU
+    std::string unavailable;
+    state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
+    state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
+  }
+  std::sort(state->routes.begin(), state->routes.end(),
+            [](const Kernel& a, const Kernel& b) { return a.block_n < b.block_n; });
+  std::sort(state->gemms.begin(), state->gemms.end(),
+            [](const Gemms& a, const Gemms& b) { return a.block_m < b.block_m; });
+  return std::unique_ptr<MoEExpertsLauncher>(new MoEExpertsLauncher(std::move(state)));
+}
+
+bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::string* error) {
+  const CudaDriver& cu = *state_->cu;
+  const std::string shape = "(tokens " + std::to_string(a.tokens) + ", top_k " + std::to_string(a.top_k) +
+                            ", experts " + std::to_string(a.experts) + ", hidden " + std::to_string(a.hidden_size) +
+                            ", ffn " + std::to_string(a.ffn) + ")";
+  auto refuse = [&](const std::string& why) { return fail(error, "moe_experts: " + why + " " + shape); };
+  if (a.tokens < 0 || a.top_k < 0 || a.experts < 0 || a.hidden_size < 0 || a.ffn < 0) return refuse("negative size");
+  const int32_t activation = static_cast<int32_t>(a.activation);
+  if (activation < 0 || activation >= kMoEActivationCount)
+    return refuse("unknown activation " + std::to_string(activation) + " (plugin_names.MOE_ACTIVATIONS: 0 to " +
+                  std::to_string(kMoEActivationCount - 1) + ")");
+  const bool gated = is_gated(a.activation);
+  const int64_t block = gated ? layout_block(a.layout, a.ffn) : 1;
+  if (block == 0) return refuse("unknown gate_up layout " + std::to_string(static_cast<int32_t>(a.layout)));
+  if (gated && a.layout == GateUpLayout::kBlocked8 && a.ffn % 8 != 0)
+    return refuse("gate_up layout blocked8 needs ffn % 8 == 0; use concat or interleaved");
+  const int64_t pairs = a.tokens * a.top_k, rows = gated ? 2 * a.ffn : a.ffn;
+  if (pairs >= kIndexLimit || a.hidden_size >= kIndexLimit || rows >= kIndexLimit ||
+      rows * a.hidden_size >= kIndexLimit || a.hidden_size * a.ffn >= kIndexLimit)
+    return refuse("sizes exceed the kernels' 32-bit indexing (tokens * top_k, the sizes and one expert's weights "
+                  "must be below 2^31 - 1024); split the call");
+  const Kernel* route = nullptr;
+  for (const Kernel& candidate : state_->routes)
+    if (a.experts <= candidate.block_n) {
+      route = &candidate;
+      break;
+    }
+  if (route == nullptr)
+    return refuse("more experts than the route kernel holds (" + std::to_string(state_->routes.back().block_n) + ")");
+  if (a.tokens == 0 || a.hidden_size == 0) {
+    state_->last_kernels.clear();
+    return true;
+  }
+  auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (a.out == nullptr || misaligned(a.out)) return refuse("out must be a 16-byte aligned device pointer");
+  if (pairs == 0 || a.experts == 0) {  // no pairs: every row is zero
+    CUresult status = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.out), 0,
+                                         static_cast<size_t>(a.tokens * a.hidden_size * 2), stream);
+    if (status != CUDA_SUCCESS) return refuse("zero fill failed: " + cu.describe(status));
+    state_->last_kernels = "memset";
+    return true;
+  }
+  for (const void* p : {a.hidden, static_cast<const void*>(a.topk_ids), a.topk_weights, a.w_gate_up, a.w_down})
+    if (p == nullptr || misaligned(p))
+      return refuse("hidden, topk_ids, topk_weights, w_gate_up and w_down must be 16-byte aligned device pointers");
+  if (misaligned(a.b_gate_up) || misaligned(a.b_down)) return refuse("the biases must be 16-byte aligned");
+  const Regions r = regions(a.tokens, a.top_k, a.experts, a.hidden_size, a.ffn);
+  if (a.workspace == nullptr || a.workspace_bytes < r.bytes || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
+    return refuse("needs a 256-byte aligned workspace of workspace_bytes() = " + std::to_string(r.bytes) +
+                  " bytes; got " + (a.workspace ? std::to_string(a.workspace_bytes) : std::string("none")));
+
+  // The tiling: among the variants that take H and F (those of aligned sizes first, then "any"), the lowest tile
+  // that holds the average expert's rows, else the tallest. create() keeps an "any" variant, so one is found.
+  const Gemms* gemms = nullptr;
+  const int64_t per_expert = cdiv(pairs, std::min(a.experts, pairs));
+  for (int aligned = 1; aligned >= 0 && gemms == nullptr; --aligned)
+    for (const Gemms& candidate : state_->gemms) {  // lowest tiles first
+      if ((candidate.size_multiple > 1) != (aligned == 1) || a.hidden_size % candidate.size_multiple ||
+          a.ffn % candidate.size_multiple)
+        continue;
+      gemms = &candidate;
+      if (candidate.block_m >= per_expert) break;
+    }
+  const Kernel& gate_up = gated ? gemms->gate_up_gated : gemms->gate_up;
+  const int64_t m_tiles = cdiv(pairs, gemms->block_m) + std::min(a.experts, pairs);
+  if (cdiv(a.ffn, gate_up.block_n) > kGridYLimit || cdiv(a.hidden_size, gemms->down.block_n) > kGridYLimit ||
+      cdiv(a.hidden_size, state_->combine.block_n) > kGridYLimit)
+    return refuse("hidden or FFN size needs more column blocks than a grid holds (65535)");
+
+  const bool wgmma = state_->wgmma_gate_up && state_->wgmma_down && gated && a.layout == GateUpLayout::kBlocked8 &&
+                     a.hidden_size % 8 == 0 && a.ffn % 8 == 0 && a.ffn > 0 && a.experts <= kWgmmaMaxExperts &&
+                     per_expert >= kWgmmaMinRowsPerExpert;
+  const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(a.workspace);
+  CUdeviceptr offs = base + r.offs, tiles = base + r.tiles, sorted = base + r.sorted, h = base + r.h, y = base + r.y;
+  CUdeviceptr hidden = reinterpret_cast<CUdeviceptr>(a.hidden), ids = reinterpret_cast<CUdeviceptr>(a.topk_ids);
+  CUdeviceptr weights = reinterpret_cast<CUdeviceptr>(a.topk_weights), out = reinterpret_cast<CUdeviceptr>(a.out);
+  CUdeviceptr w_gate_up = reinterpret_cast<CUdeviceptr>(a.w_gate_up), w_down = reinterpret_cast<CUdeviceptr>(a.w_down);
+  CUdeviceptr b_gate_up = reinterpret_cast<CUdeviceptr>(a.b_gate_up), b_down = reinterpret_cast<CUdeviceptr>(a.b_down);
+  CUdeviceptr no_scratch = 0;  // Triton's two trailing scratch pointers: these kernels need none
+  int32_t pairs_arg = static_cast<int32_t>(pairs), experts = static_cast<int32_t>(a.experts);
+  int32_t block_m = gemms->block_m, tokens = static_cast<int32_t>(a.tokens);
+  int32_t size = static_cast<int32_t>(a.hidden_size), ffn = static_cast<int32_t>(a.ffn);
+  int32_t top_k = static_cast<int32_t>(a.top_k), block_arg = static_cast<int32_t>(block);
+  int32_t has_gate_up_bias = a.b_gate_up != nullptr, has_down_bias = a.b_down != nullptr;
+  int32_t weights_16bit = !a.weights_fp32, activation_arg = activation;
+  float alpha = a.alpha, limit = a.limit;
+
+  std::string ran;
+  auto run = [&](const Kernel& kernel, int64_t grid_x, int64_t grid_y, void** args) {
+    CUresult status = cu.cuLaunchKernel(kernel.function, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                                        1, static_cast<unsigned>(kernel.threads), 1, 1,
+                                        static_cast<unsigned>(kernel.shared_bytes), stream, args, nullptr);
+    if (status != CUDA_SUCCESS) return refuse("launching " + kernel.name + " failed: " + cu.describe(status));
+    ran += (ran.empty() ? "" : " + ") + kernel.name;
+    return true;
+  };
+  // moe_experts.py's signatures, then the two scratch pointers.
+  void* route_args[] = {&ids, &offs, &sorted, &tiles, &pairs_arg, &experts, &block_m, &no_scratch, &no_scratch};
+  void* gate_up_args[] = {&hidden, &sorted, &w_gate_up, &b_gate_up, &tiles,  &offs,          &h,
+                          &size,   &ffn,    &top_k,     &block_arg, &activation_arg, &alpha, &limit,
+                          &has_gate_up_bias, &no_scratch, &no_scratch};
+  void* down_args[] = {&h,    &sorted, &w_down, &b_down,        &weights,       &tiles,      &offs,      &y,
+                       &size, &ffn,    &has_down_bias, &weights_16bit, &no_scratch, &no_scratch};
+  void* combine_args[] = {&y, &ids, &out, &tokens, &size, &top_k, &experts, &no_scratch, &no_scratch};
+  if (!run(*route, cdiv(pairs, route->block_k), 1, route_args)) return false;
+  if (wgmma) {
+    // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
+    CUdeviceptr gathered = y;
+    void* gather_args[] = {&hidden, &sorted, &offs, &gathered, &size, &experts, &top_k, &no_scratch, &no_scratch};
+    if (!run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(a.hidden_size, state_->gather.block_n),
+             gather_args))
+      return false;
+    MoEEpilogue gate_up_epilogue;
+    gate_up_epilogue.bias = a.b_gate_up;
+    gate_up_epilogue.activation = activation;
+    gate_up_epilogue.alpha = a.alpha;
+    gate_up_epilogue.limit = a.limit;
+    MoEEpilogue down_epilogue;
+    down_epilogue.bias = a.b_down;
+    down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
+    down_epilogue.weights = a.topk_weights;
+    down_epilogue.weights_16bit = weights_16bit;
+    const auto* offsets = reinterpret_cast<const int32_t*>(offs);
+    std::string message;
+    if (!state_->wgmma_gate_up->launch(reinterpret_cast<const void*>(gathered), a.w_gate_up, offsets,
+                                       reinterpret_cast<void*>(h), pairs, a.hidden_size, rows, a.experts, true, stream,
+                                       &message, nullptr, &gate_up_epilogue) ||
+        !state_->wgmma_down->launch(reinterpret_cast<const void*>(h), a.w_down, offsets, reinterpret_cast<void*>(y),
+                                    pairs, a.ffn, a.hidden_size, a.experts, true, stream, &message, nullptr,
+                                    &down_epilogue))
+      return refuse(message);
+    ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
+  } else {
+    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_args)) return false;
+    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_args)) return false;
+  }
+  if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
+           combine_args))
+    return false;
+  state_->last_kernels = ran;
+  return true;
+}
+
+const std::string& MoEExpertsLauncher::last_kernels() const { return state_->last_kernels; }
+
+}  // namespace et_trt::kernels

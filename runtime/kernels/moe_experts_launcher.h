@@ -1,0 +1,116 @@
+// Launches the ahead-of-time compiled fused MoE experts kernels (et_trt_backend/kernels/moe_experts.py,
+// issue 32's MoEExperts op) through the CUDA driver API, as GroupedMMLauncher does the grouped GEMM.
+//
+// Semantics (et_trt_backend/moe_experts.py, the one definition):
+//   out[t] = sum over j < k with 0 <= e = topk_ids[t, j] < E of
+//            topk_weights[t, j] * down_e(act(gate_up_e(hidden[t])))
+// products in float32, the gate+up output (bias included) rounded to the images' dtype before the
+// activation, the activation's result rounded to it, the down output kept in float32 through the
+// weighted sum (over j in order), rounded once. Ids outside [0, E) contribute nothing and are never
+// used as an index.
+//
+// One launch enqueues, with no device-to-host synchronisation:
+//   moe_route    counts and offsets per expert and the token-expert pairs sorted by expert (stable)
+//   moe_gate_up  grouped GEMM of the rows gathered from hidden by that order, the activation in its
+//                epilogue, into the workspace [pairs, F]
+//   moe_down     grouped GEMM of those rows with the routing weight (and bias) in its epilogue, each
+//                row written in float32 where its pair (t, j) lies
+//   moe_combine  out[t] = the sum over j of its pairs' rows, rounded
+// (four launches). On sm_90a, with the wgmma kernel's MoE images ("moe_gate_up_gated" and "moe_down" of
+// variant "wgmma", run through GroupedMMLauncher) and "moe_gather": for gated activations, blocked8 rows,
+// hidden and FFN sizes multiples of 8, at most 1024 experts and at least 64 pairs per expert on average, the
+// two GEMMs are those, behind moe_gather, which copies the rows in pair order for their TMA loads (five).
+// Elsewhere the Triton tilings serve every size.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "image_loading.h"  // KernelImageRef, is_moe_experts_image
+
+namespace et_trt::kernels {
+
+// plugin_names.MOE_ACTIVATIONS, value for value (tests/test_moe_experts.py checks the two agree).
+enum class MoEActivation : int32_t {
+  kSwiGLU = 0,     // silu(g) * u
+  kGeGLUTanh = 1,  // gelu_tanh(g) * u
+  kGeGLUErf = 2,   // gelu(g) * u
+  kGptOssGLU = 3,  // g = min(g, limit), u = clamp(u, -limit, limit), (u + 1) * g * sigmoid(alpha * g)
+  kSiLU = 4,
+  kGeluTanh = 5,
+  kGeluErf = 6,
+  kReLU2 = 7,  // relu(x)^2
+};
+constexpr int32_t kMoEActivationCount = 8;
+// Gated activations take a gate+up output of 2F columns; the others F.
+constexpr bool is_gated(MoEActivation activation) { return static_cast<int32_t>(activation) <= 3; }
+
+// plugin_names.MOE_GATE_UP_LAYOUTS: where feature f's gate and up rows lie among an expert's 2F gate+up
+// weight rows, as a block B: gate row (f / B) * 2B + f % B, up row that + B.
+enum class GateUpLayout : int32_t {
+  kConcat = 0,       // B = F: gate rows [0, F), up rows [F, 2F)
+  kInterleaved = 1,  // B = 1: gate rows even, up rows odd (GPT-OSS)
+  kBlocked8 = 2,     // B = 8 (F % 8 == 0): the layout the kernels read fastest; the lowering writes it
+};
+// The layout of the ONNX attribute's string ("concat", "interleaved", "blocked8"); false for any other.
+bool parse_gate_up_layout(const std::string& name, GateUpLayout* layout);
+
+// One call's operands: device pointers, 16-byte aligned, dense row-major.
+struct MoEExpertsArgs {
+  const void* hidden = nullptr;        // [tokens, hidden_size], the images' dtype
+  const int32_t* topk_ids = nullptr;   // [tokens, top_k], any values
+  const void* topk_weights = nullptr;  // [tokens, top_k]: float32 where weights_fp32, else the images' dtype
+  bool weights_fp32 = true;
+  const void* w_gate_up = nullptr;  // [experts, N1, hidden_size]; N1 = 2 * ffn for gated activations, else ffn
+  const void* w_down = nullptr;     // [experts, hidden_size, ffn]
+  const void* b_gate_up = nullptr;  // [experts, N1] or null
+  const void* b_down = nullptr;     // [experts, hidden_size] or null
+  void* out = nullptr;              // [tokens, hidden_size], the images' dtype
+  int64_t tokens = 0, top_k = 0, experts = 0, hidden_size = 0, ffn = 0;
+  MoEActivation activation = MoEActivation::kSwiGLU;
+  GateUpLayout layout = GateUpLayout::kConcat;  // gated activations only
+  float alpha = 1.702f, limit = 7.0f;           // kGptOssGLU's
+  // At least workspace_bytes(tokens, top_k, experts, hidden_size, ffn) bytes, 256-byte aligned, used by no
+  // other work during the launch.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+class MoEExpertsLauncher {
+ public:
+  // The workspace one launch needs: the offsets and the sorted pairs, the activations [pairs, F] in the
+  // images' dtype (2 bytes) and the weighted down rows [pairs, H] in float32 (pairs = tokens * top_k).
+  static size_t workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn);
+
+  // Loads, for the device of the calling thread's current CUDA context, every MoE experts image that
+  // serves it (as GroupedMMLauncher::create picks them; images of other kernels are ignored). They must
+  // share one dtype and hold a moe_route, moe_combine and an "any" variant of moe_gate_up and moe_down for
+  // this GPU. nullptr and *error (naming the GPU, the images offered and the fix) otherwise.
+  static std::unique_ptr<MoEExpertsLauncher> create(const std::vector<KernelImageRef>& images, std::string* error);
+  ~MoEExpertsLauncher();
+  MoEExpertsLauncher(const MoEExpertsLauncher&) = delete;
+  MoEExpertsLauncher& operator=(const MoEExpertsLauncher&) = delete;
+
+  // Enqueues the block on `stream`; never blocks. false and *error on: negative sizes, sizes the kernels
+  // cannot index (tokens * top_k, hidden_size, ffn or an expert's weights at 2^31 - 1024 or more), more
+  // experts than the route kernel holds, an activation or layout out of range, blocked8 with ffn % 8 != 0,
+  // null or unaligned pointers, a short or unaligned workspace, or a failed launch. tokens == 0 or
+  // hidden_size == 0 is a no-op; top_k, experts or ffn == 0 writes zeros. Not thread-safe, one stream at a
+  // time (as GroupedMMLauncher).
+  bool launch(const MoEExpertsArgs& args, CUstream stream, std::string* error);
+
+  // The kernels the last successful launch ran, in order, joined by " + " (device checks, benchmarks).
+  const std::string& last_kernels() const;
+
+ private:
+  struct State;
+  explicit MoEExpertsLauncher(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace et_trt::kernels
