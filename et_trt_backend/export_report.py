@@ -19,6 +19,9 @@ from et_trt_backend.source_lines import source_line
 
 # The reason for a supported op that no TensorRT partition holds.
 NOT_CLAIMED = "supported, but no TensorRT partition holds it"
+# Node meta key under which TensorRTPartitioner keeps its verdict on an op it leaves out: the verdict depends on
+# the op's recipe part (truncate_double), which the graph alone does not say.
+REASON_META = "et_trt_unsupported_reason"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +68,13 @@ def is_op(node: Node) -> bool:
 def left_out(nodes: list[Node]) -> list[LeftOut]:
     """The ops among `nodes` (in graph order) grouped by op, source line and reason, first occurrence first."""
     counts = collections.Counter(
-        (str(op_support.aten_overload(n.target)), source_line(n), op_support.unsupported_reason(n) or NOT_CLAIMED)
-        for n in nodes if is_op(n))
+        (str(op_support.aten_overload(n.target)), source_line(n), _reason(n)) for n in nodes if is_op(n))
     return [LeftOut(op, source, reason, count) for (op, source, reason), count in counts.items()]
+
+
+def _reason(node: Node) -> str:
+    """The partitioner's verdict on `node` where it left one, else the support rule's with the default options."""
+    return node.meta.get(REASON_META) or op_support.unsupported_reason(node) or NOT_CLAIMED
 
 
 def report(edge) -> list[ProgramReport]:

@@ -1,9 +1,11 @@
 """Running et-trt `.pte` files from Python: load the C++ delegate into ExecuTorch's runtime.
 
     from et_trt_backend import runtime
-    runtime.load()                                   # registers "EtTrtBackend"
-    from executorch.runtime import Runtime
-    method = Runtime.get().load_program("policy.pte").load_method("forward")
+    program = runtime.load_program("policy.pte", data_path="policy.ptd")  # the delegate loaded, the .ptd checked
+    method = program.load_method("forward")
+
+runtime.load() alone registers "EtTrtBackend" for ExecuTorch's own `Runtime.get().load_program`, which
+reads a .ptd without checking it (verify_data_file does).
 
 The delegate is `libet_trt_runtime.so`, built from runtime/: into the package by `pip install .`,
 or into runtime/build of a source checkout by scripts/build_runtime.sh (libraries.py). It links
@@ -42,6 +44,10 @@ _loaded: ctypes.CDLL | None = None
 
 class RuntimeLoadError(RuntimeError):
     """The delegate library cannot be found or loaded; the message says how to fix it."""
+
+
+class DataFileError(ValueError):
+    """A data file (.ptd) ExecuTorch cannot read safely; the message (one line) names it and what is wrong."""
 
 
 def library_path() -> pathlib.Path:
@@ -116,6 +122,8 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     global _loaded
     if engine_cache_dir is not None:
         os.environ[ENGINE_CACHE_ENV] = str(engine_cache_dir)
+    if path is None and _loaded is not None:
+        return _loaded  # loaded from a path given earlier: the default path may hold none
     _point_at_tensorrt_rtx()
     lib_path = pathlib.Path(path) if path is not None else library_path()
     if not lib_path.is_file():
@@ -142,6 +150,30 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
     logger.info("loaded %s: '%s' registered", lib_path, BACKEND_ID)
     _loaded = lib
     return lib
+
+
+def verify_data_file(path: str | os.PathLike) -> None:
+    """Raises DataFileError (one line naming the file and what is wrong) unless `path` is an ExecuTorch data
+    file (.ptd) whose structure ExecuTorch can read without going out of bounds: the C++
+    et_trt::verify_data_file (runtime/include/et_trt/data_file.h), which et_trt_runner runs too. ExecuTorch
+    runs no flatbuffers Verifier on a .ptd itself, and a damaged one can crash the process that loads it."""
+    fn = load().et_trt_verify_data_file
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    error = ctypes.create_string_buffer(4096)
+    if fn(os.fsencode(path), error, len(error)) != 0:
+        raise DataFileError(error.value.decode(errors="replace"))
+
+
+def load_program(program: str | os.PathLike | bytes, data_path: str | os.PathLike | None = None, **kwargs):
+    """ExecuTorch's `Runtime.get().load_program(program, data_path=...)` (keyword arguments pass through) with the
+    delegate loaded and the data file verified first (verify_data_file)."""
+    from executorch.runtime import Runtime
+
+    load()
+    if data_path is not None:
+        verify_data_file(data_path)
+    return Runtime.get().load_program(program, data_path=data_path, **kwargs)
 
 
 def _point_at_tensorrt_rtx() -> None:

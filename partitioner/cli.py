@@ -154,7 +154,7 @@ def _print_partition(i: int, partition, detail: bool) -> None:
     print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
           + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
     home = c.data_file or "the .pte"
-    found = "" if all(d.data is not None for d in c.named_data()) else f", NOT FOUND (pass --data {c.data_file})"
+    found = "" if partition.missing_data is None else f", NOT FOUND ({partition.missing_data})"
     print(f"    weights: {len(c.weights)} external, {_size(sum(w.data.size for w in c.weights))}, named data in "
           f"{home}{found}")
     print("    precision in the ONNX: " + "; ".join(

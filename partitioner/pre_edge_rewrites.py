@@ -26,6 +26,9 @@ would otherwise break the program for TensorRT:
 - float64 program inputs and outputs -> a float32 round trip (truncate_double):
   TensorRT binds no float64, so the cast to and from float64 at the edge of a
   partition stays on ExecuTorch (_float64_boundary_casts).
+- adaptive_max_pool2d -> max_pool2d_with_indices where the input is a whole
+  number of windows. It is not core ATen, has no decomposition and returns
+  two tensors: ExecuTorch's edge verifier would refuse it.
 - sort(stable=True) -> argsort(stable=True) + gather. sort.stable is not core
   ATen and, having two outputs, cannot be preserved through to_edge;
   argsort.stable has one output and is preserved (op_support.PRESERVED_OPS).
@@ -38,7 +41,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 from torch.utils import _pytree as pytree
 
-from et_trt_backend.op_support import unsupported_reason
+from et_trt_backend.op_support import holds_float64, unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
 from et_trt_backend.source_lines import source_line
 
@@ -82,7 +85,18 @@ def _new_empty(x: torch.Tensor, size, **kwargs) -> torch.Tensor:
     return aten.new_zeros.default(x, size, **kwargs)
 
 
+def _adaptive_max_pool2d(x: torch.Tensor, output_size):
+    """Windows of one static size (the input divisible by the output): the same values and indices as
+    max_pool2d_with_indices with that kernel and stride. Other sizes fall through (NotImplemented)."""
+    sizes = [*x.shape[-2:], *output_size]
+    if not all(isinstance(s, int) for s in sizes) or sizes[0] % sizes[2] or sizes[1] % sizes[3]:
+        return NotImplemented
+    kernel = [sizes[0] // sizes[2], sizes[1] // sizes[3]]
+    return aten.max_pool2d_with_indices.default(x, kernel, kernel)
+
+
 PRE_DECOMPOSITIONS = {
+    aten.adaptive_max_pool2d.default: _adaptive_max_pool2d,
     aten.empty_like.default: _empty_like,
     aten.new_empty.default: _new_empty,
     aten.one_hot.default: _one_hot,
@@ -130,15 +144,10 @@ def _refuse_other_bincounts(program: ExportedProgram) -> None:
             raise PartitionError(f"aten.bincount.default at {source_line(node)}: {unsupported_reason(node)}")
 
 
-def _is_float64(node) -> bool:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
-
-
 def _float64_boundaries(program: ExportedProgram) -> bool:
     user_inputs = set(program.graph_signature.user_inputs)
     inputs = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
-    return any(map(_is_float64, inputs + pytree.tree_leaves(program.graph.output_node().args)))
+    return any(map(holds_float64, inputs + pytree.tree_leaves(program.graph.output_node().args)))
 
 
 def _float64_boundary_casts(program: ExportedProgram) -> None:
@@ -154,14 +163,14 @@ def _float64_boundary_casts(program: ExportedProgram) -> None:
         narrow = graph.call_function(aten._to_copy.default, (value,), {"dtype": torch.float32})
         return narrow, graph.call_function(aten._to_copy.default, (narrow,), {"dtype": torch.float64})
 
-    for node in [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs and _is_float64(n)]:
+    for node in [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs and holds_float64(n)]:
         with graph.inserting_before(first_op):
             narrow, wide = round_trip(node)
         node.replace_all_uses_with(wide, delete_user_cb=lambda user: user is not narrow)
     output = graph.output_node()
     values, spec = pytree.tree_flatten(output.args)
     for i, value in enumerate(values):
-        if _is_float64(value):
+        if holds_float64(value):
             with graph.inserting_before(output):
                 values[i] = round_trip(value)[1]
             program.graph_signature.output_specs[i].arg = TensorArgument(name=values[i].name)

@@ -45,8 +45,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from et_trt_backend import BACKEND_ID
 from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
-from et_trt_backend.export_report import describe, is_op, left_out
-from et_trt_backend.op_support import aten_overload
+from et_trt_backend.export_report import REASON_META, describe, is_op, left_out
+from et_trt_backend.op_support import aten_overload, holds_float64
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
 from et_trt_backend.source_lines import source_line
 
@@ -112,15 +112,11 @@ def _keep_float64_inside(nodes: list[Node], parts: Mapping[Node, str], reasons: 
             return producer.name in user_inputs  # weights go into the partition that uses them
         return producer not in supported or parts.get(producer) != parts.get(consumer)
 
-    def is_float64(node: Node) -> bool:
-        value = node.meta.get("val")
-        return isinstance(value, torch.Tensor) and value.dtype == torch.float64
-
     while True:
         crossing = [
             n for n in nodes if n in supported and (
-                any(is_float64(a) and outside(a, n) for a in n.all_input_nodes)
-                or (is_float64(n) and any(u.op == "output" or outside(n, u) for u in n.users)))
+                any(holds_float64(a) and outside(a, n) for a in n.all_input_nodes)
+                or (holds_float64(n) and any(u.op == "output" or outside(n, u) for u in n.users)))
         ]
         if not crossing:
             return
@@ -223,6 +219,9 @@ class TensorRTPartitioner(Partitioner):
 
         for node, tag in tags.items():
             node.meta["delegation_tag"] = tag
+        for node, reason in reasons.items():
+            if reason is not None:
+                node.meta[REASON_META] = reason  # the report's reason for an op left out (export_report)
         tag_constant_data(exported_program)
         self._log_summary(name, partitions, blocks, tags, nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=specs)

@@ -20,6 +20,9 @@ log "installing et-trt and its pinned dependencies into .venv"
 # torch 2.13.0 (CPU) first so nothing pulls a CUDA build; then the package.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test,tensorrt-rtx]" "cmake>=3.28,<4"
+# LeRobot's policies (tests/test_lerobot_policies.py): lerobot pins torch<2.11, so it goes in without its
+# dependencies; what its policy code imports is in the [test] extra.
+.venv/bin/python -m pip install -q --no-deps "lerobot==0.4.4"
 ./scripts/link_tensorrt_rtx.sh
 
 log "building the C++ runtime (runtime/build)"

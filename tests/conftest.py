@@ -8,8 +8,11 @@ import shutil
 import subprocess
 
 import pytest
+from support import torchvision_cpu
 
 from et_trt_backend.kernels import images
+
+torchvision_cpu.allow_import()  # before any test module imports transformers or torchvision
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ off by 1e10 on unit inputs), its float16 one exact.
 
 import torch
 import triton
-from test_moe_experts import make_inputs
+from support.moe_inputs import make_inputs
 
 from et_trt_backend import moe_experts
 from et_trt_backend.kernels import moe_experts as kernels

@@ -19,12 +19,15 @@ from et_trt_partitioner import cli
 from et_trt_partitioner.export import UsageError, export, file_safe
 
 FLOAT64_LINE = "z = (y.double() * 2).to(y.dtype)"
-# No engines at export: the summary does not depend on them, and the test stays quick.
-RECIPE = "[default]\nengine_build = \"never\"\n"
+# No engines at export: the summary does not depend on them, and the test stays quick. float64 kept as float64
+# (truncate_double = false): a step that cannot run in TensorRT, so the export has a fallback to report.
+RECIPE = "[default]\nengine_build = \"never\"\ntruncate_double = false\n"
+RECIPE_DICT = {"default": {"engine_build": "never", "truncate_double": False}}
 
 
 class PaddedMishHead(torch.nn.Module):
-    """An action head as users write them: Mish, a padded sequence, and a float64 step TensorRT cannot hold."""
+    """An action head as users write them: Mish, a padded sequence, and a float64 step (kept in float64 by the
+    tests' recipe, so TensorRT cannot hold it)."""
 
     def __init__(self):
         super().__init__()
@@ -83,7 +86,7 @@ def test_the_report_names_every_op_left_out_with_its_reason_and_source_line(expo
     # The float64 multiplication runs in ExecuTorch, for the dtype rule's reason, at its line of this file.
     mul = next(e for e in program.left_out if e.op == "aten.mul.Tensor")
     assert mul.source == _source_line(FLOAT64_LINE)
-    assert mul.reason.startswith("tensor of dtype float64; TensorRT tensors are")
+    assert mul.reason.startswith("tensor of dtype float64, which TensorRT lacks; set truncate_double = true")
     for entry in program.left_out:
         assert entry.reason and entry.source.startswith(f"{__file__}:"), entry
     assert sum(e.count for e in program.left_out) == _ops_outside_delegates(export_head())
@@ -95,7 +98,7 @@ def _ops_outside_delegates(program: torch.export.ExportedProgram) -> int:
 
     from et_trt_partitioner import TensorRTPartitioner
 
-    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner({"default": {"engine_build": "never"}})])
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner(RECIPE_DICT)])
     return sum(map(is_op, edge.exported_program().graph.nodes))
 
 
@@ -115,8 +118,7 @@ def test_a_python_export_with_no_logging_set_up_prints_the_fallbacks_and_nothing
               "from executorch.exir import to_edge_transform_and_lower\n"
               "from et_trt_partitioner import TensorRTPartitioner\n"
               "import test_export_summary as t\n"
-              "to_edge_transform_and_lower(t.export_head(), partitioner=[TensorRTPartitioner(\n"
-              "    {'default': {'engine_build': 'never'}})])\n")
+              "to_edge_transform_and_lower(t.export_head(), partitioner=[TensorRTPartitioner(t.RECIPE_DICT)])\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"^TensorRTPartitioner: \d+ op\(s\) left to ExecuTorch, outside TensorRT:$", result.stderr, re.M)

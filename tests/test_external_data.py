@@ -8,8 +8,12 @@ and et_trt_runner), and a missing, foreign or corrupted .ptd is refused naming t
 
 from __future__ import annotations
 
+import os
 import pathlib
+import random
+import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -126,7 +130,7 @@ def test_a_corrupted_ptd_is_refused_naming_the_file_and_key(built_runtime, exter
     assert code == 1
 
 
-def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
+def test_a_ptd_of_another_export_is_refused_saying_so(built_runtime, external, tmp_path, capsys):
     other = tmp_path / f"{TAG}.pte"
     exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
     external_data.tag_weights(exported, TAG)
@@ -138,10 +142,80 @@ def test_a_ptd_of_another_export_is_refused(built_runtime, external, tmp_path):
         {"default": {"kernel_archs": ["sm_80"], "engine_build": "never"}})]).to_executorch()
     program.write_tensor_data_to_file(str(tmp_path))
     other.write_bytes(program.buffer)
-    result = run_process([RUNNER, external, "--data-path", tmp_path / f"{TAG}.ptd", "--iterations", "1"])
+    foreign = tmp_path / f"{TAG}.ptd"
+    result = run_process([RUNNER, external, "--data-path", foreign, "--iterations", "1"])
     assert result.returncode == 1
     log = joined_log(result.stderr)
-    assert "is not in the program's named data" in log and f"exported to '{TAG}.ptd'" in log, log[-3000:]
+    said = (r"is not in the program's named data \(NamedDataMap: Error::NotFound\)\. The program's data holds \d+ of "
+            r"this part's \d+ named data \(\d+ et-trt entries in all\): the data file it was loaded with is from "
+            rf"another export, or damaged; load the program with the '{TAG}.ptd' exported with this .pte")
+    assert re.search(said, log), log[-3000:]
+    assert re.search(said, _load_in_python(external, foreign))
+    assert cli.main(["-q", "inspect", str(external), "--data", str(foreign)]) == 0
+    assert re.search(rf"named data in {TAG}.ptd, NOT FOUND \({TAG}.ptd is from another export, or damaged: it holds "
+                     rf"\d+ of this part's \d+ named data; pass the {TAG}.ptd exported with this .pte\)",
+                     capsys.readouterr().out)
+    assert cli.main(["-q", "check", str(external), "--data", str(foreign)]) == 1
+    assert f"{TAG}.ptd is from another export, or damaged" in capsys.readouterr().err
+
+
+def _wild_root_table(external: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
+    """A copy of the .ptd whose root table's offset to its vtable points far outside the file: one of the edits
+    that crash ExecuTorch's FlatTensorDataMap, which reads the flatbuffer unverified (issue 34)."""
+    data = bytearray(external.with_suffix(".ptd").read_bytes())
+    root = int.from_bytes(data[:4], "little")
+    data[root:root + 4] = (0x7FFF0000).to_bytes(4, "little")
+    bad = folder / "wild.ptd"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+def test_both_front_ends_refuse_a_damaged_ptd_in_one_line_before_executorch_reads_it(built_runtime, external,
+                                                                                     tmp_path):
+    bad = _wild_root_table(external, tmp_path)
+    problem = f"{bad}: its flatbuffer (the key table, "
+    result = run_process([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.startswith(f"et_trt_runner: {problem}") and result.stderr.count("\n") == 1, result.stderr
+    script = ("from et_trt_backend import runtime\n"
+              "try:\n"
+              f"    runtime.load_program({str(external)!r}, data_path={str(bad)!r})\n"
+              "except runtime.DataFileError as e:\n"
+              "    print(e)\n")
+    result = run_process([sys.executable, "-c", script])
+    assert result.returncode == 0 and result.stdout.startswith(problem) and result.stdout.count("\n") == 1, result
+
+
+def test_inspect_and_check_refuse_a_damaged_ptd_in_one_line(external, tmp_path, capsys):
+    """Not with flatc's command line, which crashes on this file (issue 35)."""
+    bad = _wild_root_table(external, tmp_path)
+    for command in ("inspect", "check"):
+        assert cli.main(["-q", command, str(external), "--data", str(bad)]) != 0
+        err = capsys.readouterr().err
+        assert f"{bad}: its flatbuffer (the key table) does not parse; copy the file again" in err, err
+        assert err.count("\n") == 1 and "flatc" not in err, err
+
+
+@pytest.mark.parametrize("front_end", ["et_trt_runner", "Python"])
+def test_ptd_and_blob_mutants_are_refused_in_one_line_without_a_crash(built_runtime, external, tmp_path, front_end):
+    """A few hundred of support/loading_fuzz.py's mutants (its full run is >= 7000, runtime/README.md "Tests"): data
+    files cut, flipped and with swapped keys, and resealed blobs, each refused by the data file check, the blob
+    reader, the named data's digests or (past them all) for want of TensorRT; none crashes or is refused unclearly."""
+    from support import loading_fuzz
+
+    seed = random.randrange(1 << 30)
+    ptd_count, blob_count = (60, 60) if front_end == "et_trt_runner" else (100, 100)
+    subject = loading_fuzz.Subject(external, external.with_suffix(".ptd"), seed, ptd_count)
+    env = dict(os.environ, ET_TRT_RUNTIME_LIBRARY=str(built_runtime / "libet_trt_runtime.so"))
+    paths, indices = (external, external.with_suffix(".ptd")), range(ptd_count + blob_count)
+    if front_end == "et_trt_runner":
+        outcomes = loading_fuzz.through_runner(subject, paths, RUNNER, indices, tmp_path, env)
+    else:
+        outcomes = loading_fuzz.through_python(subject, paths, indices, tmp_path, env)
+    bad = [o for o in outcomes if o.verdict in ("crash", "unclear")]
+    assert not bad, f"seed {seed}: mutant {bad[0].index} ({bad[0].kind}) {bad[0].verdict}:\n{bad[0].detail}"
+    verdicts = {o.verdict for o in outcomes}
+    assert {"data file", "named data", "blob"} <= verdicts, (seed, loading_fuzz.summary(front_end, outcomes))
 
 
 # ---- et-trt inspect and check ------------------------------------------------------------------------------

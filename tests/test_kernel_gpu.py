@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from support.gpu_launchers import launcher_device
 
 pytestmark = [
     pytest.mark.gpu,
@@ -29,14 +30,7 @@ def _launcher(dtype, trans_b, variant=None, weight_format="dense"):
     and the row quantizations)."""
     from et_trt_backend.kernels import launcher, op
 
-    try:
-        launcher.library_path()
-    except launcher.LauncherError as e:
-        pytest.skip(str(e))
-    if not os.environ.get(op.IMAGES_ENV):
-        pytest.importorskip("triton", reason="no ET_TRT_KERNEL_IMAGES and no Triton to compile images")
-    device = torch.device("cuda", torch.cuda.current_device())
-    torch.empty(1, device=device)  # makes the CUDA context current
+    device = launcher_device()
     if variant is None:
         return op._launcher(device, op._DTYPES[dtype], trans_b, weight_format)
     key = (dtype, trans_b, variant, weight_format)

@@ -80,6 +80,24 @@ def test_fp8_cubin_uses_fp8_wgmma_at_every_width(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("moe, kernel, staged", [("gate_up", "moe_gate_up_gated", True), ("down", "moe_down", False)])
+def test_moe_cubins_use_wgmma_at_every_width(moe, kernel, staged, tmp_path):
+    """The MoE experts op's builds (ET_TRT_MOE): the same pipeline at every tile width; the gate+up epilogue stages
+    through stmatrix, the down one stores its float32 rows straight out."""
+    pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
+    image = sm90.image("bf16", moe=moe)
+    assert (image.kernel, image.variant, image.arch) == (kernel, "wgmma", "sm_90a")
+    assert (image.block_m, image.block_n) == (sm90.MAX_WIDTH, sm90.TILE_FEATURES)
+    sass = _sass(image.image.bytes(), tmp_path)
+    widths = {int(n) for n in re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16\s", sass)}
+    assert widths == set(range(8, 257, 8)), "a tile width has no wgmma"
+    assert "UTMALDG.2D.MULTICAST" in sass and ("STSM" in sass) == staged
+    assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
+    with pytest.raises(ValueError, match="MoE mode"):
+        sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), weight_format="fp8", moe=moe)
+
+
+@needs_nvcc
 def test_image_comes_from_the_disk_cache(monkeypatch):
     first = sm90.image("bf16")
     monkeypatch.setattr(sm90, "compile_cubin", lambda *a, **k: pytest.fail("compiled although the cache holds it"))

@@ -76,7 +76,7 @@ def test_transformers_moe_blocks(name):
 
 def test_moe_stack_partitions_each_match_static_tokens():
     parts = _check(_export(moe_models.bf16(moe_models.MoEStack()), tokens=7, dynamic=False), tokens=(7,))
-    assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+    assert len(parts) == 2  # split around the op that stays in ExecuTorch
 
 
 def test_moe_stack_shares_the_dynamic_token_count():
@@ -87,7 +87,7 @@ def test_moe_stack_shares_the_dynamic_token_count():
         _export(moe_models.bf16(moe_models.MoEStack())), partitioner=[TensorRTPartitioner(DENSE)])
     edge.to_executorch()
     parts = delegated_parts(edge)
-    assert len(parts) == 2  # split around the flip that stays in ExecuTorch
+    assert len(parts) == 2  # split around the op that stays in ExecuTorch
     for program, contents in parts:
         placeholders = {n.name: n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"}
         user = program.graph_signature.user_inputs

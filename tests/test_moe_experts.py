@@ -3,7 +3,6 @@ computation and against PyTorch's bf16 MoE block, its layouts and input checks, 
 mirror. The kernels are tested in tests/test_moe_experts_kernels.py (Triton's interpreter) and
 tests/test_moe_experts_gpu.py."""
 
-import math
 import pathlib
 import re
 
@@ -11,29 +10,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from support.moe_inputs import make_inputs
+
 from et_trt_backend import moe_experts, plugin_names
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ACTIVATIONS = list(plugin_names.MOE_ACTIVATIONS)
-
-
-def make_inputs(tokens, top_k, experts, hidden, ffn, activation, *, dtype=torch.bfloat16, bias=False,
-                weights_dtype=torch.float32, invalid=0.0, seed=0):
-    """Random inputs of the op; `invalid` of the ids out of [0, E) (negative or past the end)."""
-    g = torch.Generator().manual_seed(seed)
-    rows = 2 * ffn if moe_experts.is_gated(activation) else ffn
-    hidden_states = torch.randn(tokens, hidden, generator=g).to(dtype)
-    ids = torch.stack([torch.randperm(experts, generator=g)[:top_k] for _ in range(tokens)]) if tokens else \
-        torch.zeros(0, top_k, dtype=torch.long)
-    bad = torch.rand(ids.shape, generator=g) < invalid
-    wild = torch.where(torch.rand(ids.shape, generator=g) < 0.5, -1 - ids, experts + ids)
-    ids = torch.where(bad, wild, ids).to(torch.int32)
-    weights = torch.rand(tokens, top_k, generator=g).to(weights_dtype)
-    w_gate_up = (torch.randn(experts, rows, hidden, generator=g) / math.sqrt(hidden)).to(dtype)
-    w_down = (torch.randn(experts, hidden, ffn, generator=g) / math.sqrt(ffn)).to(dtype)
-    b_gate_up = (torch.randn(experts, rows, generator=g) * 0.1).to(dtype) if bias else None
-    b_down = (torch.randn(experts, hidden, generator=g) * 0.1).to(dtype) if bias else None
-    return hidden_states, ids, weights, w_gate_up, w_down, b_gate_up, b_down
 
 
 def float64_experts(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, layout):
@@ -135,7 +117,7 @@ def test_no_tokens_and_no_slots():
 
 def test_matches_pytorch_bf16_moe_block():
     """The experts of tests/moe_models.GroupedMoE (PyTorch's own bf16 ops) given its router's ids and weights."""
-    from moe_models import GroupedMoE, bf16
+    from support.moe_models import GroupedMoE, bf16
 
     model = bf16(GroupedMoE(hidden=64, ffn=48, experts=8, top_k=2), seed=3)
     x = torch.randn(40, 64, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)

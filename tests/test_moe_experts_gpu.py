@@ -12,13 +12,12 @@ import sys
 
 import pytest
 import torch
+from support.gpu_launchers import launcher_device
+from support.moe_inputs import make_inputs
+from support.moe_models import HF_FAMILIES, HF_HIDDEN
 
 from et_trt_backend import moe_experts
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS, MOE_GATED_ACTIVATIONS
-
-sys.path.insert(0, os.path.dirname(__file__))
-from moe_models import HF_FAMILIES, HF_HIDDEN  # noqa: E402
-from test_moe_experts import make_inputs  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -28,17 +27,9 @@ pytestmark = [
 
 
 def _launcher(dtype):
-    from et_trt_backend.kernels import launcher, moe_op
+    from et_trt_backend.kernels import moe_op
 
-    try:
-        launcher.library_path()
-    except launcher.LauncherError as e:
-        pytest.skip(str(e))
-    if not os.environ.get(moe_op.IMAGES_ENV):
-        pytest.importorskip("triton", reason="no ET_TRT_KERNEL_IMAGES and no Triton to compile images")
-    device = torch.device("cuda", torch.cuda.current_device())
-    torch.empty(1, device=device)  # makes the CUDA context current
-    return moe_op.launcher_for(device, dtype)
+    return moe_op.launcher_for(launcher_device(), dtype)
 
 
 def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_ALPHA,

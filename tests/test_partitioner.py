@@ -131,7 +131,7 @@ def stack_edge():
 def test_unsupported_op_between_blocks_splits_partitions(stack_edge):
     part = Partitioned(stack_edge)
     assert len(part.result.partition_tags) == 2
-    assert part.outside() == Counter({aten.flip.default: 1})
+    assert part.outside() == Counter({aten.masked_scatter.default: 1})
     part.assert_moe_blocks_whole(expected_blocks=2)
     blocks = find_moe_blocks(part.program.graph)
     assert {b.module for b in blocks} == {"moe0", "moe1"}
@@ -200,13 +200,13 @@ def test_model_without_moe_is_one_partition():
 
 
 def test_nothing_supported_means_no_partition():
-    class Flip(torch.nn.Module):
-        def forward(self, x):
-            return x.flip(0)
+    class Unsupported(torch.nn.Module):
+        def forward(self, x, mask):
+            return x.masked_scatter(mask, x)  # no TensorRT lowering
 
-    part = Partitioned(edge_of(torch.export.export(Flip(), (torch.randn(4),))))
+    part = Partitioned(edge_of(torch.export.export(Unsupported(), (torch.randn(4), torch.rand(4) > 0.5))))
     assert part.result.partition_tags == {}
-    assert part.outside() == Counter({aten.flip.default: 1})
+    assert part.outside() == Counter({aten.masked_scatter.default: 1})
 
 
 def test_errors_leave_the_program_untagged():
@@ -226,5 +226,5 @@ def test_moe_block_split_by_a_detour_names_the_op():
         Partitioned(edge_of(moe_models.export(module)))
     message = str(error.value)
     assert "MoE block 'moe' would be split" in message
-    assert re.search(r"through aten.flip.default at \S*moe_models.py:\d+ \(forward\): ", message), message
+    assert re.search(r"through aten.masked_scatter.default at \S*moe_models.py:\d+ \(forward\): ", message), message
     assert "has no TensorRT lowering" in message

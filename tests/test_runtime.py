@@ -24,7 +24,7 @@ from et_trt_backend import BACKEND_ID, runtime
 from et_trt_backend.serialization.blob import deserialize
 from et_trt_backend.serialization.pte import read_delegates, read_partitions
 from support import damaged_pte
-from support.runtime_runs import NOT_BUILT, RUNNER, load_method_refused, run_process
+from support.runtime_runs import NOT_BUILT, RUNNER, joined_log, load_method_refused, run_process
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CTEST = pathlib.Path(sys.executable).parent / "ctest"
@@ -85,6 +85,17 @@ def test_load_registers_the_backend(built_runtime, example_pte):
     # differ, or a process could not hold both.
     assert BACKEND_ID != "TensorRTBackend"
     assert all(d.backend_id == BACKEND_ID for d in read_delegates(example_pte.read_bytes()))
+
+
+def test_load_from_a_path_serves_build_engine(built_runtime, example_pte, monkeypatch, tmp_path):
+    """load(PATH), then build_engine (which calls load() again) with no library at the default path: the library
+    already loaded serves it (issue 35: it failed with "...libet_trt_runtime.so does not exist")."""
+    monkeypatch.setattr(runtime, "_loaded", None)
+    monkeypatch.setenv(runtime.LIBRARY_ENV, str(tmp_path / "none" / runtime.LIBRARY_NAME))
+    runtime.load(built_runtime / runtime.LIBRARY_NAME)
+    contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
+    with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
+        runtime.build_engine(contents)
 
 
 def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
@@ -295,3 +306,37 @@ def test_python_runtime_survives_a_part_name_that_is_not_utf8(built_runtime, exa
     bad.write_bytes(bytes(data))
     result = load_method_refused(bad)
     assert "blob field part is not UTF-8 text" in result.stderr, result.stderr[-3000:]
+
+
+# Multi-byte characters at every offset from the delegate's 200-byte line cuts: 2-, 3- and 4-byte ones.
+LONG_PART_NAMES = ["a" * lead + wide * (300 // len(wide.encode())) for wide in ("é", "€", "🤖")
+                   for lead in range(len(wide.encode()))] + ["a" + "é" * 100]
+
+
+def test_python_runtime_survives_long_non_ascii_log_lines(built_runtime, example_pte):
+    """Issue 34's abort reproducer: the delegate's refusal names a part of multi-byte text, longer than one log
+    line, with characters across every cut offset. ExecuTorch's Python log sink throws on a line that is not
+    UTF-8, which aborts the process: each load must end in a Python exception, in a child process that exits
+    cleanly, its log whole UTF-8 with every name intact."""
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "from support import damaged_pte\n"
+        "from executorch.runtime import Runtime\n"
+        "from et_trt_backend import runtime\n"
+        "runtime.load()\n"
+        f"base = open({str(example_pte)!r}, 'rb').read()\n"
+        f"for part in {LONG_PART_NAMES!r}:\n"
+        "    program = Runtime.get().load_program(damaged_pte.with_part_name(base, part))\n"
+        "    try:\n"
+        "        program.load_method('forward')\n"
+        "    except RuntimeError:\n"
+        "        print('refused', flush=True)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=600)
+    stderr = result.stderr.decode()  # strict: a line cut inside a character fails here
+    assert result.returncode == 0, (result.returncode, stderr[-3000:])
+    assert result.stdout.decode().split() == ["refused"] * len(LONG_PART_NAMES)
+    log = joined_log(stderr)
+    for part in LONG_PART_NAMES:
+        assert f"refusing delegate blob: part '{part}': " in log, log[-3000:]

@@ -55,8 +55,9 @@ def test_with_tensorrt_rtx_installed_init_refuses_naming_the_cuda_driver(runner,
     assert "TensorRT for RTX is installed, but cannot load the CUDA driver library libcuda.so.1" in log, log
 
 
-def test_the_python_loader_finds_the_tensorrt_rtx_wheel(rtx_dir, example_pte):
-    """et_trt_backend.runtime.load() points the delegate at the installed wheel by itself."""
+def _load_method_in_python(pte: pathlib.Path, **env) -> tuple[int, str]:
+    """Loads `pte`'s method through the Python runtime, with this build's delegate, in a child process: its exit
+    code (3: refused with a Python exception) and log."""
     library = BUILD / "libet_trt_runtime.so"
     if not library.is_file():
         pytest.skip(f"{library} is not built (scripts/build_tensorrt_layers.sh)")
@@ -64,14 +65,19 @@ def test_the_python_loader_finds_the_tensorrt_rtx_wheel(rtx_dir, example_pte):
         "from executorch.runtime import Runtime\n"
         "from et_trt_backend import runtime\n"
         "runtime.load()\n"
-        f"program = Runtime.get().load_program({str(example_pte)!r})\n"
+        f"program = Runtime.get().load_program({str(pte)!r})\n"
         "try:\n"
         "    program.load_method('forward')\n"
         "except Exception:\n"
         "    raise SystemExit(3)\n"
     )
-    rc, log = _run([sys.executable, "-c", script], ET_TRT_RUNTIME_LIBRARY=str(library),
-                   PYTHONPATH=os.environ.get("PYTHONPATH", str(REPO)))
+    return _run([sys.executable, "-c", script], ET_TRT_RUNTIME_LIBRARY=str(library),
+                PYTHONPATH=os.environ.get("PYTHONPATH", str(REPO)), **env)
+
+
+def test_the_python_loader_finds_the_tensorrt_rtx_wheel(rtx_dir, example_pte):
+    """et_trt_backend.runtime.load() points the delegate at the installed wheel by itself."""
+    rc, log = _load_method_in_python(example_pte)
     assert rc == 3, log
     assert "TensorRT for RTX is installed, but cannot load the CUDA driver library libcuda.so.1" in log, log
 
@@ -121,3 +127,16 @@ def test_export_time_builds_use_tensorrt_only(rtx_dir, example_pte):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "UNAVAILABLE: TensorRT is not installed here: cannot load libnvinfer.so.11" in result.stdout, \
         result.stdout + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("lead", [0, 1])
+def test_a_non_ascii_venv_path_in_the_refusal_does_not_abort_python(example_pte, tmp_path, lead):
+    """Issue 34: a venv under a non-ASCII folder puts its path (the TensorRT for RTX wheel's folder) into the
+    "no engine provider is installed" line, longer than one log line. Cut inside a character, that line made
+    ExecuTorch's Python log sink throw and abort the process; `lead` shifts the path by a byte so that one of
+    the two runs would cut a character."""
+    venv = tmp_path / ("a" * lead + "робот_политика_" * 12) / "site-packages" / "tensorrt_rtx_libs"
+    rc, log = _load_method_in_python(example_pte, ET_TRT_TENSORRT_RTX_DIR=str(venv))
+    assert rc == 3, log[-3000:]  # a Python exception, not SIGABRT (-6)
+    assert "no engine provider is installed: TensorRT: " in log, log[-3000:]
+    assert f"TensorRT for RTX is not installed here: cannot load {venv}/libtensorrt_rtx.so.1" in log, log[-3000:]

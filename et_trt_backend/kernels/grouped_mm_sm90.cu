@@ -319,6 +319,21 @@ struct Scales {
   const float* b;
 };
 
+// Stores one warpgroup's staged rows [0, staged_rows), PIECES 16-byte pieces each (piece p of staged row r at
+// staging[r * PIECES * 8 + slot(r, p) * 8]: swizzled), to out's rows tile.first_row + chunk + r, columns
+// column0 + 8p: those of the tile's rows and below `columns` (out's row length).
+template <int PIECES, typename T, typename Slot>
+__device__ __forceinline__ void store_staged(const T* staging, int staged_rows, int chunk, const Tile& tile, T* out,
+                                             int column0, int columns, Slot slot) {
+  for (int i = threadIdx.x % 128; i < staged_rows * PIECES; i += 128) {
+    const int staged = i / PIECES, part = i % PIECES;
+    const int column = column0 + part * 8;
+    if (chunk + staged < tile.rows && column < columns)
+      *reinterpret_cast<uint4*>(&out[static_cast<int64_t>(tile.first_row + chunk + staged) * columns + column]) =
+          *reinterpret_cast<const uint4*>(&staging[staged * PIECES * 8 + slot(staged, part) * 8]);
+  }
+}
+
 // What the MoE modes' epilogues read (the launcher's MoEEpilogue, runtime/kernels/grouped_mm_launcher.h, field
 // for field). bias: [G, N] in ET_TRT_ELEM or null; sorted: each row's pair (mode 2); weights: the routing weights,
 // float32 or (weights_16bit) ET_TRT_ELEM, by pair (mode 2); activation: plugin_names.MOE_ACTIVATIONS (gated, mode 1).
@@ -375,7 +390,7 @@ __device__ __forceinline__ void stmatrix_x1_trans(void* dst, uint32_t r0) {
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
                                                      T* staging_base, T* out, const MoEEpilogue& moe, int N) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, thread = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int features = N / 2;
   const int gate_row = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // its up row is gate_row + 8
   float gate_bias = 0.f, up_bias = 0.f;
@@ -407,13 +422,8 @@ __device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 
       const int chunk = (done - 1) / kPerChunk * kStagingRows;
       const int staged_rows = min(8 * done, WIDTH) - chunk;
       warpgroup_sync(warpgroup);
-      for (int i = thread; i < staged_rows * 4; i += 128) {
-        const int staged = i / 4, part = i % 4;
-        const int feature = feature0 + part * 8;
-        if (chunk + staged < tile.rows && feature < features)
-          *reinterpret_cast<uint4*>(&out[static_cast<int64_t>(tile.first_row + chunk + staged) * features + feature]) =
-              *reinterpret_cast<const uint4*>(&staging[staged * 32 + (part ^ ((staged >> 1) & 3)) * 8]);
-      }
+      store_staged<4>(staging, staged_rows, chunk, tile, out, feature0, features,
+                      [](int row, int piece) { return piece ^ ((row >> 1) & 3); });
       warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
     }
   }
@@ -500,7 +510,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
   // which is stmatrix's 8x8 fragment: .trans writes it as 8 tile rows of 8 weight rows.
   // Staging rows are 64 weight rows (128 bytes); 16-byte pieces are XOR-swizzled by
   // row so the eight rows of a matrix fall in different banks.
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, thread = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   T* staging = staging_base + warpgroup * kStagingRows * 64;
   const int feature0 = tile.feature + warpgroup * 64;
   // FP8: acc[4j + 2h + e] *= a_scale[tile row 8j + 2(lane%4) + e] * b_scale[its weight row]
@@ -542,13 +552,8 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
       const int chunk = j / (kStagingRows / 8) * kStagingRows;
       const int staged_rows = min(8 * (j + 2), WIDTH) - chunk;
       warpgroup_sync(warpgroup);
-      for (int i = thread; i < staged_rows * 8; i += 128) {
-        const int staged = i / 8, part = i % 8;
-        const int feature = feature0 + part * 8;
-        if (chunk + staged < tile.rows && feature < N)
-          *reinterpret_cast<uint4*>(&out[static_cast<int64_t>(tile.first_row + chunk + staged) * N + feature]) =
-              *reinterpret_cast<const uint4*>(&staging[staged * 64 + (part ^ (staged % 8)) * 8]);
-      }
+      store_staged<8>(staging, staged_rows, chunk, tile, out, feature0, N,
+                      [](int row, int piece) { return piece ^ (row % 8); });
       warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
     }
   }

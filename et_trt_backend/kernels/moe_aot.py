@@ -16,7 +16,8 @@ import logging
 from collections.abc import Sequence
 
 from et_trt_backend.kernels import aot, sm90
-from et_trt_backend.kernels.images import KernelImage, cached_image
+from et_trt_backend.kernels.images import cached_image
+from et_trt_backend.serialization.kernel_image import KernelImage
 
 logger = logging.getLogger(__name__)
 

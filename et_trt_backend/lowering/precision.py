@@ -48,6 +48,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
 
+from et_trt_backend.op_support import holds_float64
 from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.source_lines import source_line
 
@@ -178,23 +179,19 @@ def _propagate(program, fake_mode) -> None:
         *[n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"])
 
 
-def _is_float64(value) -> bool:
-    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
-
-
 def truncate_double(program: torch.export.ExportedProgram) -> None:
     """CompileOptions.truncate_double: the partition's float64 weights, constants and dtype arguments become
     float32, so every op that computed in float64 computes in float32; each is logged with its source line.
     Its inputs and outputs are never float64 (TensorRTPartitioner leaves those casts to ExecuTorch); a
     program that has them is refused."""
     boundary = [n.name for n in [*user_input_nodes(program), *pytree.tree_leaves(program.graph.output_node().args)]
-                if isinstance(n, torch.fx.Node) and _is_float64(n.meta.get("val"))]
+                if holds_float64(n)]
     if boundary:
         raise LoweringError(f"partition inputs or outputs {boundary} are float64, which TensorRT does not bind; "
                             "cast them to float32 outside the partition (TensorRTPartitioner leaves such casts "
                             "to ExecuTorch)")
-    narrowed = [n for n in program.graph.nodes if n.op == "call_function"
-                and any(map(_is_float64, pytree.tree_leaves(n.meta.get("val"))))]
+    narrowed = [n for n in program.graph.nodes if n.op == "call_function" and any(
+        isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in pytree.tree_leaves(n.meta.get("val")))]
     if not narrowed:
         return
     for node in narrowed:

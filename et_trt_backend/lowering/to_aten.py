@@ -19,11 +19,13 @@ a value; it keeps the exporter's re-trace from refusing a view.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 
 import torch
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch._export.verifier import Verifier
+from torch.export.graph_signature import InputKind
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +95,35 @@ def to_aten_program(edge_program: torch.export.ExportedProgram) -> torch.export.
         if isinstance(op, torch._ops.OpOverload) and op.name().split(".")[0] in _DIM_ORDER_OPS:
             _dim_order_to_memory_format(node)
     gm.recompile()
+    signature = copy.deepcopy(edge_program.graph_signature)
     return torch.export.ExportedProgram(
         root=gm,
         graph=gm.graph,
-        graph_signature=copy.deepcopy(edge_program.graph_signature),
+        graph_signature=signature,
         state_dict=dict(edge_program.state_dict),
         range_constraints=edge_program.range_constraints,
         module_call_graph=copy.deepcopy(edge_program.module_call_graph),
-        constants=dict(edge_program.constants),
+        constants=_one_target_per_constant(signature, edge_program.constants),
         verifiers=[Verifier],
     )
+
+
+def _one_target_per_constant(signature, constants: dict) -> dict:
+    """The constants table, each lifted constant placeholder given a target of its own.
+
+    ExecuTorch hands a partition a copy of a constant that several partitions use
+    (placeholder `c_x_copy_0` beside `c_x`, both naming the target `x`); PyTorch's
+    unlifting, which the ONNX exporter runs, then fails ("`x` is not a buffer").
+    Each repeat of a target becomes `<target>_copy_<n>` in `signature` (changed in place)."""
+    constants = dict(constants)
+    seen = set()
+    for spec in signature.input_specs:
+        if spec.kind is not InputKind.CONSTANT_TENSOR:
+            continue
+        if spec.target in seen:
+            target = next(name for n in itertools.count()
+                          if (name := f"{spec.target}_copy_{n}") not in constants)
+            constants[target] = constants[spec.target]
+            spec.target = target
+        seen.add(spec.target)
+    return constants

@@ -30,7 +30,7 @@ import operator
 
 import torch
 from torch.fx import Node
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, free_unbacked_symbols
 
 from et_trt_backend.tensorrt_limits import MAX_RANK
 
@@ -58,6 +58,7 @@ from ._common import (
     aten_overload,
     computed_dtype,
     dtype_name,
+    holds_float64,
     input_tensors,
     names,
     output_tensors,
@@ -127,19 +128,33 @@ def unsupported_reason(node: Node, truncate_double: bool = True) -> str | None:
     node's part computes float64 in float32 (CompileOptions.truncate_double)."""
     if node.op != "call_function":
         return None  # placeholders, outputs and attributes are structure, not ops
+    target = aten_overload(node.target)
+    rule = RULES.get(target)
     data_dependent = _data_dependent_reason(node)
     if data_dependent:
-        return data_dependent
+        # The op's own advice, where it has one, says more (bincount: pass minlength=num_experts).
+        return routing.BLOCKED_ADVICE.get(target) or _rule_on_data_dependent(rule, node) or data_dependent
     if node.target is operator.getitem:
         return None  # picks one output of a multi-output op; lives with its producer
     if node.target in SYMBOLIC_FUNCTIONS:
         return None
-    target = aten_overload(node.target)
-    rule = RULES.get(target)
     if rule is None:
         advice = routing.BLOCKED_ADVICE.get(target)
         return advice or f"{target} has no TensorRT lowering"
     return _generic_reason(node, truncate_double) or rule(node)
 
 
-__all__ = ["PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "unsupported_reason"]
+def _rule_on_data_dependent(rule, node: Node) -> str | None:
+    """The rule's refusal of a node with data-dependent sizes, or None where it has none or cannot decide
+    (a rule may compare sizes, which an unbacked symbol refuses)."""
+    if rule is None:
+        return None
+    try:
+        return rule(node)
+    except GuardOnDataDependentSymNode:
+        return None
+
+
+__all__ = [
+    "PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "holds_float64", "unsupported_reason",
+]

@@ -81,6 +81,12 @@ def names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(sorted(dtype_name(d) for d in dtypes))
 
 
+def holds_float64(node: Any) -> bool:
+    """Whether `node` (an fx node) computes a float64 tensor."""
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
+
+
 def computed_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the lowering computes `dtype` in: float64 in float32 (CompileOptions.truncate_double, which
     op_support.unsupported_reason checks; the rules take float64 where they take float32)."""

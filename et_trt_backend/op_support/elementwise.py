@@ -48,7 +48,7 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.add.Scalar: _numeric,
     aten.sub.Tensor: _binary(NUMERIC_DTYPES),
     aten.sub.Scalar: _numeric,
-    aten.mul.Tensor: _binary(NUMERIC_DTYPES),
+    aten.mul.Tensor: _binary(NUMERIC_DTYPES | BOOL_DTYPES),  # bool * bool: attention masks combined
     aten.mul.Scalar: _numeric,
     aten.div.Tensor: _binary(NUMERIC_DTYPES),
     aten.div.Scalar: _numeric,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import FLOAT_DTYPES, NUMERIC_DTYPES, TENSOR_DTYPES, Rule, rule_dtypes
+from ._common import BOOL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TENSOR_DTYPES, Rule, rule_dtypes
 
 aten = torch.ops.aten
 
@@ -15,7 +15,7 @@ def _reduce(allowed: frozenset[torch.dtype]) -> Rule:
 
 
 RULES: dict[torch._ops.OpOverload, Rule] = {
-    aten.sum.dim_IntList: _reduce(NUMERIC_DTYPES),
+    aten.sum.dim_IntList: _reduce(NUMERIC_DTYPES | BOOL_DTYPES),  # a bool mask's count (int64, as PyTorch)
     aten.mean.dim: _reduce(FLOAT_DTYPES),
     aten.mean.default: _reduce(FLOAT_DTYPES),
     aten.prod.dim_int: _reduce(NUMERIC_DTYPES),

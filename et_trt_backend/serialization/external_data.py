@@ -10,7 +10,8 @@ program's weights carry ExecuTorch's `delegate_constant_tag`
 (exir.passes.external_constants_pass; `tag_weights`, `external_tag`).
 
 Reading (inspect, check, tests): `attach` fills each NamedData of a blob from
-the program's named data, checking size and sha256; `onnx_with_weights` gives
+the program's named data, checking size and sha256 (`missing_data` says why
+some is missing); `onnx_with_weights` gives
 the ONNX with its initializers inline again (onnxruntime, trtexec dumps).
 """
 
@@ -118,16 +119,36 @@ def _as_bytes(buffer: bytes | FileBackedData) -> bytes:
     return buffer.to_bytes() if isinstance(buffer, FileBackedData) else bytes(buffer)
 
 
-def attach(contents: BlobContents, lookup: Mapping[str, bytes], source: str) -> None:
+def missing_data(contents: BlobContents, lookup: Mapping[str, bytes], data_files: Sequence[str]) -> str | None:
+    """Why named data of `contents` is not in `lookup` (read from the .pte and the data files named
+    `data_files`), in a few words that say what to do; None if all of it is there."""
+    keys = [data.key for data in contents.named_data()]
+    present = sum(key in lookup for key in keys)
+    if present == len(keys):
+        return None
+    home = contents.data_file
+    if not home:
+        return "the blob says the .pte holds it: the .pte is damaged or was rewritten; export it again"
+    if data_files and any(key.startswith(NAMED_DATA_PREFIX) for key in lookup):
+        # Kernel images are keyed by content: another export may share some of them.
+        return (f"{' and '.join(data_files)} is from another export, or damaged: it holds {present} of this part's "
+                f"{len(keys)} named data; pass the {home} exported with this .pte")
+    return f"pass --data {home}"
+
+
+def attach(contents: BlobContents, lookup: Mapping[str, bytes], source: str, data_files: Sequence[str] = ()) -> None:
     """Fills each NamedData of `contents` from `lookup` (the program's named data; `source` says where
-    it was read from). BlobError, naming the key and the file it belongs in, where one is missing or
-    does not match its size and sha256."""
+    it was read from, `data_files` names the data files among it). BlobError, naming the key and the file it
+    belongs in, where one is missing (saying why: no data file, or one of another export) or does not match
+    its size and sha256."""
     home = f"'{contents.data_file}'" if contents.data_file else "the .pte"
     for data in contents.named_data():
         found = lookup.get(data.key)
         if found is None:
-            raise BlobError(f"part {contents.part!r}: named data {data.key} ({data.size} bytes) is not in {source}; "
-                            f"it was exported to {home}: give the program its data file")
+            named = f"part {contents.part!r}: named data {data.key} ({data.size} bytes) is not in {source}"
+            if contents.data_file and not data_files:
+                raise BlobError(f"{named}; it was exported to {home}: give the program its data file")
+            raise BlobError(f"{named}: {missing_data(contents, lookup, data_files)}")
         if len(found) != data.size or hashlib.sha256(found).digest() != data.sha256:
             raise BlobError(f"part {contents.part!r}: named data {data.key} in {source} does not match the blob "
                             f"({len(found)} bytes, expected {data.size} with sha256 {data.sha256.hex()[:16]}...): "

@@ -7,12 +7,14 @@ import collections
 import contextlib
 import dataclasses
 import os
+import re
+import subprocess
 from collections.abc import Sequence
 
 from executorch.exir._serialize._cord import Cord
 from executorch.exir._serialize._program import PTEFile, _ExtendedHeader, deserialize_pte_binary
 from executorch.exir.schema import DataLocation, DelegateCall, KernelCall
-from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeader, FlatTensorSerializer
 
 from et_trt_backend import BACKEND_ID
 from et_trt_backend.serialization import blob, external_data
@@ -35,6 +37,7 @@ class Partition:
     delegate: Delegate
     header: blob.BlobHeader
     contents: blob.BlobContents
+    missing_data: str | None = None  # why its named data is not attached (read_partitions' missing_data_ok)
 
 
 def _check_framing(pte: bytes) -> None:
@@ -99,16 +102,50 @@ def read_plans(pte: bytes) -> list[Plan]:
     return plans
 
 
+def _data_file_problem(data: bytes) -> str | None:
+    """What is wrong with the framing of a data file's bytes (its header and where it puts the flatbuffer and the
+    data), as the runtime's et_trt::verify_data_file says it; None if nothing is. ExecuTorch's deserializer hands
+    the flatbuffer to flatc, which crashes on some damaged ones."""
+    if len(data) < 64:
+        return f"{len(data)} bytes, too short for an ExecuTorch data file (.ptd), which starts with a 64-byte header"
+    if re.fullmatch(rb"ET\d\d", data[4:8]):
+        return "an ExecuTorch program (.pte), not a data file (.ptd): pass the .ptd exported with it"
+    header = FlatTensorHeader.from_bytes(data[8:])
+    if data[4:8] != b"FT01" or header.magic != FlatTensorHeader.EXPECTED_MAGIC:
+        return "not an ExecuTorch data file (.ptd): no 'FT01' identifier and 'FH01' header at bytes 4-12"
+    if header.length < FlatTensorHeader.EXPECTED_LENGTH:
+        return (f"its header is {header.length} bytes long, less than the {FlatTensorHeader.EXPECTED_LENGTH} it "
+                "must hold")
+    if header.flatbuffer_offset + header.flatbuffer_size > len(data):
+        return (f"its header announces a flatbuffer of {header.flatbuffer_size} bytes at offset "
+                f"{header.flatbuffer_offset}, past the file's end ({len(data)} bytes): truncated?")
+    if header.segment_base_offset + header.segment_data_size > len(data):
+        return (f"its header announces {header.segment_data_size} bytes of data at offset "
+                f"{header.segment_base_offset}, past the file's end ({len(data)} bytes): truncated?")
+    return None
+
+
 def read_data_file(path: str | os.PathLike) -> dict[str, bytes]:
-    """key -> bytes of an ExecuTorch data file (.ptd); PteError if it is not one."""
+    """key -> bytes of an ExecuTorch data file (.ptd); PteError (one line naming the file and what is wrong) if it
+    is not one."""
+    fix = "; copy the file again or re-export it (et-trt export --external-data)"
     try:
         data = open(path, "rb").read()
-        payload = FlatTensorSerializer().deserialize(Cord(data))
     except OSError as e:
         raise PteError(f"{path}: cannot read the data file ({e.strerror})") from e
-    except Exception as e:  # the deserializer raises many kinds on foreign bytes
-        raise PteError(f"{path}: not an ExecuTorch data file (.ptd) or corrupted ({e})") from e
-    return {key: bytes(payload.buffers[entry.buffer_index]) for key, entry in payload.named_data.items()}
+    problem = _data_file_problem(data)
+    if problem is not None:
+        raise PteError(f"{path}: {problem}{fix}")
+    try:
+        payload = FlatTensorSerializer().deserialize(Cord(data))
+        named = {key: bytes(payload.buffers[entry.buffer_index]) for key, entry in payload.named_data.items()}
+    except subprocess.CalledProcessError as e:  # flatc fails (or crashes) on a damaged flatbuffer
+        raise PteError(f"{path}: its flatbuffer (the key table) does not parse{fix}") from e
+    except Exception as e:  # the deserializer raises many kinds on what flatc did read
+        detail = str(e).splitlines()[0][:200] if str(e) else ""
+        raise PteError(f"{path}: its flatbuffer (the key table) does not read back ({type(e).__name__}"
+                       f"{': ' + detail if detail else ''}){fix}") from e
+    return named
 
 
 def read_partitions(pte: bytes, data_files: Sequence[str | os.PathLike] = (), data_dir: str | os.PathLike | None = None,
@@ -116,7 +153,7 @@ def read_partitions(pte: bytes, data_files: Sequence[str | os.PathLike] = (), da
     """The TensorRT partitions of a .pte, their named data attached from the .pte and the `data_files`
     (.ptd; none given: those the partitions name that exist in `data_dir`). BlobError names the partition
     whose blob or named data is bad. `missing_data_ok`: a partition whose named data is not found is
-    returned unattached (its NamedData.data None)."""
+    returned unattached (its NamedData.data None, its missing_data saying why)."""
     pte_file = _load(pte)
     partitions = []
     for delegate in _delegates(pte_file):
@@ -129,12 +166,16 @@ def read_partitions(pte: bytes, data_files: Sequence[str | os.PathLike] = (), da
     lookup = external_data.store_lookup(pte_file.named_data) if pte_file.named_data is not None else {}
     for path in data_files:
         lookup.update(read_data_file(path))
-    source = "the .pte" + "".join(f" or {os.path.basename(path)}" for path in data_files)
+    names = [os.path.basename(path) for path in data_files]
+    source = "the .pte" + "".join(f" or {name}" for name in names)
     for partition in partitions:
         contents = partition.contents
-        if not missing_data_ok or all(data.key in lookup for data in contents.named_data()):
-            with _naming(partition.delegate):
-                external_data.attach(contents, lookup, source)
+        missing = external_data.missing_data(contents, lookup, names)
+        if missing_data_ok and missing is not None:
+            partition.missing_data = missing
+            continue
+        with _naming(partition.delegate):
+            external_data.attach(contents, lookup, source, names)
     return partitions
 
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend_id.h"
+#include "et_trt/data_file.h"
 #include "host_tensor.h"
 #include "latency_stats.h"
 #include "runner_args.h"
@@ -48,7 +49,9 @@ int main(int argc, char** argv) {
   }
   if (!problem.empty()) return fail(problem + "\n" + et_trt::runner::usage());
   if (!std::ifstream(args.model)) return fail("cannot open model " + args.model);
-  if (!args.data_path.empty() && !std::ifstream(args.data_path)) return fail("cannot open data file " + args.data_path);
+  // ExecuTorch reads a .ptd without verifying it (include/et_trt/data_file.h): check it first.
+  std::string data_problem;
+  if (!args.data_path.empty() && !et_trt::verify_data_file(args.data_path, &data_problem)) return fail(data_problem);
 
   Module module = args.data_path.empty() ? Module(args.model, Module::LoadMode::Mmap)
                                          : Module(args.model, args.data_path, Module::LoadMode::Mmap);
@@ -67,7 +70,10 @@ int main(int argc, char** argv) {
     return fail(args.model + " is not a valid ExecuTorch program (truncated or corrupted? " + error_text(err) +
                 "; the log above says what is wrong)");
   }
-  if (err != Error::Ok) return fail("cannot load program " + args.model + ": " + error_text(err));
+  if (err != Error::Ok) {
+    return fail("cannot load program " + args.model +
+                (args.data_path.empty() ? "" : " with data file " + args.data_path) + ": " + error_text(err));
+  }
 
   auto names = module.method_names();
   if (!names.ok()) return fail("cannot list methods: " + error_text(names.error()));

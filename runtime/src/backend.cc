@@ -2,7 +2,6 @@
 // registered from a static initializer when libet_trt_runtime.so loads.
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
-#include <executorch/runtime/platform/log.h>
 
 #include <cstring>
 #include <new>
@@ -16,6 +15,7 @@
 #include "io_spec.h"
 #include "log.h"
 #include "named_data.h"
+#include "program_named_data.h"
 
 namespace et_trt {
 namespace {
@@ -33,7 +33,6 @@ using executorch::runtime::DelegateHandle;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
 using executorch::runtime::FreeableBuffer;
-using executorch::runtime::NamedDataMap;
 using executorch::runtime::Result;
 using executorch::runtime::Span;
 
@@ -70,32 +69,6 @@ class TensorOutputs final : public OutputBuffers {
  private:
   const PartitionIo& io_;
   Span<EValue*> outputs_;
-};
-
-// The program's named data (.pte data segment, or the .ptd it was loaded with).
-class ProgramNamedData final : public NamedDataSource {
- public:
-  explicit ProgramNamedData(const NamedDataMap* map) : map_(map) {}
-
-  bool get(const std::string& key, NamedBytes* out, std::string* error) const override {
-    if (map_ == nullptr) {
-      *error = "the program was loaded without named data";
-      return false;
-    }
-    Result<FreeableBuffer> found = map_->get_data(key.c_str());
-    if (!found.ok()) {
-      *error = std::string("NamedDataMap: ") + executorch::runtime::to_string(found.error());
-      return false;
-    }
-    auto buffer = std::make_shared<FreeableBuffer>(std::move(found.get()));
-    out->data = buffer->data();
-    out->size = buffer->size();
-    out->owner = buffer;
-    return true;
-  }
-
- private:
-  const NamedDataMap* map_;
 };
 
 CallArg call_arg(const EValue& value) {
@@ -172,8 +145,8 @@ class EtTrtBackend final : public BackendInterface {
     // ExecuTorch passes the call's inputs (tensors, and Int sizes shared with
     // other partitions), then its outputs.
     if (args.size() < io.outputs.size()) {
-      ET_LOG(Error, "%s: part '%s' has %zu outputs, called with %zu values", kBackendId, handle->part.c_str(),
-             io.outputs.size(), args.size());
+      log_error(std::string(kBackendId) + ": part '" + handle->part + "' has " + std::to_string(io.outputs.size()) +
+                " outputs, called with " + std::to_string(args.size()) + " values");
       return Error::InvalidArgument;
     }
     const size_t num_input_args = args.size() - io.outputs.size();
@@ -205,8 +178,8 @@ class EtTrtBackend final : public BackendInterface {
     for (size_t i = 0; i < io.outputs.size(); ++i) {
       EValue* out = args[num_input_args + i];
       if (!out->isTensor() || static_cast<blob::DType>(out->toTensor().scalar_type()) != io.outputs[i].dtype) {
-        ET_LOG(Error, "%s: output %zu ('%s') must be a %s tensor", kBackendId, i, io.outputs[i].name.c_str(),
-               dtype_name(io.outputs[i].dtype).c_str());
+        log_error(std::string(kBackendId) + ": output " + std::to_string(i) + " ('" + io.outputs[i].name +
+                  "') must be a " + dtype_name(io.outputs[i].dtype) + " tensor");
         return Error::InvalidArgument;
       }
     }

@@ -1,6 +1,5 @@
 #include "blob_reader.h"
 
-#include <flatbuffers/util.h>
 #include <openssl/evp.h>
 #include <zlib.h>
 
@@ -10,16 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "little_endian.h"
+#include "utf8.h"
+
 namespace et_trt {
 namespace {
-
-uint32_t load_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-uint64_t load_u64(const uint8_t* p) {
-  return uint64_t(load_u32(p)) | uint64_t(load_u32(p + 4)) << 32;
-}
 
 // zlib's crc32 takes a uInt length; feed it in chunks so any size works.
 uint32_t crc32_of(const uint8_t* data, size_t size) {
@@ -37,17 +31,6 @@ bool fail(BlobError* error, std::string message, BlobError::Kind kind = BlobErro
   error->kind = kind;
   error->message = std::move(message);
   return false;
-}
-
-bool is_utf8(const flatbuffers::String* s) {
-  if (s == nullptr) return true;
-  // The verifier guarantees a terminating NUL, where a cut-off sequence stops.
-  const char* p = s->c_str();
-  const char* end = p + s->size();
-  while (p < end) {
-    if (flatbuffers::FromUTF8(&p) < 0) return false;
-  }
-  return true;
 }
 
 // Every string of the blob must be UTF-8: they reach logs and ExecuTorch's log
@@ -94,7 +77,9 @@ bool check_strings(const blob::Blob* root, BlobError* error) {
     if (e->plan()) fields.emplace_back(where + "plan.key", e->plan()->key());
   }
   for (const auto& [where, s] : fields) {
-    if (!is_utf8(s)) return fail(error, "blob field " + where + " is not UTF-8 text: the blob is corrupted");
+    if (s != nullptr && !is_utf8(s->string_view())) {
+      return fail(error, "blob field " + where + " is not UTF-8 text: the blob is corrupted");
+    }
   }
   return true;
 }

@@ -1,5 +1,6 @@
 // C entry points of libet_trt_runtime.so for Python (et_trt_backend.runtime):
-// export-time engine builds go through the same builder as init on the robot.
+// export-time engine builds go through the same builder as init on the robot;
+// data files are checked as et_trt_runner checks them.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 
 #include "blob_reader.h"
 #include "engine.h"
+#include "et_trt/data_file.h"
 #include "named_data.h"
 
 namespace {
@@ -67,5 +69,15 @@ __attribute__((visibility("default"))) int32_t et_trt_build_engine(
 }
 
 __attribute__((visibility("default"))) void et_trt_free(void* pointer) { std::free(pointer); }
+
+// et_trt::verify_data_file for Python (et_trt_backend.runtime.verify_data_file): 0 if the .ptd at `path` is safe
+// to hand to ExecuTorch, else 1 with the one-line reason in `error`.
+__attribute__((visibility("default"))) int32_t et_trt_verify_data_file(const char* path, char* error,
+                                                                        size_t error_size) {
+  std::string message;
+  if (et_trt::verify_data_file(path, &message)) return 0;
+  copy_text(message, error, error_size);
+  return 1;
+}
 
 }  // extern "C"

@@ -2,12 +2,50 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "blob_reader.h"
 
 namespace et_trt {
 namespace {
+
+// Every key of named data the blob names.
+std::vector<std::string> blob_keys(const blob::Blob& blob) {
+  std::vector<std::string> keys;
+  for (flatbuffers::uoffset_t i = 0; blob.weights() != nullptr && i < blob.weights()->size(); ++i) {
+    keys.push_back(blob.weights()->Get(i)->data()->key()->str());
+  }
+  for (flatbuffers::uoffset_t i = 0; blob.kernels() != nullptr && i < blob.kernels()->size(); ++i) {
+    keys.push_back(blob.kernels()->Get(i)->image()->key()->str());
+  }
+  for (flatbuffers::uoffset_t i = 0; blob.engines() != nullptr && i < blob.engines()->size(); ++i) {
+    keys.push_back(blob.engines()->Get(i)->plan()->key()->str());
+  }
+  return keys;
+}
+
+// Why a key the blob names is not in `source`, told from what the source holds instead.
+std::string why_missing(const blob::Blob& blob, const NamedDataSource& source, const std::string& data_file) {
+  if (data_file.empty()) return "The blob says the .pte holds it: the .pte is damaged or was rewritten; export it again";
+  const std::string how = "(et_trt_runner --data-path " + data_file +
+                          ", Module(pte, ptd), or Runtime.load_program(pte, data_path=...))";
+  const std::vector<std::string> held = source.keys();
+  const std::set<std::string> held_set(held.begin(), held.end());
+  const std::vector<std::string> wanted = blob_keys(blob);
+  const size_t present = std::count_if(wanted.begin(), wanted.end(), [&](const auto& k) { return held_set.count(k); });
+  const size_t ours = std::count_if(held.begin(), held.end(), [](const std::string& k) {
+    return k.rfind(kNamedDataPrefix, 0) == 0;
+  });
+  if (ours > 0) {  // kernel images are keyed by content: another export may share some of them
+    return "The program's data holds " + std::to_string(present) + " of this part's " +
+           std::to_string(wanted.size()) + " named data (" + std::to_string(ours) + " et-trt entries in all): the " +
+           "data file it was loaded with is from another export, or damaged; load the program with the '" +
+           data_file + "' exported with this .pte " + how;
+  }
+  return "It was exported to '" + data_file + "': load the program with that file " + how;
+}
 
 bool fetch(const blob::Blob& blob, const blob::NamedData& record, const std::string& what,
            const NamedDataSource& source, NamedBytes* out, std::string* error) {
@@ -18,11 +56,7 @@ bool fetch(const blob::Blob& blob, const blob::NamedData& record, const std::str
                             std::to_string(record.size()) + " bytes)";
   std::string reason;
   if (!source.get(key, out, &reason)) {
-    *error = named + " is not in the program's named data (" + reason + "). ";
-    *error += data_file.empty()
-                  ? "The blob says the .pte holds it: the .pte is damaged or was rewritten; export it again"
-                  : "It was exported to '" + data_file + "': load the program with that file (et_trt_runner " +
-                        "--data-path " + data_file + ", Module(pte, ptd), or Runtime.load_program(pte, data_path=...))";
+    *error = named + " is not in the program's named data (" + reason + "). " + why_missing(blob, source, data_file);
     return false;
   }
   if (out->size != record.size()) {
@@ -47,6 +81,12 @@ bool fetch(const blob::Blob& blob, const blob::NamedData& record, const std::str
 CallerNamedData::CallerNamedData(const char* const* keys, const uint8_t* const* data, const size_t* sizes,
                                  size_t count) {
   for (size_t i = 0; i < count; ++i) entries_[keys[i]] = {data[i], sizes[i], nullptr};
+}
+
+std::vector<std::string> CallerNamedData::keys() const {
+  std::vector<std::string> out;
+  for (const auto& entry : entries_) out.push_back(entry.first);
+  return out;
 }
 
 bool CallerNamedData::get(const std::string& key, NamedBytes* out, std::string* error) const {

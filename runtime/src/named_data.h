@@ -33,6 +33,8 @@ class NamedDataSource {
   virtual ~NamedDataSource() = default;
   // The bytes stored under `key`; false with *error (the source's reason) if it has none.
   virtual bool get(const std::string& key, NamedBytes* out, std::string* error) const = 0;
+  // Every key it holds (to tell a data file of another export from a missing one).
+  virtual std::vector<std::string> keys() const = 0;
 };
 
 // Named data a C caller passes as `count` (key, bytes, size) arrays, for the
@@ -42,6 +44,7 @@ class CallerNamedData final : public NamedDataSource {
  public:
   CallerNamedData(const char* const* keys, const uint8_t* const* data, const size_t* sizes, size_t count);
   bool get(const std::string& key, NamedBytes* out, std::string* error) const override;
+  std::vector<std::string> keys() const override;
 
  private:
   std::unordered_map<std::string, NamedBytes> entries_;
@@ -56,8 +59,10 @@ struct PartitionData {
 
 // Fetches every weight, kernel image and engine plan the blob names from `source` and checks
 // each one's size and sha256. False with *error naming the part, the key and
-// the data file the blob says holds it (where the program is loaded without
-// it), or saying the data does not match (corrupted, or from another export).
+// the data file the blob says holds it, and why it is missing: the program was
+// loaded without it, or with a data file of another export (its et-trt keys
+// are none of this blob's), or one that lacks some of them; or saying the data
+// does not match (corrupted, or from another export).
 bool fetch_named_data(const blob::Blob& blob, const NamedDataSource& source, PartitionData* out, std::string* error);
 
 }  // namespace et_trt

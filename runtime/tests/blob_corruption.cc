@@ -227,26 +227,10 @@ size_t mutate_named_data(const BlobView& view, const std::map<std::string, std::
 // skipped (emulated runs, where each mutant's crc32 and sha256 cost tens of
 // times what they cost natively).
 int main(int argc, char** argv) {
-  const char* usage = "usage: %s BLOB_DIR [SEED] [--max-bytes N]\n";
-  if (argc < 2) {
-    std::fprintf(stderr, usage, argv[0]);
-    return 2;
-  }
-  uint64_t seed = 20261129;
-  size_t max_bytes = SIZE_MAX;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--max-bytes" && i + 1 < argc) {
-      max_bytes = std::stoull(argv[++i]);
-    } else if (!arg.empty() && arg.find_first_not_of("0123456789") == std::string::npos) {
-      seed = std::stoull(arg);
-    } else {
-      std::fprintf(stderr, usage, argv[0]);
-      return 2;
-    }
-  }
-  std::mt19937_64 rng(seed);
-  const std::vector<std::string> files = et_trt::testing::blob_files(argv[1]);
+  et_trt::testing::DriverArgs args;
+  if (!et_trt::testing::parse_driver_args(argc, argv, 20261129, &args)) return 2;
+  std::mt19937_64 rng(args.seed);
+  const std::vector<std::string> files = et_trt::testing::blob_files(args.dir);
   if (files.empty()) {
     std::fprintf(stderr, "no *.blob files in %s\n", argv[1]);
     return 2;
@@ -255,8 +239,8 @@ int main(int argc, char** argv) {
   size_t mutated = 0;
   for (const std::string& file : files) {
     const std::vector<uint8_t> blob = et_trt::testing::read_file(file);
-    if (blob.size() > max_bytes) {
-      std::printf("%s (%zu bytes): skipped, over --max-bytes %zu\n", file.c_str(), blob.size(), max_bytes);
+    if (blob.size() > args.max_bytes) {
+      std::printf("%s (%zu bytes): skipped, over --max-bytes %zu\n", file.c_str(), blob.size(), args.max_bytes);
       continue;
     }
     et_trt::BlobView view;

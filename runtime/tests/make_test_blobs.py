@@ -6,7 +6,10 @@
   sidecar listing what the C++ reader must read back.
 - writer_weights.blob: a MatMul whose weight is external (named data), with
   that named data under writer_weights.named/ (one file per key, the key its
-  path there, as runtime/tools/extract_blobs.py writes it).
+  path there, as runtime/tools/extract_blobs.py writes it) and in
+  writer_weights.ptd, written by ExecuTorch's FlatTensorSerializer as an
+  export's .ptd is.
+- writer_mlp.blob, writer_mlp.ptd: two such MatMuls, their two weights in the .ptd.
 - example_<i>.blob: the delegate blobs of the example policy's .pte
   ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
   that file exists. They carry the records of real kernel images from the
@@ -29,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from et_trt_backend.options import CompileOptions, ShapeRange
 from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
-from et_trt_backend.serialization.external_data import move_weights_out
+from et_trt_backend.serialization.external_data import ALIGNMENT, move_weights_out
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -78,20 +81,35 @@ def _write(out: pathlib.Path, name: str, contents: BlobContents) -> None:
     (out / f"{name}.expected").write_text(_expected(contents))
 
 
-def _weights_contents() -> BlobContents:
-    """y = x @ w with w [16, 32] float32 (2 KiB: external)."""
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32), "w")
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul", [x], [y], [w])
+def _weights_contents(part: str, shapes: list[tuple[int, int]], data_file: str, seed: int) -> BlobContents:
+    """x @ w @ w1 ... with float32 weights of `shapes` (each 1 KiB or more: external), random from `seed`."""
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), f"w{i}" if i else "w")
+               for i, shape in enumerate(shapes)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, shapes[0][0]])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, shapes[-1][1]])
+    names = ["x"] + [f"h{i}" for i in range(1, len(shapes))] + ["y"]
+    nodes = [helper.make_node("MatMul", [names[i], w.name], [names[i + 1]]) for i, w in enumerate(weights)]
+    graph = helper.make_graph(nodes, "matmul", [x], [y], weights)
     model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
-    weights = move_weights_out(model)
+    records = move_weights_out(model)
     dims = lambda *sizes: [DimSpec(s, f"x:{i}", s, s, s) for i, s in enumerate(sizes)]  # noqa: E731
-    return BlobContents(part="head", inputs=[TensorSpec("x", torch.float32, dims(4, 16))],
-                        outputs=[TensorSpec("y", torch.float32, dims(4, 32))], options=CompileOptions(precision="fp32"),
+    return BlobContents(part=part, inputs=[TensorSpec("x", torch.float32, dims(4, shapes[0][0]))],
+                        outputs=[TensorSpec("y", torch.float32, dims(4, shapes[-1][1]))],
+                        options=CompileOptions(precision="fp32"),
                         onnx=ir.serde.serialize_model(model).SerializeToString(), kernels=[], engines=[],
-                        producer=producer_versions(18),
-                        weights=weights, data_file="policy.ptd")
+                        producer=producer_versions(18), weights=records, data_file=data_file)
+
+
+def _write_ptd(path: pathlib.Path, named: dict[str, bytes]) -> None:
+    """A data file holding `named` (key -> bytes), as ExecuTorch writes an export's .ptd."""
+    from executorch.exir._serialize.data_serializer import DataEntry, DataPayload
+    from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+
+    keys = sorted(named)
+    payload = DataPayload(buffers=[named[key] for key in keys],
+                          named_data={key: DataEntry(i, ALIGNMENT, None) for i, key in enumerate(keys)})
+    path.write_bytes(bytes(FlatTensorSerializer().serialize(payload)))
 
 
 def _cpu_program() -> bytes:
@@ -113,13 +131,17 @@ def _cpu_program() -> bytes:
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.blob"):
+    for stale in [*out.glob("*.blob"), *out.glob("*.ptd")]:
         stale.unlink()
-    weights = _weights_contents()
+    weights = _weights_contents("head", [(16, 32)], "policy.ptd", seed=0)
     _write(out, "writer_weights", weights)
     for data in weights.named_data():
         (out / "writer_weights.named" / data.key).parent.mkdir(parents=True, exist_ok=True)
         (out / "writer_weights.named" / data.key).write_bytes(data.bytes())
+    _write_ptd(out / "writer_weights.ptd", {data.key: data.bytes() for data in weights.named_data()})
+    mlp = _weights_contents("mlp", [(16, 32), (32, 24)], "writer_mlp.ptd", seed=1)
+    _write(out, "writer_mlp", mlp)
+    _write_ptd(out / "writer_mlp.ptd", {data.key: data.bytes() for data in mlp.named_data()})
     _write(out, "writer_static", _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)],
                                            CompileOptions()))
     dynamic = CompileOptions(precision="fp16", optimization_level=5, workspace_bytes=1 << 30,
@@ -134,11 +156,13 @@ def main() -> None:
     if pte.is_file():
         (out / "example.pte").symlink_to(pte.resolve())
         from et_trt_backend import BACKEND_ID
-        from et_trt_backend.serialization.pte import read_delegates
+        from et_trt_backend.serialization.pte import read_delegates, read_partitions
 
         blobs = [d.data for d in read_delegates(pte.read_bytes()) if d.backend_id == BACKEND_ID]
         for i, blob in enumerate(blobs):
             (out / f"example_{i}.blob").write_bytes(blob)
+        _write_ptd(out / "example.ptd", {key: data for part in read_partitions(pte.read_bytes(), data_dir=pte.parent)
+                                         for key, data in ((d.key, d.bytes()) for d in part.contents.named_data())})
         print(f"{len(blobs)} example blobs from {pte}")
     else:
         print(f"no example .pte at {pte}: only writer blobs (run scripts/setup.sh to export it)")

@@ -53,6 +53,18 @@ TEST(NamedData, MissingDataNamesTheKeyAndTheDataFile) {
   EXPECT_NE(error.find("exported to 'policy.ptd': load the program with that file"), std::string::npos) << error;
 }
 
+TEST(NamedData, DataOfAnotherExportIsSaidToBe) {
+  const WriterWeights w = writer_weights();
+  PartitionData data;
+  std::string error;
+  const std::map<std::string, std::vector<uint8_t>> other = {{"et_trt/" + std::string(64, 'e'), {1, 2, 3}}};
+  EXPECT_FALSE(fetch(w, other, &data, &error));
+  EXPECT_NE(error.find("The program's data holds 0 of this part's 1 named data (1 et-trt entries in all): the data "
+                       "file it was loaded with is from another export, or damaged; load the program with the "
+                       "'policy.ptd' exported with this .pte"),
+            std::string::npos) << error;
+}
+
 TEST(NamedData, DataOfAnotherSizeOrDigestIsRefused) {
   const WriterWeights w = writer_weights();
   PartitionData data;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -48,19 +49,24 @@ inline std::vector<uint8_t> read_file(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// Every *.blob file in `dir`, sorted.
-inline std::vector<std::string> blob_files(const std::string& dir) {
+// Every file in `dir` whose name ends with `suffix` (and has more before it), sorted.
+inline std::vector<std::string> files_ending(const std::string& dir, const std::string& suffix) {
   std::vector<std::string> out;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0) out.push_back(dir + "/" + name);
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        out.push_back(dir + "/" + name);
+      }
     }
     closedir(d);
   }
   std::sort(out.begin(), out.end());
   return out;
 }
+
+// Every *.blob file in `dir`, sorted.
+inline std::vector<std::string> blob_files(const std::string& dir) { return files_ending(dir, ".blob"); }
 
 // key -> bytes of the named data make_test_blobs.py (or extract_blobs.py) wrote
 // under `root` (a file per key, the key its path there); empty if none.
@@ -97,6 +103,38 @@ inline bool fetch_from(const blob::Blob& blob, const std::map<std::string, std::
     sizes.push_back(bytes.size());
   }
   return fetch_named_data(blob, CallerNamedData(keys.data(), data.data(), sizes.data(), keys.size()), out, error);
+}
+
+// Where a generated flatbuffers table (which derives privately from flatbuffers::Table) stores
+// `field`, or null if absent: for tests that edit a field in place.
+inline const uint8_t* field_address(const void* table, flatbuffers::voffset_t field) {
+  return static_cast<const flatbuffers::Table*>(table)->GetAddressOf(field);
+}
+
+// The command line of the corruption drivers: DIR [SEED] [--max-bytes N].
+struct DriverArgs {
+  std::string dir;
+  uint64_t seed = 0;
+  size_t max_bytes = SIZE_MAX;  // larger files are named and skipped
+};
+
+// False (after printing the usage) if the command line is not one.
+inline bool parse_driver_args(int argc, char** argv, uint64_t default_seed, DriverArgs* args) {
+  args->seed = default_seed;
+  bool ok = argc >= 2;
+  for (int i = 2; ok && i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--max-bytes" && i + 1 < argc) {
+      args->max_bytes = std::stoull(argv[++i]);
+    } else if (!arg.empty() && arg.find_first_not_of("0123456789") == std::string::npos) {
+      args->seed = std::stoull(arg);
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok) std::fprintf(stderr, "usage: %s DIR [SEED] [--max-bytes N]\n", argv[0]);
+  if (ok) args->dir = argv[1];
+  return ok;
 }
 
 inline void store_u32(uint8_t* p, uint32_t v) {

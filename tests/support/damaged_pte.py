@@ -10,6 +10,7 @@ import zlib
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 
 from et_trt_backend import BACKEND_ID
+from et_trt_backend.serialization import blob
 from et_trt_backend.serialization.blob import HEADER_SIZE
 from et_trt_backend.serialization.pte import read_delegates
 
@@ -40,9 +41,12 @@ def damaged(good: bytes, kind: str, seed: int) -> bytes:
     raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
 
 
-def rewrite_blob(pte: bytes, change) -> bytes:
-    """The .pte with its first TensorRT blob replaced by change(blob bytes), through ExecuTorch's serializer."""
+def rewrite_blob(pte: bytes, change, named_data: bool = True) -> bytes:
+    """The .pte with its first TensorRT blob replaced by change(blob bytes), through ExecuTorch's serializer;
+    without its named data if not `named_data`."""
     pte_file = deserialize_pte_binary(pte)
+    if not named_data:
+        pte_file.named_data = None
     program = pte_file.program
     delegate = next(d for d in program.execution_plan[0].delegates if d.id == BACKEND_ID)
     entry = program.backend_delegate_data[delegate.processed.index]
@@ -55,3 +59,14 @@ def reseal(data: bytes) -> bytes:
     payload = data[HEADER_SIZE:]
     tail = struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
     return data[:12] + struct.pack("<I", zlib.crc32(tail)) + tail
+
+
+def with_part_name(pte: bytes, part: str) -> bytes:
+    """`pte` without its named data (so init refuses its first et-trt delegate naming the part: the named data is
+    missing) and with that delegate's part renamed `part`: a long refusal line holding `part`."""
+    def rename(data: bytes) -> bytes:
+        contents = blob.deserialize(bytes(data))
+        contents.part = part
+        return blob.serialize(contents)
+
+    return rewrite_blob(pte, rename, named_data=False)

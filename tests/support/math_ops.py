@@ -84,6 +84,9 @@ FAMILIES = {
         "prod of all": lambda m, i: (i["x"] / 2 + 1).prod(),
         "mean of all": lambda m, i: i["x"].mean(),
         "any of all": lambda m, i: (i["x"] > 2).any(),
+        # Attention-mask code (pi0, SmolVLA's make_att_2d_masks): counts of a bool mask, bool * bool.
+        "sum of a bool mask over a dim": lambda m, i: (i["x"].view(4, 4) > 0).sum(1),
+        "bool * bool": lambda m, i: (i["x"] > 0)[:, None] * (i["y"] < 0.5)[None, :],
         "flip": lambda m, i: i["x"].view(2, 8).flip(0, 1),
     }, {}, _inputs_math),
     "indexing": op_checks.Family({

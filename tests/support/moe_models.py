@@ -119,8 +119,14 @@ class GroupedMoE(nn.Module):
         return out.reshape(shape)
 
 
+def unsupported_identity(x: torch.Tensor) -> torch.Tensor:
+    """x through masked_scatter with an empty mask (x != x: no element of x is NaN): core ATen with a portable
+    kernel but no TensorRT lowering in op_support, so it stays in ExecuTorch (the tests' unsupported op)."""
+    return x.masked_scatter(x != x, x)
+
+
 class MoEStack(nn.Module):
-    """Norm -> MoE -> flip (no TensorRT lowering) -> MoE: two MoE blocks that cannot share an engine."""
+    """Norm -> MoE -> an unsupported op -> MoE: two MoE blocks that cannot share an engine."""
 
     def __init__(self, hidden: int = 32, **moe_kwargs):
         super().__init__()
@@ -130,7 +136,7 @@ class MoEStack(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.moe0(self.norm(x))
-        x = x.flip(0)  # core ATen with a portable kernel, but not in op_support: stays in ExecuTorch
+        x = unsupported_identity(x)
         return x + self.moe1(x)
 
 
@@ -311,9 +317,9 @@ class MoEWithDetour(nn.Module):
 
     def __init__(self, **moe_kwargs):
         super().__init__()
-        self.flipper = _Flipper()
+        self.outsider = _Outsider()
         self.moe = _DetourMoE(**moe_kwargs)
-        object.__setattr__(self.moe, "detour", self.flipper)  # called by moe, owned by the parent
+        object.__setattr__(self.moe, "detour", self.outsider)  # called by moe, owned by the parent
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.moe(x)
@@ -325,9 +331,9 @@ class _DetourMoE(GroupedMoE):
         return self.detour(weights), ids
 
 
-class _Flipper(nn.Module):
+class _Outsider(nn.Module):
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
-        return weights.flip(-1).flip(-1)  # identity, but flip has no TensorRT lowering
+        return unsupported_identity(weights)
 
 
 # ---- experts routed by an input (mixture of transformers) ----------------------

@@ -66,6 +66,7 @@ FAMILIES = {
             "adaptive_avg_pool2d (3, 2) of 8x7": lambda m, i: F.adaptive_avg_pool2d(i["w"], (3, 2)),
             "adaptive_avg_pool2d 1 (global)": lambda m, i: F.adaptive_avg_pool2d(i["x"], 1),
             "adaptive_avg_pool1d 3 of 8": lambda m, i: F.adaptive_avg_pool1d(i["y"], 3),
+            "adaptive_max_pool2d 2 of 8x8": lambda m, i: F.adaptive_max_pool2d(i["x"], 2),
         },
         {},
         _inputs(x=(3, 8, 8), y=(3, 8), z=(2, 4, 4, 4), w=(3, 8, 7)),

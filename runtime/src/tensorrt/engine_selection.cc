@@ -2,7 +2,6 @@
 // embedded engine if it fits this GPU, else one from the engine cache, else one
 // built from the blob's ONNX (tensorrt_builder.cc, then cached), loaded into a
 // TensorRTEngine (tensorrt_executor.cc).
-#include <executorch/runtime/platform/log.h>
 
 #include <cstdlib>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "engine_cache.h"
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
+#include "log.h"
 #include "provider_choice.h"
 #include "tensorrt_builder.h"
 #include "tensorrt_executor.h"
@@ -57,8 +57,8 @@ bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machi
     return false;
   }
   m->trt = libraries[choice.provider == Provider::kTensorRT ? 0 : 1];
-  ET_LOG(Info, "et-trt: '%s' uses %s %s: %s", part.c_str(), provider_name(choice.provider), m->trt->version().c_str(),
-         choice.reason.c_str());
+  log_info("et-trt: '" + part + "' uses " + provider_name(choice.provider) + " " + m->trt->version() + ": " +
+           choice.reason);
   m->cuda = CudaDriver::get(&message);
   if (m->cuda == nullptr) {
     *error = failure(EngineError::Kind::kUnavailable,
@@ -162,17 +162,15 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
         embedded->compute_capability() == capability) {
       const NamedBytes& embedded_plan = data.engine_plans[i];
       if (engine->load(*trt, embedded_plan.data, embedded_plan.size, options.cache_dir, key, &message)) {
-        ET_LOG(Info, "et-trt: '%s' runs the engine embedded at export", part.c_str());
+        log_info("et-trt: '" + part + "' runs the engine embedded at export");
         return engine;
       }
-      ET_LOG(Info, "et-trt: '%s': the embedded engine does not load (%s); building from the ONNX", part.c_str(),
-             message.c_str());
+      log_info("et-trt: '" + part + "': the embedded engine does not load (" + message + "); building from the ONNX");
     } else {
-      ET_LOG(Info, "et-trt: '%s': the embedded engine is for %s (sm%d) with %s%s; this is %s (sm%d) with %s%s: "
-                   "not using it",
-             part.c_str(), built_for.empty() ? "any GPU" : built_for.c_str(), embedded->compute_capability(),
-             provider_text.c_str(), embedded->tensorrt_version()->str().c_str(), gpu_name.c_str(), capability,
-             provider_text.c_str(), trt->version().c_str());
+      log_info("et-trt: '" + part + "': the embedded engine is for " + (built_for.empty() ? "any GPU" : built_for) +
+               " (sm" + std::to_string(embedded->compute_capability()) + ") with " + provider_text +
+               embedded->tensorrt_version()->str() + "; this is " + gpu_name + " (sm" + std::to_string(capability) +
+               ") with " + provider_text + trt->version() + ": not using it");
     }
   }
   if (root.onnx() == nullptr || root.onnx()->size() == 0) {
@@ -186,11 +184,10 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   std::vector<uint8_t> plan;
   if (read_cached_engine(options.cache_dir, key, &plan)) {
     if (engine->load(*trt, plan.data(), plan.size(), options.cache_dir, key, &message)) {
-      ET_LOG(Info, "et-trt: '%s' runs the cached engine %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
+      log_info("et-trt: '" + part + "' runs the cached engine " + options.cache_dir + "/" + key);
       return engine;
     }
-    ET_LOG(Info, "et-trt: cached engine %s/%s does not load (%s); rebuilding", options.cache_dir.c_str(),
-           key.c_str(), message.c_str());
+    log_info("et-trt: cached engine " + options.cache_dir + "/" + key + " does not load (" + message + "); rebuilding");
   }
 
   // 3. Build from the ONNX, then cache. No timing cache: the blob's names a
@@ -203,12 +200,11 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
     }
   }
   if (options.cache_dir.empty()) {
-    ET_LOG(Info, "et-trt: no engine cache directory (set ET_TRT_ENGINE_CACHE): '%s' will be rebuilt next time",
-           part.c_str());
+    log_info("et-trt: no engine cache directory (set ET_TRT_ENGINE_CACHE): '" + part + "' will be rebuilt next time");
   } else if (!write_cached_engine(options.cache_dir, key, plan.data(), plan.size(), &message)) {
-    ET_LOG(Info, "et-trt: cannot cache the engine of '%s': %s", part.c_str(), message.c_str());
+    log_info("et-trt: cannot cache the engine of '" + part + "': " + message);
   } else {
-    ET_LOG(Info, "et-trt: cached the engine of '%s' as %s/%s", part.c_str(), options.cache_dir.c_str(), key.c_str());
+    log_info("et-trt: cached the engine of '" + part + "' as " + options.cache_dir + "/" + key);
   }
   if (!engine->load(*trt, plan.data(), plan.size(), options.cache_dir, key, &message)) {
     *error = failure(EngineError::Kind::kFailed, "the engine just built does not load: " + message);

@@ -2,10 +2,9 @@
 // the blob's kernel images) and builder, with the blob's BuildOptions.
 #include "tensorrt_builder.h"
 
-#include <executorch/runtime/platform/log.h>
-
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +13,7 @@
 
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
+#include "log.h"
 #include "provider_choice.h"
 
 namespace et_trt {
@@ -36,11 +36,13 @@ class BuildProgress final : public nvinfer1::IProgressMonitor {
  public:
   explicit BuildProgress(std::string part) : part_(std::move(part)) {}
   void phaseStart(const char* phase, const char* parent, int32_t steps) noexcept override {
-    if (parent == nullptr) ET_LOG(Info, "et-trt: building '%s': %s (%d steps)", part_.c_str(), phase, steps);
+    if (parent == nullptr) {
+      log_info("et-trt: building '" + part_ + "': " + phase + " (" + std::to_string(steps) + " steps)");
+    }
   }
   bool stepComplete(const char*, int32_t) noexcept override { return true; }
   void phaseFinish(const char* phase) noexcept override {
-    ET_LOG(Info, "et-trt: building '%s': %s done", part_.c_str(), phase);
+    log_info("et-trt: building '" + part_ + "': " + phase + " done");
   }
 
  private:
@@ -186,8 +188,9 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
   BuildProgress progress(part);
   config->setProgressMonitor(&progress);
 
-  ET_LOG(Info, "et-trt: building the %s %s engine of '%s' from its ONNX (%zu bytes); this can take minutes",
-         provider_name(trt.provider()), trt.version().c_str(), part.c_str(), size_t(root.onnx()->size()));
+  log_info(std::string("et-trt: building the ") + provider_name(trt.provider()) + " " + trt.version() +
+           " engine of '" + part + "' from its ONNX (" + std::to_string(root.onnx()->size()) +
+           " bytes); this can take minutes");
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<nvinfer1::IHostMemory> serialized(builder->buildSerializedNetwork(*network, *config));
   if (serialized == nullptr) {
@@ -195,7 +198,9 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     return false;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ET_LOG(Info, "et-trt: built '%s' in %.1f s (%zu bytes)", part.c_str(), seconds, serialized->size());
+  char took[32];
+  std::snprintf(took, sizeof(took), "%.1f", seconds);
+  log_info("et-trt: built '" + part + "' in " + took + " s (" + std::to_string(serialized->size()) + " bytes)");
   if (!timing_cache_path.empty() && config->getTimingCache() != nullptr) {
     std::unique_ptr<nvinfer1::IHostMemory> cache(config->getTimingCache()->serialize());
     if (cache) {

@@ -1,12 +1,11 @@
 // TensorRTEngine: loading a plan into an execution context, and execute.
 #include "tensorrt_executor.h"
 
-#include <executorch/runtime/platform/log.h>
-
 #include <algorithm>
 
 #include "engine_cache.h"
 #include "grouped_mm_plugin.h"
+#include "log.h"
 
 namespace et_trt {
 namespace {
@@ -43,7 +42,7 @@ TensorRTEngine::~TensorRTEngine() {
 #if NV_TENSORRT_MAJOR >= 11
     if (runtime_cache_ != nullptr) {
       std::string error;
-      if (!runtime_cache_->save(&error)) ET_LOG(Info, "et-trt: runtime cache not saved: %s", error.c_str());
+      if (!runtime_cache_->save(&error)) log_info("et-trt: runtime cache not saved: " + error);
     }
 #endif
     execution_.reset();
@@ -109,7 +108,7 @@ bool TensorRTEngine::load(TensorRTLibrary& trt, const void* plan, size_t size, c
     }
     std::string note;
     runtime_cache_ = rtx::RuntimeCacheFile::attach(*runtime_config_, cache_dir, runtime_cache_key(cache_key), &note);
-    if (runtime_cache_ == nullptr) ET_LOG(Info, "et-trt: %s", note.c_str());
+    if (runtime_cache_ == nullptr) log_info("et-trt: " + note);
     execution_.reset(engine_->createExecutionContext(runtime_config_.get()));
   } else {
     execution_.reset(engine_->createExecutionContext());

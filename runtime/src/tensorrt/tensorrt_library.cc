@@ -1,12 +1,11 @@
 #include "tensorrt_library.h"
 
 #include <dlfcn.h>
-#include <executorch/runtime/platform/log.h>
-
-#include "log.h"
 
 #include <cstdlib>
 #include <mutex>
+
+#include "log.h"
 
 namespace et_trt {
 namespace {
@@ -52,10 +51,10 @@ void TensorRTLogger::log(Severity severity, const char* message) noexcept {
       log_error(std::string("TensorRT: ") + message);
       break;
     case Severity::kWARNING:
-      ET_LOG(Info, "TensorRT warning: %s", message);
+      log_info(std::string("TensorRT warning: ") + message);
       break;
     default:
-      if (verbose) ET_LOG(Info, "TensorRT: %s", message);
+      if (verbose) log_info(std::string("TensorRT: ") + message);
       break;
   }
 }

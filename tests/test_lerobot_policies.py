@@ -1,0 +1,85 @@
+"""LeRobot 0.4.4's own policies, exported as a deployer ships them, are each ONE TensorRT engine per program.
+
+Each policy (tests/support/lerobot_policies.py builds them tiny, no hub, policy code unmodified) is exported
+once for the module: its programs through torch.export and to_edge_transform_and_lower with one
+TensorRTPartitioner recipe into one .pte (engines are left to the check below). Then
+- every program is one partition and ExecuTorch runs no op of its own (a leftover op is an engine boundary
+  and a device-to-host copy at every control step on the robot);
+- `et-trt check --build --require-builder` passes: the pre-flight rules, then NVIDIA's ONNX parser and
+  builder (TensorRT for RTX, on this CPU) build every partition.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+
+from et_trt_partitioner import TensorRTPartitioner, cli
+from support import lerobot_policies as policies
+
+logger = logging.getLogger(__name__)
+
+pytestmark = pytest.mark.slow
+
+POLICIES = ["act", "diffusion", "groot", "xvla", "smolvla", "pi0"]
+
+
+def _build(name: str, folder):
+    """The policy's programs and recipe, as a context (pi0's build and export need its transformers adapters)."""
+    if name == "pi0":
+        return policies.pi0()
+    if name == "smolvla":
+        return contextlib.nullcontext(policies.smolvla(folder))
+    return contextlib.nullcontext(getattr(policies, name)())
+
+
+def _outside_delegates(program) -> collections.Counter:
+    """Ops ExecuTorch would run itself: every call but the delegate calls and the picking of their outputs."""
+    return collections.Counter(
+        getattr(node.target, "__name__", str(node.target)) for node in program.graph.nodes
+        if node.op == "call_function" and node.target is not torch.ops.higher_order.executorch_call_delegate
+        and getattr(node.target, "__name__", "") != "getitem")
+
+
+def _partitions(program) -> int:
+    return sum(1 for name, _ in program.graph_module.named_children() if name.startswith("lowered_module"))
+
+
+@pytest.fixture(scope="module", params=POLICIES)
+def lowered(request, tmp_path_factory):
+    """(policy name, {program: (partitions, ops left to ExecuTorch)}, .pte path), exported once per policy."""
+    policies.import_lerobot()
+    name = request.param
+    folder = tmp_path_factory.mktemp(name)
+    start = time.process_time()
+    with _build(name, folder) as policy, torch.no_grad():
+        exported = {program: torch.export.export(p.module, p.args) for program, p in policy.programs.items()}
+    recipe = {**policy.recipe, "default": {**policy.recipe.get("default", {}), "engine_build": "never"}}
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(recipe)])
+    found = {program: (_partitions(edge.exported_program(program)), _outside_delegates(edge.exported_program(program)))
+             for program in exported}
+    pte = folder / f"{name}.pte"
+    pte.write_bytes(edge.to_executorch().buffer)  # plans memory in the edge programs: count before
+    logger.warning("lerobot %s: exported and lowered in %.0f CPU-seconds: %s", name, time.process_time() - start,
+                   {program: (parts, dict(outside)) for program, (parts, outside) in found.items()})
+    return name, found, pte
+
+
+def test_every_program_is_one_tensorrt_partition(lowered):
+    name, found, _ = lowered
+    problems = {program: f"{partitions} partition(s), ops left to ExecuTorch: {dict(outside)}"
+                for program, (partitions, outside) in found.items() if outside or partitions != 1}
+    assert not problems, f"{name}: {problems}"
+
+
+def test_nvidia_builder_builds_every_partition(lowered, capsys):
+    name, found, pte = lowered
+    assert cli.main(["check", "--build", "--require-builder", str(pte)]) == 0, capsys.readouterr().out
+    assert f"{sum(parts for parts, _ in found.values())} partition(s), 0 violation(s), 0 build failure(s)" in \
+        capsys.readouterr().out
