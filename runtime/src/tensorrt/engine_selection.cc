@@ -12,6 +12,7 @@
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
 #include "log.h"
+#include "moe_experts_plugin.h"
 #include "provider_choice.h"
 #include "tensorrt_builder.h"
 #include "tensorrt_executor.h"
@@ -67,7 +68,8 @@ bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machi
   }
   nvinfer1::IPluginRegistry* registry = m->trt->plugin_registry();
   set_grouped_mm_logger(&m->trt->logger());
-  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message)) {
+  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message) ||
+      !register_moe_experts_plugin(*registry, &message)) {
     *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
     return false;
   }

@@ -26,17 +26,7 @@ thread_local std::shared_ptr<const KernelPack> parsing_images;
 thread_local std::string last_error;
 
 void log(ILogger::Severity severity, const std::string& message) {
-  const std::string text = "GroupedMM plugin: " + message;
-  if (ILogger* logger = plugin_logger.load()) {
-    logger->log(severity, text.c_str());
-  } else {
-    std::fprintf(stderr, "%s\n", text.c_str());
-  }
-}
-
-void refuse(const std::string& message) {
-  last_error = message;
-  log(ILogger::Severity::kERROR, message);
+  log_plugin_message(severity, "GroupedMM plugin: " + message);
 }
 
 // The kernel images' element type for a TensorRT type; UInt8 (no kernel) for any other.
@@ -315,19 +305,6 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   PluginFieldCollection collection_{};
 };
 
-// An int field's value (ONNX attributes arrive as kINT32 or kINT64); `fallback` for another type.
-int64_t int_field(const PluginField& f, int64_t fallback) {
-  if (f.type == PluginFieldType::kINT32) return *static_cast<const int32_t*>(f.data);
-  if (f.type == PluginFieldType::kINT64) return *static_cast<const int64_t*>(f.data);
-  return fallback;
-}
-
-// The 1-byte field types a 32-byte id may arrive as: kUNKNOWN (our engines)
-// or, from an ONNX attribute, kINT8 / kCHAR.
-bool is_byte_field(PluginFieldType type) {
-  return type == PluginFieldType::kUNKNOWN || type == PluginFieldType::kINT8 || type == PluginFieldType::kCHAR;
-}
-
 class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
  public:
   // The ONNX node's attributes: trans_b and activation. kernel_images_id comes from a
@@ -356,36 +333,10 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
         id_field = &f;
       }
     }
-    const char* where = phase == nvinfer1::TensorRTPhase::kBUILD ? "building" : "loading an engine";
-    std::shared_ptr<const KernelPack> images;
-    if (id_field != nullptr) {
-      KernelImagesId id{};
-      if (!is_byte_field(id_field->type) || id_field->length != static_cast<int32_t>(id.size())) {
-        refuse(std::string("field ") + kKernelImagesIdField + " must be 32 bytes (a sha256), got " +
-               std::to_string(id_field->length) + " elements of field type " +
-               std::to_string(static_cast<int>(id_field->type)));
-        return nullptr;
-      }
-      std::memcpy(id.data(), id_field->data, id.size());
-      images = find_kernel_images(id);
-      if (images == nullptr) {
-        refuse(std::string(where) + ": the engine's kernel images " + to_hex(id) +
-               " are not loaded: no et-trt blob with these images was registered in this process. Load the "
-               "engine through the et-trt runtime together with the .pte it was exported in (or, with "
-               "libet_trt_plugin.so, pass that blob to et_trt_plugin_use_kernel_images first)");
-        return nullptr;
-      }
-    } else {
-      images = parsing_images;
-      if (images == nullptr) {
-        refuse(std::string(where) + ": no kernel images: a GroupedMM node from ONNX takes the images of the "
-               "blob being parsed, and none was given (the et-trt runtime gives its blob's; with "
-               "libet_trt_plugin.so call et_trt_plugin_use_kernel_images before parsing)");
-        return nullptr;
-      }
-    }
+    std::shared_ptr<const KernelPack> images = node_kernel_images(id_field, phase, kGroupedMMName);
+    if (images == nullptr) return nullptr;
     if (activation != kActivationNone && activation != kActivationSwiGLU) {
-      refuse("field activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU), got " +
+      refuse_plugin("GroupedMM plugin: field activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU), got " +
              std::to_string(activation));
       return nullptr;
     }
@@ -424,6 +375,59 @@ bool register_grouped_mm_plugin(nvinfer1::IPluginRegistry& registry, std::string
 }
 
 void set_grouped_mm_logger(nvinfer1::ILogger* logger) { plugin_logger.store(logger); }
+
+void log_plugin_message(ILogger::Severity severity, const std::string& text) {
+  if (ILogger* logger = plugin_logger.load()) {
+    logger->log(severity, text.c_str());
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+}
+
+void refuse_plugin(const std::string& text) {
+  last_error = text;
+  log_plugin_message(ILogger::Severity::kERROR, text);
+}
+
+int64_t int_field(const PluginField& f, int64_t fallback) {
+  if (f.type == PluginFieldType::kINT32) return *static_cast<const int32_t*>(f.data);
+  if (f.type == PluginFieldType::kINT64) return *static_cast<const int64_t*>(f.data);
+  return fallback;
+}
+
+bool is_byte_field(PluginFieldType type) {
+  return type == PluginFieldType::kUNKNOWN || type == PluginFieldType::kINT8 || type == PluginFieldType::kCHAR;
+}
+
+std::shared_ptr<const KernelPack> node_kernel_images(const PluginField* id_field, nvinfer1::TensorRTPhase phase,
+                                                     const char* plugin) {
+  const std::string where =
+      std::string(plugin) + " plugin: " + (phase == nvinfer1::TensorRTPhase::kBUILD ? "building" : "loading an engine");
+  if (id_field == nullptr) {
+    if (parsing_images == nullptr) {
+      refuse_plugin(where + ": no kernel images: a " + plugin + " node from ONNX takes the images of the blob being "
+                    "parsed, and none was given (the et-trt runtime gives its blob's; with libet_trt_plugin.so call "
+                    "et_trt_plugin_use_kernel_images before parsing)");
+    }
+    return parsing_images;
+  }
+  KernelImagesId id{};
+  if (!is_byte_field(id_field->type) || id_field->length != static_cast<int32_t>(id.size())) {
+    refuse_plugin(where + ": field " + kKernelImagesIdField + " must be 32 bytes (a sha256), got " +
+                  std::to_string(id_field->length) + " elements of field type " +
+                  std::to_string(static_cast<int>(id_field->type)));
+    return nullptr;
+  }
+  std::memcpy(id.data(), id_field->data, id.size());
+  std::shared_ptr<const KernelPack> images = find_kernel_images(id);
+  if (images == nullptr) {
+    refuse_plugin(where + ": the engine's kernel images " + to_hex(id) +
+                  " are not loaded: no et-trt blob with these images was registered in this process. Load the "
+                  "engine through the et-trt runtime together with the .pte it was exported in (or, with "
+                  "libet_trt_plugin.so, pass that blob to et_trt_plugin_use_kernel_images first)");
+  }
+  return images;
+}
 
 std::string take_grouped_mm_error() {
   std::string error;
