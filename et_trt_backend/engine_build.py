@@ -7,7 +7,9 @@ Two providers can build at export (blob.PROVIDERS):
 - TensorRT for RTX, where installed (the `tensorrt-rtx` extra): one engine per
   target of kernel_archs it can build for (sm_80, sm_86, sm_89, sm_120a), ahead
   of time with no GPU, in Python (engines/onnx_build.py), with the Python
-  build phase of the GroupedMM plugin: no C++ build needed.
+  build phase of the GroupedMM plugin (no C++ build needed), or the C++ plugin
+  library where the partition has MoEExperts nodes (they have no Python build
+  phase; without the library the device builds those engines).
 Options a provider cannot honour are logged and recorded in the engine. Where
 no engine can be built, the device builds it from the ONNX (engine_build
 "auto") or the export fails (engine_build "always"). Nothing here pretends to build.
@@ -62,6 +64,13 @@ def _tensorrt_rtx_engines(contents: blob.BlobContents, options: CompileOptions,
         builder = providers.tensorrt_rtx()
     except providers.BuilderUnavailable as e:
         unavailable.append(str(e))
+        return []
+    from et_trt_backend import runtime
+
+    try:
+        onnx_build.plugin_library_for(contents)
+    except runtime.RuntimeLoadError as e:
+        unavailable.append(f"{builder.name}: {e}")
         return []
     others = [arch for arch in options.kernel_archs if arch not in providers.RTX_TARGETS]
     if others:

@@ -2,9 +2,11 @@
 
 The same steps the C++ runtime takes at init (runtime/src/tensorrt/tensorrt_builder.cc,
 build_plan): a strongly typed network (the precision is in the ONNX's types), the
-GroupedMM plugin for the blob's kernel images, the partition's BuildOptions and one
-optimization profile from the blob's IO specs. The plugin is our Python build-phase
-plugin (grouped_mm_plugin.py), or the C++ plugin library where one is given.
+plugins for the blob's kernel images, the partition's BuildOptions and one
+optimization profile from the blob's IO specs. The plugins are our Python build-phase
+GroupedMM plugin (grouped_mm_plugin.py), or the C++ plugin library (GroupedMM and
+MoEExperts) where one is given or the partition has MoEExperts nodes, which have no
+Python build phase.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import numpy as np
+import onnx
 import torch
 
 from et_trt_backend.engines import grouped_mm_plugin
 from et_trt_backend.engines.providers import RTX_TARGETS, Builder
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, MOE_EXPERTS_OP
 from et_trt_backend.serialization import blob
 
 logger = logging.getLogger(__name__)
 
-# How the C++ GroupedMM plugin begins the messages it logs (runtime/src/tensorrt/grouped_mm_plugin.cc, log): a
-# refusal while parsing is reported with the parser's errors, as the Python plugin's refusals are.
-CPP_PLUGIN_PREFIX = "GroupedMM plugin: "
+# How the C++ plugins begin the messages they log (runtime/src/tensorrt/grouped_mm_plugin.cc and
+# moe_experts_plugin.cc, log): a refusal while parsing is reported with the parser's errors, as the Python plugin's
+# refusals are.
+CPP_PLUGIN_PREFIXES = ("GroupedMM plugin: ", "MoEExperts plugin: ")
 
 
 # The TensorRT type (trt.DataType member) of each IO spec dtype the runtime binds.
@@ -124,6 +129,24 @@ def _parser_error(error) -> str:
     return f"{where}: {error.desc()}"
 
 
+def plugin_library_for(contents: blob.BlobContents, plugin_library: pathlib.Path | None = None) -> pathlib.Path | None:
+    """The C++ plugin library a build of `contents` loads: `plugin_library` where given, else the one built here
+    (runtime.plugin_library_path) where the partition has MoEExperts nodes; None: the Python GroupedMM plugin
+    serves. runtime.RuntimeLoadError, saying how to build it, where the library is needed and missing."""
+    if plugin_library is not None:
+        return plugin_library
+    nodes = onnx.load_from_string(contents.onnx).graph.node
+    if not any((n.domain, n.op_type) == (GROUPED_MM_DOMAIN, MOE_EXPERTS_OP) for n in nodes):
+        return None
+    from et_trt_backend import runtime
+
+    try:
+        return runtime.plugin_library_path()
+    except runtime.RuntimeLoadError as e:
+        raise runtime.RuntimeLoadError(f"the partition's {MOE_EXPERTS_OP} nodes need the C++ plugin library "
+                                       f"(they have no Python build phase): {e}") from None
+
+
 @contextlib.contextmanager
 def _plugin(trt: ModuleType, contents: blob.BlobContents, plugin_library: pathlib.Path | None):
     """Our GroupedMM plugin, available to the parser: the Python one, or the C++ library at `plugin_library`
@@ -179,12 +202,19 @@ def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str |
                     plugin_library: pathlib.Path | None = None) -> Engine:
     """The engine of the partition `contents` for `target`: a kernel_archs name in RTX_TARGETS for TensorRT
     for RTX, None (the GPU here) for TensorRT. BuildFailed with the parser's or builder's own messages if they
-    refuse it. The plugin is the Python one, or the C++ library at `plugin_library`."""
+    refuse it. The plugins are plugin_library_for's: the C++ library at `plugin_library`, the one built here for
+    MoEExperts nodes, else the Python GroupedMM plugin."""
     wanted = "a target in " + ", ".join(RTX_TARGETS) if builder.ahead_of_time else "no target (the GPU here)"
     if not (target in RTX_TARGETS if builder.ahead_of_time else target is None):
         raise ValueError(f"{builder} builds for {wanted}, not {target!r}")
     trt = builder.module
     log = _logger(trt)
+    from et_trt_backend import runtime
+
+    try:
+        plugin_library = plugin_library_for(contents, plugin_library)
+    except runtime.RuntimeLoadError as e:
+        raise BuildFailed(f"{builder.name} cannot parse the partition here", [str(e)], parsed=False) from None
     with log.collecting() as logged:
         # The builder before the plugin library: the library asks for the process's logger when it is loaded.
         nv_builder = trt.Builder(log)
@@ -194,7 +224,7 @@ def parse_and_build(builder: Builder, contents: blob.BlobContents, target: str |
         with _plugin(trt, contents, plugin_library) as refusals:
             if not parse_partition(parser, contents):
                 errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)] + refusals + \
-                    [m for m in logged if m.startswith(CPP_PLUGIN_PREFIX)]
+                    [m for m in logged if m.startswith(CPP_PLUGIN_PREFIXES)]
                 raise BuildFailed(f"{builder.name}'s ONNX parser refused the partition", errors, parsed=False)
             mismatches = _io_type_mismatches(trt, network, contents)
             if mismatches:

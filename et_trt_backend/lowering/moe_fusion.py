@@ -361,7 +361,7 @@ class _Evaluator:
         found = self.weights.weight(node)
         if found is not None:
             self.values[node] = found[1].detach()
-        elif node.op == "call_function" and node.all_input_nodes:
+        elif node.op == "call_function":  # ops on constants and sizes, or on literals alone (arange(E))
             for arg in node.all_input_nodes:
                 self._constant_or_size(arg, why)
             args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), self._constant_value)
