@@ -10,6 +10,8 @@ One export per family, shared by the module's checks.
 from __future__ import annotations
 
 import collections
+import pathlib
+import re
 
 import onnx
 import pytest
@@ -20,6 +22,7 @@ from et_trt_backend.engines import onnx_build
 from et_trt_backend.engines.providers import RTX_TARGETS
 from et_trt_backend.lowering.moe_fusion import FUSED, UNFUSED
 from et_trt_backend.onnx_analysis import moe_blocks
+from et_trt_backend import plugin_names
 from et_trt_backend.plugin_names import GROUPED_MM_OP, MOE_ACTIVATIONS, MOE_EXPERTS_OP
 from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
@@ -144,6 +147,16 @@ def test_unrecognised_block_keeps_grouped_mm_and_says_why():
     assert block["form"] == UNFUSED and "compute none of the MoEExperts activations" in block["detail"], block
     assert "tanh" in block["detail"]
     assert_onnx_matches_partition(program, contents, 7)
+
+
+def test_cpp_plugin_has_the_onnx_ops_name_version_namespace_and_fields():
+    header = (pathlib.Path(__file__).parents[1] / "runtime/src/tensorrt/moe_experts_plugin.h").read_text()
+    constants = dict(re.findall(r'constexpr char (k\w+)\[\] = "([^"]*)";', header))
+    assert (constants["kMoEExpertsName"], constants["kMoEExpertsVersion"], constants["kMoEExpertsNamespace"]) == \
+        (MOE_EXPERTS_OP, plugin_names.PLUGIN_VERSION, plugin_names.PLUGIN_NAMESPACE)
+    assert [constants[f"kMoE{field}Field"] for field in ("Activation", "Layout", "Alpha", "Limit")] == [
+        plugin_names.MOE_ACTIVATION_ATTRIBUTE, plugin_names.MOE_LAYOUT_ATTRIBUTE, plugin_names.MOE_ALPHA_ATTRIBUTE,
+        plugin_names.MOE_LIMIT_ATTRIBUTE]
 
 
 # Each kind of block once: hand-written with shared expert, transformers SwiGLU, GPT-OSS biases and clamped GLU.
