@@ -39,6 +39,7 @@ import sympy
 import torch
 
 from et_trt_backend import moe_experts
+from et_trt_backend.module_paths import common_prefix, module_path
 from et_trt_backend.op_support.routing import ROUTER_OPS, SORTS, as_floor_division
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_EXPERTS_OP, MOE_GATED_ACTIVATIONS
@@ -527,28 +528,26 @@ def _same_size(a, b) -> bool:
     return sympy.simplify(a.node.expr - b.node.expr) == 0
 
 
-def _ancestors(nodes: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
-    """Every node the given ones are computed from (not themselves)."""
+def _reachable(nodes: Iterable[torch.fx.Node], step) -> set[torch.fx.Node]:
+    """Every node reached from the given ones (not themselves) by following `step` (a node's neighbours)."""
     seen: set[torch.fx.Node] = set()
-    stack = [arg for node in nodes for arg in node.all_input_nodes]
+    stack = [next_node for node in nodes for next_node in step(node)]
     while stack:
         node = stack.pop()
         if node not in seen:
             seen.add(node)
-            stack.extend(node.all_input_nodes)
+            stack.extend(step(node))
     return seen
+
+
+def _ancestors(nodes: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
+    """Every node the given ones are computed from (not themselves)."""
+    return _reachable(nodes, lambda node: node.all_input_nodes)
 
 
 def _descendants(*nodes: torch.fx.Node) -> set[torch.fx.Node]:
     """Every node computed from the given ones (not themselves)."""
-    seen: set[torch.fx.Node] = set()
-    stack = [user for node in nodes for user in node.users]
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(node.users)
-    return seen
+    return _reachable(nodes, lambda node: node.users)
 
 
 def _in_graph_order(ctx: RewriteContext, nodes: set[torch.fx.Node]) -> list[torch.fx.Node]:
@@ -558,20 +557,9 @@ def _in_graph_order(ctx: RewriteContext, nodes: set[torch.fx.Node]) -> list[torc
 def _block_name(gemm: torch.fx.Node) -> str:
     """The module path of the block: the innermost module around its router and its experts (the gate+up GEMM's
     own where no router is found)."""
-    paths = [_module_path(gemm)]
+    paths = [module_path(gemm)]
     for node in _ancestors([gemm]):
         if node.op == "call_function" and node.target in ROUTER_OPS:
-            paths.append(_module_path(node))
+            paths.append(module_path(node))
             break
-    split = [path.split(".") if path else [] for path in paths if path is not None]
-    common = []
-    for segments in zip(*split):
-        if len(set(segments)) != 1:
-            break
-        common.append(segments[0])
-    return ".".join(common)
-
-
-def _module_path(node: torch.fx.Node) -> str | None:
-    stack = node.meta.get("nn_module_stack")
-    return list(stack.values())[-1][0] if stack else None
+    return common_prefix(path for path in paths if path is not None)

@@ -20,10 +20,10 @@ from et_trt_backend.plugin_names import (
     MOE_GATE_UP_LAYOUTS,
     MOE_LAYOUT_ATTRIBUTE,
     MOE_LIMIT_ATTRIBUTE,
-    PLUGIN_ATTRIBUTES,
 )
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
+from et_trt_backend.preflight.rules.grouped_mm import plugin_attribute_problems
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "moe_experts"
@@ -42,10 +42,7 @@ def check(view: ModelView) -> Iterator[Violation]:
 def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     node = ref.node
     attrs = attributes_of(node)
-    for name, expected in PLUGIN_ATTRIBUTES.items():
-        if attrs.get(name) != expected.encode():
-            yield (f"attribute {name} must be the string {expected!r} (the plugin's registration), got "
-                   f"{attrs.get(name)!r}")
+    yield from plugin_attribute_problems(attrs)
     activation = next((name for name, value in MOE_ACTIVATIONS.items()
                        if value == attrs.get(MOE_ACTIVATION_ATTRIBUTE)), None)
     if activation is None:

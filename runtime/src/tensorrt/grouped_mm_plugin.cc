@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "grouped_mm_launcher.h"
 
@@ -361,16 +362,22 @@ nvinfer1::IPluginCreatorV3One& grouped_mm_creator() {
 }
 
 bool register_grouped_mm_plugin(nvinfer1::IPluginRegistry& registry, std::string* error) {
-  // One registry per provider library (TensorRT, TensorRT for RTX).
-  static std::set<nvinfer1::IPluginRegistry*> registered;
+  return register_creator_once(registry, grouped_mm_creator(), error);
+}
+
+bool register_creator_once(nvinfer1::IPluginRegistry& registry, nvinfer1::IPluginCreatorV3One& creator,
+                           std::string* error) {
+  // One registry per provider library (TensorRT, TensorRT for RTX), each creator once in each.
+  static std::set<std::pair<nvinfer1::IPluginRegistry*, nvinfer1::IPluginCreatorV3One*>> registered;
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  if (registered.count(&registry) != 0) return true;
-  if (!registry.registerCreator(grouped_mm_creator(), kGroupedMMNamespace)) {
-    *error = "TensorRT refused to register the GroupedMM plugin creator (et_trt::GroupedMM v1)";
+  if (registered.count({&registry, &creator}) != 0) return true;
+  if (!registry.registerCreator(creator, creator.getPluginNamespace())) {
+    *error = std::string("TensorRT refused to register the ") + creator.getPluginName() + " plugin creator (" +
+             creator.getPluginNamespace() + "::" + creator.getPluginName() + " v" + creator.getPluginVersion() + ")";
     return false;
   }
-  registered.insert(&registry);
+  registered.insert({&registry, &creator});
   return true;
 }
 

@@ -82,6 +82,9 @@ int64_t int_field(const nvinfer1::PluginField& field, int64_t fallback);
 // engine), else the blob's being parsed on this thread. nullptr, the refusal logged (naming `plugin`), otherwise.
 std::shared_ptr<const KernelPack> node_kernel_images(const nvinfer1::PluginField* id_field,
                                                      nvinfer1::TensorRTPhase phase, const char* plugin);
+// Registers `creator` with `registry`, once per registry (a second call is a no-op).
+bool register_creator_once(nvinfer1::IPluginRegistry& registry, nvinfer1::IPluginCreatorV3One& creator,
+                           std::string* error);
 // The 1-byte field types a 32-byte id may arrive as: kUNKNOWN (our engines) or, from an ONNX attribute, kINT8 /
 // kCHAR.
 bool is_byte_field(nvinfer1::PluginFieldType type);

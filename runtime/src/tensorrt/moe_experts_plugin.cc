@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <vector>
 
 #include "grouped_mm_plugin.h"  // the shared logger, refusals and kernel-image resolution
@@ -398,16 +396,7 @@ nvinfer1::IPluginCreatorV3One& moe_experts_creator() {
 }
 
 bool register_moe_experts_plugin(nvinfer1::IPluginRegistry& registry, std::string* error) {
-  static std::set<nvinfer1::IPluginRegistry*> registered;
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (registered.count(&registry) != 0) return true;
-  if (!registry.registerCreator(moe_experts_creator(), kMoEExpertsNamespace)) {
-    *error = "TensorRT refused to register the MoEExperts plugin creator (et_trt::MoEExperts v1)";
-    return false;
-  }
-  registered.insert(&registry);
-  return true;
+  return register_creator_once(registry, moe_experts_creator(), error);
 }
 
 }  // namespace et_trt
