@@ -160,8 +160,9 @@ def test_dynamic_tokens_one_launcher():
 
 
 def test_moe_layer_shape():
-    """An MoE layer's proportions at a tenth of the size: 64 experts of hidden 1024 and FFN 512, top-8."""
-    _check(make_inputs(512, 8, 64, 1024, 512, "swiglu", seed=17), "swiglu", "blocked8")
+    """An MoE layer's proportions at a tenth of the size: 64 experts of hidden 1024 and FFN 512, top-8. 64 rows per
+    expert: the Triton tilings on every GPU (on an H100 they beat the wgmma path there; it starts at 128)."""
+    _assert_triton(_check(make_inputs(512, 8, 64, 1024, 512, "swiglu", seed=17), "swiglu", "blocked8"))
 
 
 def _takes_wgmma() -> bool:
@@ -173,12 +174,16 @@ def _takes_wgmma() -> bool:
         not pool or any(i.variant == "wgmma" and i.kernel.startswith("moe_") for i in pool))
 
 
+def _assert_triton(kernels: str) -> None:
+    assert "wgmma" not in kernels and len(kernels.split(" + ")) == 4, kernels
+
+
 def _assert_path(kernels: str) -> None:
     """sm_90: the wgmma GEMMs behind the gather (five launches); elsewhere the Triton tilings (four)."""
     if _takes_wgmma():
         assert "moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma)" in kernels, kernels
     else:
-        assert "wgmma" not in kernels and len(kernels.split(" + ")) == 4, kernels
+        _assert_triton(kernels)
 
 
 @pytest.mark.parametrize("activation", MOE_GATED_ACTIVATIONS)

@@ -1,34 +1,54 @@
 #!/usr/bin/env bash
-# One device call for the fused MoE block (issue 32): build the launcher, check the fused kernels against the float32
-# reference (no Triton in the process), time the block (benchmarks/moe_block_bench.py: fused against PyTorch eager
-# and against our unfused kernels + glue, launches counted), then run the invalid-id, odd-size, empty, single-token,
-# family and wgmma cases under compute-sanitizer; the benchmark's table and the goals' lines print last. Each step
-# has a time limit, so the call ends within ~9.5 minutes at worst (~4 expected on an H100).
+# One device call for the fused MoE block (issue 32): build the launcher; check, with no Triton in the process, the
+# fused kernels against the float32 reference (tests/test_moe_experts_gpu.py) and the grouped GEMM's kernels
+# (tests/test_kernel_gpu.py); run their invalid-id / invalid-offset, odd-size, empty, single-token, family and wgmma
+# cases under compute-sanitizer memcheck; then time the block (benchmarks/moe_block_bench.py: fused against PyTorch
+# eager and against our unfused kernels + glue, launches counted). The benchmark's table and the goals print last.
+# Everything printed also goes to $OUT/moe_run.log, each step's full log to $OUT/<step>.log. Each step has a time
+# limit, so the call ends within ~9 minutes at worst (~4 expected on an H100).
 # Prepare here first:  python benchmarks/device/prepare.py --moe
 # Then on the device:  bash benchmarks/device/moe_run.sh   (carry .device; results go to $OUT)
 # MOE_BENCH_ARGS: extra arguments for the benchmark (--skip-robot, --skip-moe); MOE_MEMCHECK=0 skips the memcheck.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source benchmarks/device/common.sh
-export ET_TRT_KERNEL_IMAGES=$PWD/.device/moe_images.json
-build_launcher
+export OUT=${OUT:-out}
+mkdir -p "$OUT"
 
-timeout 180 python3 -m pytest -q -p no:cacheprovider --noconftest -rs tests/test_moe_experts_gpu.py 2>&1 \
-  | tee "$OUT/moe_tests.log" | tail -25
-tests_rc=${PIPESTATUS[0]}
+# step NAME LIMIT_S IMAGES COMMAND...: COMMAND with ET_TRT_KERNEL_IMAGES=.device/IMAGES, its output in $OUT/NAME.log
+# (the last lines printed), its exit status in rc_NAME (124: its time limit).
+step() {
+  local name=$1 limit=$2 images=$3 rc
+  shift 3
+  ET_TRT_KERNEL_IMAGES=$PWD/.device/$images timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  printf -v "rc_$name" %s "$rc"
+  echo "== $name: rc $rc"
+  grep -E "ERROR SUMMARY|passed|failed|skipped|rror" "$OUT/$name.log" | tail -6
+}
 
-timeout 220 python3 benchmarks/moe_block_bench.py --images .device/moe_bench_images.json --out "$OUT" \
-  ${MOE_BENCH_ARGS:-} > "$OUT/moe_bench.log" 2>&1
-bench_rc=$?
-grep -E "device:|rror" "$OUT/moe_bench.log" | head -20
+PYTEST=(python3 -m pytest -q -p no:cacheprovider --noconftest)
+MEMCHECK=(compute-sanitizer --tool memcheck --error-exitcode 9)
 
-memcheck_rc=skipped
-if [ "${MOE_MEMCHECK:-1}" != 0 ]; then
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 -m pytest -q -p no:cacheprovider --noconftest tests/test_moe_experts_gpu.py \
-    -k "invalid or odd or empty or single or (family and t7) or every_wgmma or (many_rows and bf16 and swiglu)" > "$OUT/moe_memcheck.log" 2>&1
-  memcheck_rc=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/moe_memcheck.log" | tail -3
-fi
-if [ -f "$OUT/moe_block_bench.md" ]; then cat "$OUT/moe_block_bench.md"; else tail -30 "$OUT/moe_bench.log"; fi
-echo "tests rc=$tests_rc bench rc=$bench_rc memcheck rc=$memcheck_rc (124: the step's time limit)"
+main() {
+  source benchmarks/device/common.sh
+  build_launcher
+
+  step kernel_tests 75 images.json "${PYTEST[@]}" -rs tests/test_kernel_gpu.py
+  step moe_tests 100 moe_images.json "${PYTEST[@]}" -rs tests/test_moe_experts_gpu.py
+  rc_kernel_memcheck=skipped rc_moe_memcheck=skipped
+  if [ "${MOE_MEMCHECK:-1}" != 0 ]; then
+    step kernel_memcheck 75 images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_kernel_gpu.py \
+      -k "invalid or odd or empty or swiglu"
+    step moe_memcheck 90 moe_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_moe_experts_gpu.py \
+      -k "invalid or odd or empty or single or (family and t7) or every_wgmma or (many_rows and bf16 and swiglu)"
+  fi
+  step moe_bench 180 moe_bench_images.json python3 benchmarks/moe_block_bench.py \
+    --images .device/moe_bench_images.json --out "$OUT" ${MOE_BENCH_ARGS:-}
+
+  echo
+  if [ -f "$OUT/moe_block_bench.md" ]; then cat "$OUT/moe_block_bench.md"; else tail -30 "$OUT/moe_bench.log"; fi
+  echo "rc: kernel tests $rc_kernel_tests, moe tests $rc_moe_tests, kernel memcheck $rc_kernel_memcheck," \
+    "moe memcheck $rc_moe_memcheck, bench $rc_moe_bench (124: the step's time limit)"
+}
+
+main 2>&1 | tee "$OUT/moe_run.log"

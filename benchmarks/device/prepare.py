@@ -1,10 +1,11 @@
 """Compiles, on this (CPU) machine, the kernel images a device run needs, into .device/.
 
     python benchmarks/device/prepare.py        # then: run benchmarks/device/run_all.sh there, carry .device
-    python benchmarks/device/prepare.py --moe  # only what benchmarks/device/moe_run.sh needs (the MoE block)
+    python benchmarks/device/prepare.py --moe  # only what benchmarks/device/moe_run.sh needs (the MoE block and
+                                               # the grouped GEMM's tests)
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
-                           fp8 images of both dtypes (tests)
+                           fp8 images of both dtypes (tests; --moe too)
 .device/bench_images.json  bf16, trans_b: ours, the 48 KiB baseline and tuning candidates
 .device/bench_images.groups.json  which of those each benchmark contender launches
 .device/fp8_bench_images.json (+ .groups.json)  the same for benchmarks/fp8_grouped_mm_bench.py
@@ -76,6 +77,16 @@ def save_contenders(name: str, contenders: dict) -> list:
     return images
 
 
+def save_test_images() -> None:
+    """.device/images.json: tests/test_kernel_gpu.py's images."""
+    tests = []
+    for dtype in aot.DTYPES:
+        for trans_b in (False, True):
+            tests += aot.grouped_mm_images([ARCH], dtype, trans_b)
+        tests += aot.grouped_mm_images([ARCH], dtype, True, weight_format="fp8")
+    save_images(OUT / "images.json", tests)
+
+
 def save_moe_images() -> None:
     """.device/moe_images.json (the MoE experts GPU tests' images) and benchmarks/moe_block_bench.py's contenders:
     "unfused", our GroupedMM images; "fused", the MoE experts images the launcher picks from (the wgmma GEMMs at
@@ -96,15 +107,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
+    save_test_images()
     if args.moe:
         save_moe_images()
         return
-    tests = []
-    for dtype in aot.DTYPES:
-        for trans_b in (False, True):
-            tests += aot.grouped_mm_images([ARCH], dtype, trans_b)
-        tests += aot.grouped_mm_images([ARCH], dtype, True, weight_format="fp8")
-    save_images(OUT / "images.json", tests)
     save_fp8_bench_images()
 
     contenders = {

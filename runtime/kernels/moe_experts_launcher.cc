@@ -20,11 +20,13 @@ size_t round_up(size_t value) { return (value + 255) / 256 * 256; }
 // The kernels index pairs, rows and columns with 32-bit integers, plus up to one tile past the end.
 constexpr int64_t kIndexLimit = (int64_t{1} << 31) - 1024;
 constexpr int64_t kGridYLimit = 65535;
-// The wgmma kernels serve launches of at least this many rows per expert (below, its tiles of up to 256 rows are
-// mostly padding and the Triton tilings' narrower ones win; grouped_mm_launcher's rule for its "tma_small"), with
-// gated activations, blocked8 rows, H and F multiples of 8 (TMA's 16-byte rows; 16-row gate/up blocks) and at
-// most 1024 experts (its group table).
-constexpr int64_t kWgmmaMinRowsPerExpert = 64;
+// The wgmma kernels serve launches of at least this many rows per expert on average, with gated activations,
+// blocked8 rows, H and F multiples of 8 (TMA's 16-byte rows; 16-row gate/up blocks) and at most 1024 experts (its
+// group table). Measured on an H100 (benchmarks/results/h100_moe_block/), the block with the Triton tilings took
+// 0.64x-0.75x the time of the one with the wgmma path (its row gather a fifth launch) at 64 rows per expert (256
+// tokens, 8 experts, top-2), and 1.21x-1.25x at 219 and 546 (the MoE shapes); interpolated in log(rows) between
+// those shapes the ratio crosses 1 at ~130-140 rows, and 128 is the Triton tilings' tallest tile ("large").
+constexpr int64_t kWgmmaMinRowsPerExpert = 128;
 constexpr int64_t kWgmmaMaxExperts = 1024;
 
 struct Kernel {

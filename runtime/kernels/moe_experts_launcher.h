@@ -18,7 +18,7 @@
 //   moe_combine  out[t] = the sum over j of its pairs' rows, rounded
 // (four launches). On sm_90a, with the wgmma kernel's MoE images ("moe_gate_up_gated" and "moe_down" of
 // variant "wgmma", run through GroupedMMLauncher) and "moe_gather": for gated activations, blocked8 rows,
-// hidden and FFN sizes multiples of 8, at most 1024 experts and at least 64 pairs per expert on average, the
+// hidden and FFN sizes multiples of 8, at most 1024 experts and at least 128 pairs per expert on average, the
 // two GEMMs are those, behind moe_gather, which copies the rows in pair order for their TMA loads (five).
 // Elsewhere the Triton tilings serve every size.
 #pragma once
