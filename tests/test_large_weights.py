@@ -44,8 +44,10 @@ EXPORT = textwrap.dedent(f"""
     start = time.perf_counter()
     exported = moe_models.export(model, hidden={HIDDEN})
     external_data.tag_weights(exported, "big")
+    # The GroupedMM form: the fused one (fused_experts) lays the expert weights out anew at export, one more
+    # copy of them (measured: peak RSS 8.05 GB = 3.56x the weights; .ptd and loading as here). Open, issue 32.
     edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(
-        {{"default": {{"kernel_archs": ["sm_90a"], "engine_build": "never"}}}})])
+        {{"default": {{"kernel_archs": ["sm_90a"], "engine_build": "never", "fused_experts": False}}}})])
     program = edge.to_executorch()
     program.write_tensor_data_to_file(out)
     with open(out + "/big.pte", "wb") as f:
