@@ -99,26 +99,36 @@ def ours_grouped_mm(launcher: GroupedMMLauncher):
     return run
 
 
+def launch_block(launcher: MoEExpertsLauncher, buffers: dict, hidden, ids, weights, w_gate_up, w_down, ffn: int,
+                 layout: str, experts: int = 0, **quantized) -> torch.Tensor:
+    """One launch of our MoEExperts kernels (SwiGLU) on device tensors; the output and workspace are allocated once
+    per shape in `buffers`, outside the graphs. `quantized`: MoEExpertsArgs' INT4 fields. `experts`: the count the
+    launcher is told, if more than the weights hold (ids stay below the real count; the launcher's rules that
+    depend on it see the larger one)."""
+    (tokens, size), top_k = hidden.shape, ids.shape[1]
+    experts = max(experts, w_down.shape[0])
+    key = (tokens, top_k, experts, size, ffn)
+    if key not in buffers:
+        buffers.clear()
+        buffers[key] = (torch.empty(tokens, size, dtype=hidden.dtype, device="cuda"),
+                        torch.empty(moe_workspace_bytes(*key), dtype=torch.uint8, device="cuda"))
+    out, workspace = buffers[key]
+    launcher.launch(MoEExpertsArgs(
+        hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(), weights_fp32=1,
+        w_gate_up=w_gate_up.data_ptr(), w_down=w_down.data_ptr(), out=out.data_ptr(), tokens=tokens, top_k=top_k,
+        experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS["swiglu"],
+        gate_up_layout=MOE_GATE_UP_LAYOUTS.index(layout), alpha=moe_experts.GPTOSS_ALPHA,
+        limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
+        **quantized), torch.cuda.current_stream().cuda_stream)
+    return out
+
+
 def fused_block(launcher: MoEExpertsLauncher, layout: str):
-    """Our MoEExperts kernels; the workspace and output are allocated once per shape, outside the graphs."""
+    """Our MoEExperts kernels (launch_block)."""
     buffers = {}
 
     def block(hidden, ids, weights, w_gate_up, w_down):
-        (tokens, size), (experts, _, ffn), top_k = hidden.shape, w_down.shape, ids.shape[1]
-        key = (tokens, top_k, experts, size, ffn)
-        if key not in buffers:
-            buffers.clear()
-            buffers[key] = (torch.empty(tokens, size, dtype=hidden.dtype, device="cuda"),
-                            torch.empty(moe_workspace_bytes(*key), dtype=torch.uint8, device="cuda"))
-        out, workspace = buffers[key]
-        launcher.launch(MoEExpertsArgs(
-            hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(), weights_fp32=1,
-            w_gate_up=w_gate_up.data_ptr(), w_down=w_down.data_ptr(), out=out.data_ptr(), tokens=tokens, top_k=top_k,
-            experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS["swiglu"],
-            gate_up_layout=MOE_GATE_UP_LAYOUTS.index(layout), alpha=moe_experts.GPTOSS_ALPHA,
-            limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(), workspace_bytes=workspace.numel()),
-            torch.cuda.current_stream().cuda_stream)
-        return out
+        return launch_block(launcher, buffers, hidden, ids, weights, w_gate_up, w_down, w_down.shape[2], layout)
 
     block.launcher = launcher
     return block

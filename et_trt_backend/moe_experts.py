@@ -130,9 +130,19 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
               limit: float = GPTOSS_LIMIT) -> torch.Tensor:
     """out [T, H] in hidden's dtype, by the module docstring's semantics, in float32 where hidden is (the CPU, or a
     GPU for large checks: its float32 matmuls, TF32 off as PyTorch's default, are float32's)."""
-    tokens, top_k, experts, size, _ = check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up,
-                                                   b_down, activation, gate_up_layout)
+    check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout)
+    return compute(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation=activation,
+                   gate_up_layout=gate_up_layout, alpha=alpha, limit=limit)
+
+
+def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
+            w_down: torch.Tensor, b_gate_up: torch.Tensor | None, b_down: torch.Tensor | None, *, activation: str,
+            gate_up_layout: str, alpha: float, limit: float) -> torch.Tensor:
+    """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be float32 (the INT4
+    form's exact q * scale, int4_weights.moe_experts_reference)."""
     dtype, device = hidden.dtype, hidden.device
+    tokens, size = hidden.shape
+    top_k, experts = topk_ids.shape[1], w_down.shape[0]
     x = hidden.detach().float()
     ids = topk_ids.detach().to(device, torch.long)
     weights = topk_weights.detach().to(device, torch.float32)

@@ -32,9 +32,13 @@ PREFLIGHT_POLICIES = ("error", "warn")
 # sm_90a, tcgen05 on sm_100a/sm_110a, Triton's sm_120a).
 KERNEL_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90a", "sm_100a", "sm_110a", "sm_120a")
 DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110a", "sm_120a")
-# Architectures without FP8 tensor cores: FP8 experts are refused for them (no weight-only FP8 kernel yet).
+# Architectures without FP8 tensor cores (Ampere, Jetson Orin): FP8 experts are refused for them (no weight-only
+# FP8 kernel yet), for a recipe here and for a kernel image in kernels/aot.py, both through without_fp8.
 NO_FP8_ARCHS = ("sm_80", "sm_86", "sm_87")
-OPTIMIZATION_LEVELS = range(0, 6)  # TensorRT's builder optimization levels
+FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
+# TensorRT's builder optimization levels. The C++ blob reader checks them too (blob_reader.cc): its range is
+# tested against this one by blobs runtime/tests/make_test_blobs.py writes from it.
+OPTIMIZATION_LEVELS = range(0, 6)
 
 _SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
@@ -196,9 +200,10 @@ def _optional_str(key: str, value: Any) -> str | None:
 
 
 def _level(key: str, value: Any) -> int:
-    _expect(key, value, int, "an integer 0-5")
+    levels = f"{OPTIMIZATION_LEVELS[0]}-{OPTIMIZATION_LEVELS[-1]}"
+    _expect(key, value, int, f"an integer {levels}")
     if value not in OPTIMIZATION_LEVELS:
-        raise OptionsError(f"option '{key}': builder optimization level must be 0-5, got {value}")
+        raise OptionsError(f"option '{key}': builder optimization level must be {levels}, got {value}")
     return value
 
 
@@ -247,6 +252,11 @@ def parse_options(values: Mapping[str, Any], base: CompileOptions | None = None,
     return options
 
 
+def without_fp8(archs) -> list[str]:
+    """The architectures of `archs` (kernel_archs names; the "a" suffix optional) that lack FP8 tensor cores."""
+    return [arch for arch in archs if arch.removesuffix("a") in NO_FP8_ARCHS]
+
+
 def _check_expert_precision(options: CompileOptions) -> None:
     """expert_precision = "fp8" needs what FP8 experts run on: the grouped-GEMM kernel, a bf16/fp16
     part (the FP8 GEMM's output dtype) and only architectures with FP8 tensor cores."""
@@ -262,15 +272,14 @@ def _check_expert_precision(options: CompileOptions) -> None:
         raise OptionsError(
             'option \'expert_precision\': "fp8" needs precision "bf16" or "fp16" (the FP8 GroupedMM computes '
             f'its output in the part\'s precision; fp32 GroupedMMs are lowered densely); change precision, {unset}')
-    refused = [arch for arch in options.kernel_archs if arch in NO_FP8_ARCHS]
+    refused = without_fp8(options.kernel_archs)
     if refused:
-        fp8_archs = [arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS]
         kept = [arch for arch in options.kernel_archs if arch not in refused] or ["sm_90a"]
         which = (f"the default kernel_archs ({', '.join(DEFAULT_KERNEL_ARCHS)}) hold"
                  if options.kernel_archs == DEFAULT_KERNEL_ARCHS else "kernel_archs holds")
         raise OptionsError(
             f"option 'expert_precision': \"fp8\", but {which} {', '.join(refused)}, which lack FP8 tensor "
-            f"cores (FP8 experts run on {', '.join(fp8_archs)}); drop {', '.join(refused)} from this part's "
+            f"cores (FP8 experts run on {', '.join(FP8_ARCHS)}); drop {', '.join(refused)} from this part's "
             f"kernel_archs (e.g. kernel_archs = {_toml_list(kept)}), {unset}")
 
 

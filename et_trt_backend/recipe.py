@@ -59,8 +59,9 @@ dimension of the exported program, in either of two ways:
 - "input_name:axis", the model's forward argument name and the axis
   ("observations:0"), which always works.
 Dimensions a recipe does not name take their range from the exported
-program's range_constraints (min at least 1, opt = max); a dimension without
-an upper bound must then be given one, in the recipe or with Dim(max=...).
+program's range_constraints as the user exported them (exported_ranges.py;
+min at least 1, opt = max); a dimension without an upper bound must then be
+given one, in the recipe or with Dim(max=...).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ import sympy
 import torch
 from torch.export import ExportedProgram
 
+from .exported_ranges import exported_range, finite_bound
 from .options import CompileOptions, OptionsError, ShapeRange, parse_options
 from .program_inputs import user_input_nodes
 
@@ -121,17 +123,11 @@ class DynamicDim:
         return ShapeRange(self.min, self.max, self.max)
 
 
-def _bound(value: Any) -> int | None:
-    try:
-        return int(value) if value.is_finite else None
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
 def dynamic_dims(program: ExportedProgram) -> dict[str, DynamicDim]:
-    """Dynamic dimensions of the program's user inputs, by symbol name."""
+    """Dynamic dimensions of the program's user inputs, by symbol name. Their ranges are those the user
+    exported (exported_ranges.py) where the program carries them, else its range_constraints."""
     found: dict[str, tuple[list[str], list[str]]] = {}  # symbol -> (Dim names, input:axis names)
-    ranges = {str(k): v for k, v in program.range_constraints.items()}
+    ranges = {str(k): (finite_bound(v.lower), finite_bound(v.upper)) for k, v in program.range_constraints.items()}
     for node in user_input_nodes(program):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
@@ -140,6 +136,7 @@ def dynamic_dims(program: ExportedProgram) -> dict[str, DynamicDim]:
             if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
                 continue
             symbol = str(size.node.expr)
+            ranges[symbol] = exported_range(node, axis) or ranges.get(symbol, (None, None))
             dim_names, axis_names = found.setdefault(symbol, ([], []))
             # The symbol's sources name it as the exported model does (its Dim name, its inputs' axes),
             # also in a partition whose inputs are named otherwise.
@@ -153,9 +150,7 @@ def dynamic_dims(program: ExportedProgram) -> dict[str, DynamicDim]:
             axis_names.append(f"{node.name}:{axis}")
     dims = {}
     for symbol, (dim_names, axis_names) in found.items():
-        vr = ranges.get(symbol)
-        lo = _bound(vr.lower) if vr is not None else None
-        hi = _bound(vr.upper) if vr is not None else None
+        lo, hi = ranges.get(symbol, (None, None))
         dims[symbol] = DynamicDim(symbol, tuple(dict.fromkeys(dim_names + axis_names)), max(lo or 1, 1), hi)
     return dims
 

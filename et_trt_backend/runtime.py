@@ -59,9 +59,10 @@ def library_path() -> pathlib.Path:
 
 
 def plugin_library_path() -> pathlib.Path:
-    """libet_trt_plugin.so: our C++ GroupedMM plugin as a TensorRT plugin library, for a
-    TensorRT or TensorRT for RTX builder in this process (`registry.load_library(path)`; hand it
-    each blob's kernel images with use_kernel_images before parsing the blob's ONNX).
+    """libet_trt_plugin.so: et-trt's engine builder (et_trt_backend.engines loads it) and our C++
+    GroupedMM plugin as a TensorRT plugin library, for any TensorRT or TensorRT for RTX process
+    (`registry.load_library(path)`; hand it each blob's kernel images with use_kernel_images
+    before parsing the blob's ONNX).
 
     $ET_TRT_PLUGIN_LIBRARY if set, else the installed package's, else the first one built under
     runtime/ of this source checkout. Raises RuntimeLoadError, saying how to build it, if there is none.
@@ -87,21 +88,21 @@ def use_kernel_images(plugin_library: ctypes.CDLL, contents: blob.BlobContents) 
     RuntimeError if the blob or its named data is refused."""
     fn = plugin_library.et_trt_plugin_use_kernel_images
     fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, *_NAMED_DATA_ARGTYPES, ctypes.c_char_p, ctypes.c_char_p,
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, *NAMED_DATA_ARGTYPES, ctypes.c_char_p, ctypes.c_char_p,
                    ctypes.c_size_t]
     data = blob.serialize(contents)
     ident, error = ctypes.create_string_buffer(32), ctypes.create_string_buffer(4096)
-    if fn(data, len(data), *_named_data_arrays(contents), ident, error, len(error)) != 0:
+    if fn(data, len(data), *named_data_arrays(contents), ident, error, len(error)) != 0:
         raise RuntimeError(error.value.decode(errors="replace"))
     return ident.raw
 
 
 # A blob's named data passed to the C entry points: keys, bytes, sizes, count.
-_NAMED_DATA_ARGTYPES = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
+NAMED_DATA_ARGTYPES = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p),
                         ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
 
 
-def _named_data_arrays(contents: blob.BlobContents) -> tuple:
+def named_data_arrays(contents: blob.BlobContents) -> tuple:
     """The blob's named data (attached) as the C entry points take it; the bytes are not copied and
     `contents` keeps them alive."""
     named = contents.named_data()
@@ -124,7 +125,7 @@ def load(path: str | os.PathLike | None = None, engine_cache_dir: str | os.PathL
         os.environ[ENGINE_CACHE_ENV] = str(engine_cache_dir)
     if path is None and _loaded is not None:
         return _loaded  # loaded from a path given earlier: the default path may hold none
-    _point_at_tensorrt_rtx()
+    point_at_tensorrt_rtx()
     lib_path = pathlib.Path(path) if path is not None else library_path()
     if not lib_path.is_file():
         raise RuntimeLoadError(
@@ -176,7 +177,7 @@ def load_program(program: str | os.PathLike | bytes, data_path: str | os.PathLik
     return Runtime.get().load_program(program, data_path=data_path, **kwargs)
 
 
-def _point_at_tensorrt_rtx() -> None:
+def point_at_tensorrt_rtx() -> None:
     """Sets $ET_TRT_TENSORRT_RTX_DIR (where the delegate opens TensorRT for RTX) to the installed
     tensorrt-rtx wheel's library folder, unless it is set already or the wheel is absent."""
     if os.environ.get(RTX_DIR_ENV):
@@ -185,38 +186,3 @@ def _point_at_tensorrt_rtx() -> None:
     if spec is not None and spec.origin is not None:
         os.environ[RTX_DIR_ENV] = str(pathlib.Path(spec.origin).parent)
         logger.info("TensorRT for RTX: %s=%s", RTX_DIR_ENV, os.environ[RTX_DIR_ENV])
-
-
-class EngineBuildUnavailable(RuntimeError):
-    """TensorRT, CUDA or a GPU is missing where build_engine ran; the message says which."""
-
-
-def build_engine(contents: blob.BlobContents, timing_cache: str | None = None, device: int = 0) -> tuple[bytes, str, str, int]:
-    """(plan, TensorRT version, GPU name, compute capability) of the engine of the blob `contents` (its
-    named data attached), built by the C++ runtime exactly as init on the robot builds it (same parser,
-    options, profiles and GroupedMM plugin with the blob's kernel images), with the timing cache at
-    `timing_cache`. For engines embedded at export.
-
-    Raises EngineBuildUnavailable where TensorRT, CUDA or a GPU is missing, RuntimeError otherwise.
-    """
-    lib = load()
-    fn = lib.et_trt_build_engine
-    fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, *_NAMED_DATA_ARGTYPES, ctypes.c_char_p, ctypes.c_int32,
-                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t,
-                   ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
-    lib.et_trt_free.argtypes = [ctypes.c_void_p]
-    data = blob.serialize(contents)
-    plan, size, capability = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int32()
-    version, gpu = ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)
-    error = ctypes.create_string_buffer(8192)
-    rc = fn(data, len(data), *_named_data_arrays(contents), (timing_cache or "").encode(), device, ctypes.byref(plan),
-            ctypes.byref(size), version, 256, gpu, 256, ctypes.byref(capability), error, len(error))
-    if rc != 0:
-        kind = EngineBuildUnavailable if rc == 1 else RuntimeError
-        raise kind(error.value.decode(errors="replace"))
-    try:
-        plan_bytes = ctypes.string_at(plan, size.value)
-    finally:
-        lib.et_trt_free(plan)
-    return plan_bytes, version.value.decode(), gpu.value.decode(), capability.value

@@ -256,7 +256,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for violation in violations:
             print(f"  {violation}")
         if builder is not None:
-            failures += _check_build(builder, partition.contents, args.plugin_library)
+            failures += _check_build(builder, partition.contents)
     summary = f"{args.file}: {len(partitions)} partition(s), {total} violation(s)"
     print(summary + (f", {failures} build failure(s)" if builder is not None else ""))
     if args.build and builder is None and args.require_builder:
@@ -271,7 +271,7 @@ def _check_builder(args: argparse.Namespace):
     if args.plugin_library is not None:
         require_file(args.plugin_library, "--plugin-library", ".so")
     try:
-        return providers.any_builder()
+        return providers.any_builder(args.plugin_library)
     except providers.BuilderUnavailable as e:
         consequence = "an error (--require-builder)" if args.require_builder else \
             "build check skipped (--require-builder makes this an error)"
@@ -279,10 +279,10 @@ def _check_builder(args: argparse.Namespace):
         return None
 
 
-def _check_build(builder, contents, plugin_library: Path | None) -> int:
+def _check_build(builder, contents) -> int:
     """Parses and builds one partition for its targets; prints the outcome, the parser's and builder's own
     messages verbatim; returns the number of failed targets."""
-    from et_trt_backend.engines import onnx_build
+    from et_trt_backend.engines import onnx_build, providers
 
     targets, note = onnx_build.check_targets(builder, contents.options.kernel_archs)
     if note:
@@ -291,8 +291,8 @@ def _check_build(builder, contents, plugin_library: Path | None) -> int:
     for target in targets:
         where = target or "this GPU"
         try:
-            engine = onnx_build.parse_and_build(builder, contents, target, plugin_library)
-        except onnx_build.BuildFailed as e:
+            engine = onnx_build.parse_and_build(builder, contents, target)
+        except (onnx_build.BuildFailed, providers.BuilderUnavailable) as e:
             print(f"    {builder}: FAILED for {where}: " + str(e).replace("\n", "\n    "))
             if not e.parsed:  # the parse does not depend on the target
                 return len(targets)
@@ -363,8 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "targets; exit 1 on any failure")
     check_cmd.add_argument("--require-builder", action="store_true", help="with --build: fail where no NVIDIA "
                            "builder is installed (default: skip the build check and say so)")
-    check_cmd.add_argument("--plugin-library", type=Path, metavar="PATH", help="with --build: use this GroupedMM "
-                           "plugin library (libet_trt_plugin.so, the C++ plugin) instead of the Python build phase")
+    check_cmd.add_argument("--plugin-library", type=Path, metavar="PATH", help="with --build: build with this "
+                           "libet_trt_plugin.so (et-trt's engine builder and GroupedMM plugin) instead of the one "
+                           "found by default")
     check_cmd.set_defaults(run=_cmd_check)
     return parser
 

@@ -23,9 +23,16 @@ would otherwise break the program for TensorRT:
   TensorRT form. Their values are undefined, so zeros are one valid choice
   (model code overwrites them whole: an inverse permutation, a key assembled
   slice by slice), and a deterministic one.
+- complex tensors -> real pairs (complex_pairs.py): TensorRT has no complex
+  type and ExecuTorch's to_edge refuses polar and complex views (DeepSeek-V2's
+  rotary embedding); the real-pair arithmetic is exact.
 - float64 program inputs and outputs -> a float32 round trip (truncate_double):
   TensorRT binds no float64, so the cast to and from float64 at the edge of a
   partition stays on ExecuTorch (_float64_boundary_casts).
+- eye -> (arange(n)[:, None] == arange(m)) in int64. PyTorch's own
+  decomposition counts in uint8 where n and m fit (Qwen3-Next's chunked delta
+  rule builds torch.eye(chunk)), a dtype TensorRT tensors do not have, which
+  would leave the identity to ExecuTorch.
 - adaptive_max_pool2d -> max_pool2d_with_indices where the input is a whole
   number of windows. It is not core ATen, has no decomposition and returns
   two tensors: ExecuTorch's edge verifier would refuse it.
@@ -46,6 +53,7 @@ from et_trt_backend.op_support.routing import integer_key_bound
 from et_trt_backend.source_lines import source_line
 
 from . import masked_rows
+from .complex_pairs import complex_to_real_pairs, has_complex
 from .errors import PartitionError
 
 aten = torch.ops.aten
@@ -77,6 +85,13 @@ def _one_hot(ids: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     return aten._to_copy.default(aten.eq.Tensor(aten.unsqueeze.default(ids, -1), classes), dtype=torch.int64)
 
 
+def _eye(n: int, m: int | None = None, *, dtype=None, layout=None, device=None, pin_memory=None) -> torch.Tensor:
+    rows = aten.arange.start(0, n, dtype=torch.int64, device=device)
+    columns = aten.arange.start(0, n if m is None else m, dtype=torch.int64, device=device)
+    identity = aten.eq.Tensor(aten.unsqueeze.default(rows, -1), columns)
+    return aten._to_copy.default(identity, dtype=dtype or torch.get_default_dtype())
+
+
 def _empty_like(x: torch.Tensor, **kwargs) -> torch.Tensor:
     return aten.zeros_like.default(x, **kwargs)
 
@@ -96,6 +111,8 @@ def _adaptive_max_pool2d(x: torch.Tensor, output_size):
 
 
 PRE_DECOMPOSITIONS = {
+    aten.eye.default: _eye,
+    aten.eye.m: _eye,
     aten.adaptive_max_pool2d.default: _adaptive_max_pool2d,
     aten.empty_like.default: _empty_like,
     aten.new_empty.default: _new_empty,
@@ -184,14 +201,17 @@ def rewrite_for_edge(program: ExportedProgram, truncate_double: bool = True) -> 
     and outputs."""
     edited = False
     float64_casts = truncate_double and _float64_boundaries(program)
-    if float64_casts or _countable_bincounts(program) or masked_rows.has_masked_rows(program):
+    complex_ops = has_complex(program)
+    if float64_casts or complex_ops or _countable_bincounts(program) or masked_rows.has_masked_rows(program):
         program = program.run_decompositions({})  # a functional copy whose graph we may edit
         bincounts = _countable_bincounts(program)
         _bincounts_to_one_hot(program, bincounts)
         densified = masked_rows.densify(program)
+        if complex_ops:
+            complex_to_real_pairs(program)
         if float64_casts:
             _float64_boundary_casts(program)
-        edited = bool(bincounts or densified or float64_casts)
+        edited = bool(bincounts or densified or float64_casts or complex_ops)
     _refuse_other_bincounts(program)
     targets = set(PRE_DECOMPOSITIONS) | {aten.chunk.default}  # chunk decomposes into split
     if not edited and not any(node.op == "call_function" and node.target in targets for node in program.graph.nodes):

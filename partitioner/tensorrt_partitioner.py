@@ -16,9 +16,12 @@ ops_to_not_decompose keeps the non-core ops the lowering needs
 3. Per part, torch.fx's CapabilityBasedPartitioner grows maximal connected
    regions of supported nodes (it keeps each region free of cycles through
    outside nodes). Regions never span parts, so each partition has one set of
-   options.
+   options. A region of casts and views alone is no engine. An op reading a
+   size that none of its region's tensor inputs carries (an engine recomputes
+   sizes from its inputs' shapes) is left to ExecuTorch and the regions regrown.
 4. Sizes (SymInts) read by several partitions are left to ExecuTorch, which
-   passes them to each: a delegate never returns one. Checks: every MoE block
+   passes them to each: a delegate never returns one; so are sizes another
+   tensor input of the partition carries. Checks: every MoE block
    lies in exactly one partition (else the op on the detour is named); no op
    ExecuTorch cannot run (aten._grouped_mm, histc, stable sorts) is left
    outside.
@@ -34,6 +37,7 @@ import logging
 import os
 from typing import Any, Callable, Iterable, Mapping
 
+import sympy
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
@@ -46,6 +50,8 @@ from et_trt_backend import BACKEND_ID
 from et_trt_backend import backend as _backend  # noqa: F401  (ExecuTorch finds EtTrtBackend by class name)
 from et_trt_backend import op_support
 from et_trt_backend.export_report import REASON_META, describe, is_op, left_out
+from et_trt_backend.exported_ranges import stamp_exported_ranges
+from et_trt_backend.lowering.size_inputs import carrier
 from et_trt_backend.op_support import aten_overload, holds_float64
 from et_trt_backend.recipe import DEFAULT_PART, Recipe, dynamic_dims
 from et_trt_backend.source_lines import source_line
@@ -155,7 +161,8 @@ class TensorRTPartitioner(Partitioner):
         self._programs.record(name, exported_program)
         recipe = self.recipe.for_program(name)
         truncate_double = all(o.truncate_double for o in (recipe.default, *recipe.parts.values()))
-        program = rewrite_for_edge(exported_program, truncate_double)
+        # The one hook that sees the user's ranges (min 1 included) before ExecuTorch's re-trace narrows them.
+        program = rewrite_for_edge(stamp_exported_ranges(exported_program), truncate_double)
         # What runs next is ExecuTorch's own step, silent and long on a large program.
         logger.info("ExecuTorch decomposes the program to its edge dialect; TensorRTPartitioner partitions it then")
         return program
@@ -189,24 +196,7 @@ class TensorRTPartitioner(Partitioner):
         for block in blocks:
             self._check_block(block, reasons, parts)
 
-        tags: dict[Node, str] = {}
-        partitions: list[tuple[str, str, list[Node]]] = []  # (tag, part, nodes)
-        for part in sorted(set(parts.values())):
-            proposer = CapabilityBasedPartitioner(
-                exported_program.graph_module,
-                _PartSupport(part, parts, supported),
-                allows_single_node_partition=True,
-            )
-            for proposed in proposer.propose_partitions():
-                members = [n for n in proposed.nodes if n.op == "call_function"]
-                if not any(is_op(n) for n in members):
-                    continue  # shape arithmetic or getitems alone: not worth an engine
-                tag = f"tensorrt_{len(partitions)}"
-                partitions.append((tag, part, members))
-                for n in members:
-                    tags[n] = tag
-
-        self._release_shared_sizes(partitions, tags)
+        partitions, tags = self._propose(exported_program, parts, supported, reasons)
         self._check_blocks_whole(blocks, tags, reasons)
         self._check_must_delegate(nodes, tags, reasons)
 
@@ -253,6 +243,40 @@ class TensorRTPartitioner(Partitioner):
             parts[node] = DEFAULT_PART
         return parts
 
+    def _propose(
+        self, program: ExportedProgram, parts: Mapping[Node, str], supported: set[Node], reasons: dict[Node, str | None]
+    ) -> tuple[list[tuple[str, str, list[Node]]], dict[Node, str]]:
+        """Partitions (tag, part, nodes) of the supported nodes of each part, and each node's tag.
+
+        A partition needs every size it reads on one of its tensor inputs: an engine takes tensors only
+        and recomputes sizes from their shapes (lowering/size_inputs.py). A node reading a size that no
+        tensor input of its partition carries (a token count whose tensors all stay in ExecuTorch) is left
+        to ExecuTorch, and the partitions are proposed again: the tensor that node makes then carries the
+        size in. Each round leaves out at least one node, so this ends.
+        """
+        while True:
+            tags: dict[Node, str] = {}
+            partitions: list[tuple[str, str, list[Node]]] = []
+            for part in sorted(set(parts.values())):
+                proposer = CapabilityBasedPartitioner(
+                    program.graph_module, _PartSupport(part, parts, supported), allows_single_node_partition=True
+                )
+                for proposed in proposer.propose_partitions():
+                    members = [n for n in proposed.nodes if n.op == "call_function"]
+                    if not any(is_op(n) and aten_overload(n.target) not in op_support.DATA_MOVEMENT for n in members):
+                        continue  # sizes, casts and views alone: ExecuTorch does them as cheaply as an engine
+                    tag = f"tensorrt_{len(partitions)}"
+                    partitions.append((tag, part, members))
+                    tags.update(dict.fromkeys(members, tag))
+            self._release_sizes(partitions, tags)
+            stranded = self._readers_of_uncarried_sizes(partitions, tags)
+            if not stranded:
+                return partitions, tags
+            for node, size in stranded.items():
+                reasons[node] = f"it reads the size {size}, which no tensor input of its partition carries"
+                supported.discard(node)
+                logger.info("%s at %s stays in ExecuTorch: %s", _op_name(node), source_line(node), reasons[node])
+
     def _check_block(self, block: MoEBlock, reasons: Mapping[Node, str | None], parts: Mapping[Node, str]) -> None:
         name = block.module or "<the exported module>"
         for node in (n for n in reasons if n in block.nodes):  # graph order: report the first offender
@@ -274,25 +298,82 @@ class TensorRTPartitioner(Partitioner):
             )
 
     @staticmethod
-    def _release_shared_sizes(partitions: list[tuple[str, str, list[Node]]], tags: dict[Node, str]) -> None:
-        """Sizes (SymInts) read outside their partition are left to ExecuTorch.
+    def _release_sizes(partitions: list[tuple[str, str, list[Node]]], tags: dict[Node, str]) -> None:
+        """Sizes (SymInts) computed from tensors outside their partition are left to ExecuTorch when
+        another partition or op reads them, or when another tensor input of the partition carries them;
+        with them go the sizes in the partition they are computed from.
 
-        A delegate returning a SymInt for another to read ties the two
-        together for nothing; computed by ExecuTorch from a tensor both can
-        see (usually a model input), every reader gets it as an argument.
-        Only sizes read from tensors outside the partition can move out
-        (moving one that reads an inner tensor would make the partition
-        leave and re-enter itself).
+        A delegate returning a SymInt for another to read ties the two together for nothing (an engine
+        returns tensors only); computed by ExecuTorch from a tensor both can see (usually a model input),
+        every reader gets it as an argument and recomputes it from a tensor input. Nor should an engine
+        take a whole tensor (an image) only to read a size its other inputs carry. Sizes of inner tensors
+        stay (moving one out would make the partition leave and re-enter itself).
         """
         for tag, _, members in partitions:
-            for node in list(members):
-                if not isinstance(node.meta.get("val"), torch.SymInt):
-                    continue
+            for node in [n for n in members if isinstance(n.meta.get("val"), torch.SymInt)]:
+                if tags.get(node) != tag:
+                    continue  # released with a size computed from it
+                chain = TensorRTPartitioner._size_chain(node, tag, tags)
+                if chain is None:
+                    continue  # computed from an inner tensor
                 read_outside = any(tags.get(u) != tag for u in node.users)
-                inputs_outside = all(tags.get(a) != tag for a in node.all_input_nodes)
-                if read_outside and inputs_outside:
-                    members.remove(node)
-                    del tags[node]
+                if read_outside or TensorRTPartitioner._only_for_a_carried_size(node, members, tags, tag):
+                    for n in chain:
+                        members.remove(n)
+                        del tags[n]
+
+    @staticmethod
+    def _only_for_a_carried_size(node: Node, members: list[Node], tags: Mapping[Node, str], tag: str) -> bool:
+        """Whether `node` is the partition's one reader of an outside tensor, which it reads for a size that
+        another tensor input of the partition carries (releasing it drops that tensor from the inputs)."""
+        if node.target is not aten.sym_size.int or tags.get(node.args[0]) == tag:
+            return False
+        if any(tags.get(u) == tag for u in node.args[0].users if u is not node):
+            return False  # the tensor is an input all the same: ExecuTorch would compute the size for nothing
+        others = [a for n in members if n is not node for a in n.all_input_nodes if tags.get(a) != tag]
+        return carrier(others, node.meta["val"]) is not None
+
+    @staticmethod
+    def _size_chain(node: Node, tag: str, tags: Mapping[Node, str]) -> set[Node] | None:
+        """`node` and the sizes of partition `tag` it is computed from; None if it reads a tensor of the partition."""
+        chain, pending = set(), [node]
+        while pending:
+            size = pending.pop()
+            chain.add(size)
+            for arg in size.all_input_nodes:
+                if tags.get(arg) != tag or arg in chain:
+                    continue
+                if not isinstance(arg.meta.get("val"), torch.SymInt):
+                    return None
+                pending.append(arg)
+        return chain
+
+    @staticmethod
+    def _readers_of_uncarried_sizes(
+        partitions: list[tuple[str, str, list[Node]]], tags: Mapping[Node, str]
+    ) -> dict[Node, str]:
+        """Nodes whose partition could not compute a size they read, with that size: an integer (SymInt) input
+        that no tensor input has as a dimension, or a tensor input whose shape holds a symbol that no tensor
+        input has as a dimension of its own (a token count padded to a multiple of 16 in ExecuTorch, s + (16 - s
+        % 16) % 16, where no input has s: its profile could not be written)."""
+        stranded: dict[Node, str] = {}
+        for tag, _, members in partitions:
+            inputs = list(dict.fromkeys(a for n in members for a in n.all_input_nodes if tags.get(a) != tag))
+            tensors = [a.meta["val"] for a in inputs if isinstance(a.meta.get("val"), torch.Tensor)]
+            own = {d.node.expr for t in tensors for d in t.shape if isinstance(d, torch.SymInt)
+                   and isinstance(d.node.expr, sympy.Symbol)}
+            for node in inputs:
+                value = node.meta.get("val")
+                if isinstance(value, torch.SymInt):
+                    uncarried = [value] if carrier(inputs, value) is None else []
+                elif isinstance(value, torch.Tensor):
+                    uncarried = [d for d in value.shape if isinstance(d, torch.SymInt)
+                                 and not d.node.expr.free_symbols <= own]
+                else:
+                    uncarried = []
+                if uncarried:
+                    stranded.update((u, str(uncarried[0])) for u in node.users if tags.get(u) == tag)
+        return stranded
 
     @staticmethod
     def _check_blocks_whole(

@@ -27,12 +27,10 @@ log "installing et-trt and its pinned dependencies into .venv"
 
 log "building the C++ runtime (runtime/build)"
 ./scripts/build_runtime.sh
-if [ -d ../shared/third_party/tensorrt/11.1/include ]; then
-  # libet_trt_plugin.so for the real-builder tests (runtime/build-tensorrt-11.1).
-  log "building the TensorRT layer against ../shared's TensorRT 11.1 headers"
-  ./scripts/build_runtime.sh --build-dir runtime/build-tensorrt-11.1 \
-    -DET_TRT_TENSORRT_INCLUDE_DIR="$(cd ../shared/third_party/tensorrt/11.1/include && pwd)"
-fi
+# libet_trt_plugin.so for the real-builder tests (runtime/build-tensorrt-11.1), against
+# ../shared's TensorRT 11.1 headers where there are some (CI), as test.sh builds it.
+log "building the TensorRT layer against TensorRT 11.1's headers, where ../shared has them"
+./scripts/build_tensorrt_layers.sh --build-only 11.1
 
 if [ "${ET_TRT_SKIP_EXPORT:-0}" != 1 ]; then
   log "exporting the example policy"

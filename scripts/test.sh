@@ -17,5 +17,6 @@ log=runtime/build-tensorrt.log
 ./scripts/test_aarch64.sh
 # -ra: the summary lists every skip with its reason (what is missing here and why).
 # -n 2: two workers (the suite is mostly single-threaded export work; 38 -> 22 min on
-# 2 cores); --dist loadfile keeps each module on one worker, so its fixtures run once.
-exec .venv/bin/python -m pytest -ra -n "${ET_TRT_TEST_WORKERS:-2}" --dist loadfile "$@"
+# 2 cores); --dist loadfile keeps each module on one worker, so its fixtures run once, and
+# --no-loadscope-reorder hands the modules out in tests/conftest.py's order (whole-model exports first).
+exec .venv/bin/python -m pytest -ra -n "${ET_TRT_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

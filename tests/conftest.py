@@ -1,11 +1,13 @@
 """Fixtures shared by test modules."""
 
 import fcntl
-import importlib.util
+import hashlib
+import logging
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 from support import torchvision_cpu
@@ -15,6 +17,25 @@ from et_trt_backend.kernels import images
 torchvision_cpu.allow_import()  # before any test module imports transformers or torchvision
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+logger = logging.getLogger(__name__)
+
+
+def run_folder(tmp_path_factory) -> pathlib.Path:
+    """A folder of this test run that its pytest-xdist workers share (each worker's temporary folder is
+    below it); this run's own temporary folder without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def pytest_collection_modifyitems(items):
+    """The modules that export whole models (`slow` tests) first, those with the most first: pytest-xdist's
+    loadfile hands out modules in collection order (scripts/test.sh turns off its reordering by test count,
+    which started the one-test exports last, one worker running them alone at the end)."""
+    slow = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # stable: a module's tests keep their order
 
 
 @pytest.fixture(scope="session")
@@ -45,26 +66,23 @@ def kernel_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def example_pte(tmp_path_factory) -> pathlib.Path:
-    """The example policy's .pte: out/moe_policy.pte from scripts/setup.sh, else exported here."""
-    existing = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
-    if existing.is_file():
-        return existing
-    from executorch.exir import to_edge_transform_and_lower
-
-    partitioner = pytest.importorskip("et_trt_partitioner")
-    if not hasattr(partitioner, "TensorRTPartitioner"):
-        pytest.skip("et_trt_partitioner.TensorRTPartitioner has not landed: no example .pte to run")
-    TensorRTPartitioner = partitioner.TensorRTPartitioner
-
-    spec = importlib.util.spec_from_file_location("moe_policy", REPO / "examples" / "moe_policy.py")
-    moe_policy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(moe_policy)
-    edge = to_edge_transform_and_lower(
-        moe_policy.export_policy(), partitioner=[TensorRTPartitioner(REPO / "examples" / "recipe.toml")]
-    )
-    path = tmp_path_factory.mktemp("example") / "moe_policy.pte"
-    path.write_bytes(edge.to_executorch().buffer)
-    return path
+    """The example policy exported by `et-trt export` with its defaults (the bundled policy and recipe,
+    the kernel cache the setup warmed), once per test run: the pytest-xdist workers share it, one
+    exports while the others wait. Read-only: a test that needs it changed writes a copy."""
+    folder = run_folder(tmp_path_factory) / "example_export"
+    folder.mkdir(exist_ok=True)
+    path = folder / "moe_policy.pte"
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            logger.info("exporting the example policy for this test run to %s", path)
+            result = subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", "-q", "export", "--output", str(path)],
+                                    capture_output=True, text=True, timeout=1800)
+            assert result.returncode == 0, f"et-trt export failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+            path.chmod(0o444)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    yield path
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, f"a test changed the shared export {path}"
 
 
 @pytest.fixture(scope="session")

@@ -318,8 +318,8 @@ def test_serialize_refuses_bad_contents():
     bad_kernel = dataclasses.replace(contents.kernels[0], format="fatbin")
     with pytest.raises(BlobError, match="format"):
         serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
-    bad_kernel = dataclasses.replace(contents.kernels[0], weight_format="int4")
-    with pytest.raises(BlobError, match="weight_format must be one of dense, fp8, got 'int4'"):
+    bad_kernel = dataclasses.replace(contents.kernels[0], weight_format="int3")
+    with pytest.raises(BlobError, match="weight_format must be one of dense, fp8, int4, got 'int3'"):
         serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
 
     bad_engine = dataclasses.replace(contents.engines[0], provider="onnxruntime")

@@ -1,6 +1,7 @@
 """The et-trt command: export the example policy, inspect and check .pte files, refuse bad input clearly."""
 
 import dataclasses
+import os
 import random
 import re
 import subprocess
@@ -22,6 +23,8 @@ from et_trt_backend.serialization.pte import read_delegates, read_partitions
 from et_trt_partitioner import cli
 from support import damaged_pte
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def run(capsys, *argv):
     """(exit code, stdout, stderr) of `et-trt argv`."""
@@ -30,29 +33,21 @@ def run(capsys, *argv):
     return code, out, err
 
 
-@pytest.fixture(scope="module")
-def policy_pte(tmp_path_factory) -> Path:
-    """The example policy exported by `et-trt export` with its defaults (example policy and recipe)."""
-    path = tmp_path_factory.mktemp("export") / "policy.pte"
-    assert cli.main(["-q", "export", "--output", str(path)]) == 0
-    return path
-
-
 # ---- export --------------------------------------------------------------------------
 @pytest.mark.slow
-def test_export_writes_one_partition_per_part(policy_pte):
-    partitions = read_partitions(policy_pte.read_bytes())
+def test_export_writes_one_partition_per_part(example_pte):
+    partitions = read_partitions(example_pte.read_bytes())
     assert sorted(p.contents.part for p in partitions) == ["decoder", "velocity"]
     by_part = {p.contents.part: p.contents for p in partitions}
     # The example recipe's per-part options reached each blob.
     assert by_part["velocity"].options.precision == "fp16"
     assert by_part["decoder"].options.shape_ranges["tokens"].max == 512
-    assert not list(policy_pte.parent.glob("*.partial")), "the temporary file must be renamed away"
+    assert not list(example_pte.parent.glob("*.partial")), "the temporary file must be renamed away"
 
 
 @pytest.mark.slow
-def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsys):
-    code, out, _ = run(capsys, "inspect", policy_pte)
+def test_inspect_reports_partitions_ops_options_kernels_engine(example_pte, capsys):
+    code, out, _ = run(capsys, "inspect", example_pte)
     assert code == 0
     assert out.startswith("2 TensorRT partition(s)")
     for part in ("decoder", "velocity"):
@@ -81,10 +76,10 @@ def test_inspect_reports_partitions_ops_options_kernels_engine(policy_pte, capsy
 
 
 @pytest.mark.slow
-def test_inspect_says_which_robot_gpus_each_partition_serves(policy_pte, capsys):
+def test_inspect_says_which_robot_gpus_each_partition_serves(example_pte, capsys):
     """The decoder names sm_87 and sm_110a in its kernel_archs, the velocity part takes the defaults:
     both carry a cubin for each Jetson."""
-    code, out, _ = run(capsys, "inspect", policy_pte)
+    code, out, _ = run(capsys, "inspect", example_pte)
     assert code == 0
     lines = re.findall(r"^    robot GPUs: (.*)$", out, re.M)
     assert lines == ["Jetson Orin (sm_87 cubin), Jetson Thor (sm_110a cubin)"] * 2, out
@@ -120,31 +115,31 @@ def test_a_partition_without_kernel_images_serves_every_robot_gpu():
 
 
 @pytest.mark.slow
-def test_dump_onnx_writes_each_partitions_model(policy_pte, tmp_path, capsys):
-    code, out, _ = run(capsys, "inspect", policy_pte, "--dump-onnx", tmp_path / "onnx")
+def test_dump_onnx_writes_each_partitions_model(example_pte, tmp_path, capsys):
+    code, out, _ = run(capsys, "inspect", example_pte, "--dump-onnx", tmp_path / "onnx")
     assert code == 0
     dumped = sorted((tmp_path / "onnx").glob("*.onnx"))
     assert [p.name for p in dumped] == ["0_decoder.onnx", "1_velocity.onnx"]
-    blobs = {p.contents.part: p.contents.onnx for p in read_partitions(policy_pte.read_bytes())}
+    blobs = {p.contents.part: p.contents.onnx for p in read_partitions(example_pte.read_bytes())}
     for path in dumped:
         assert path.read_bytes() == blobs[path.stem.split("_", 1)[1]]
         onnx.checker.check_model(onnx.load(path))
 
 
 @pytest.mark.slow
-def test_check_passes_the_example_policy(policy_pte, capsys):
-    code, out, _ = run(capsys, "check", policy_pte)
+def test_check_passes_the_example_policy(example_pte, capsys):
+    code, out, _ = run(capsys, "check", example_pte)
     assert code == 0, out
     assert "2 partition(s), 0 violation(s)" in out
 
 
 @pytest.mark.slow
-def test_check_build_parses_and_builds_each_partition_with_nvidias_builder(policy_pte, capsys):
+def test_check_build_parses_and_builds_each_partition_with_nvidias_builder(example_pte, capsys):
     try:
         rtx = providers.tensorrt_rtx()
     except providers.BuilderUnavailable as e:
         pytest.skip(f"needs TensorRT for RTX ({providers.RTX_EXTRA}): {e}")
-    code, out, _ = run(capsys, "check", "--build", "--require-builder", policy_pte)
+    code, out, _ = run(capsys, "check", "--build", "--require-builder", example_pte)
     assert code == 0, out
     # The decoder's kernel_archs (sm_87, sm_90a, sm_110a) hold no RTX target: checked with an sm_80 build.
     assert re.search(rf"part 'decoder': ok\n    TensorRT for RTX {rtx.version}: kernel_archs \(sm_87, sm_90a, sm_110a\) "
@@ -156,19 +151,27 @@ def test_check_build_parses_and_builds_each_partition_with_nvidias_builder(polic
 
 
 @pytest.mark.slow
-def test_check_build_without_a_builder_skips_or_fails_as_asked(policy_pte, capsys, monkeypatch):
-    for module in ("tensorrt", *providers.RTX_MODULES):  # as on a machine with neither installed
-        monkeypatch.setitem(sys.modules, module, None)
-    code, out, _ = run(capsys, "check", "--build", policy_pte)
-    assert code == 0
-    assert "no NVIDIA builder installed: TensorRT is not installed" in out
-    assert "build check skipped (--require-builder makes this an error)" in out
-    code, out, _ = run(capsys, "check", "--build", "--require-builder", policy_pte)
-    assert code == 1 and "no NVIDIA builder installed" in out and ": an error (--require-builder)" in out
+def test_check_build_without_a_builder_skips_or_fails_as_asked(example_pte):
+    """As on a machine with neither TensorRT nor TensorRT for RTX (a process of its own: the builder keeps the
+    providers it found)."""
+    env = {**os.environ, "ET_TRT_TENSORRT_RTX_DIR": str(example_pte.parent / "no_tensorrt_rtx_here"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def check(*extra):
+        return subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", "-q", "check", "--build", *extra,
+                               str(example_pte)], capture_output=True, text=True, env=env, timeout=600)
+
+    done = check()
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "no NVIDIA builder installed: TensorRT is not installed here" in done.stdout, done.stdout
+    assert "build check skipped (--require-builder makes this an error)" in done.stdout
+    done = check("--require-builder")
+    assert done.returncode == 1 and "no NVIDIA builder installed" in done.stdout, done.stdout
+    assert ": an error (--require-builder)" in done.stdout
 
 
 @pytest.mark.slow
-def test_check_names_a_violating_node(policy_pte, tmp_path, capsys):
+def test_check_names_a_violating_node(example_pte, tmp_path, capsys):
     def add_unique(data: bytes) -> bytes:
         contents = blob.deserialize(data)
         model = onnx.load_from_string(contents.onnx)
@@ -177,20 +180,20 @@ def test_check_names_a_violating_node(policy_pte, tmp_path, capsys):
         return blob.serialize(dataclasses.replace(contents, onnx=model.SerializeToString()))
 
     bad = tmp_path / "bad.pte"
-    bad.write_bytes(damaged_pte.rewrite_blob(policy_pte.read_bytes(), add_unique))
+    bad.write_bytes(damaged_pte.rewrite_blob(example_pte.read_bytes(), add_unique))
     code, out, _ = run(capsys, "check", bad)
     assert code == 1
     assert "[supported_ops] Unique node 'injected_unique'" in out and "1 violation(s)" in out
 
 
 @pytest.mark.slow
-def test_corrupted_blob_is_refused_naming_the_delegate(policy_pte, tmp_path, capsys):
+def test_corrupted_blob_is_refused_naming_the_delegate(example_pte, tmp_path, capsys):
     def flip(data: bytes) -> bytes:
         middle = len(data) // 2
         return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
 
     bad = tmp_path / "corrupt.pte"
-    bad.write_bytes(damaged_pte.rewrite_blob(policy_pte.read_bytes(), flip))
+    bad.write_bytes(damaged_pte.rewrite_blob(example_pte.read_bytes(), flip))
     for command in ("inspect", "check"):
         code, out, err = run(capsys, command, bad)
         assert code == 1
@@ -198,20 +201,20 @@ def test_corrupted_blob_is_refused_naming_the_delegate(policy_pte, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_unparseable_onnx_in_a_valid_blob_is_reported(policy_pte, tmp_path, capsys):
+def test_unparseable_onnx_in_a_valid_blob_is_reported(example_pte, tmp_path, capsys):
     def break_onnx(data: bytes) -> bytes:
         return blob.serialize(dataclasses.replace(blob.deserialize(data), onnx=b"\xff\xff not protobuf"))
 
     bad = tmp_path / "bad_onnx.pte"
-    bad.write_bytes(damaged_pte.rewrite_blob(policy_pte.read_bytes(), break_onnx))
+    bad.write_bytes(damaged_pte.rewrite_blob(example_pte.read_bytes(), break_onnx))
     for command in ("inspect", "check"):
         code, _, err = run(capsys, command, bad)
         assert code == 1 and "the blob's ONNX does not parse" in err, err
 
 
 @pytest.mark.slow
-def test_delegates_are_read_with_executorch_and_match_the_blobs(policy_pte):
-    delegates = read_delegates(policy_pte.read_bytes())
+def test_delegates_are_read_with_executorch_and_match_the_blobs(example_pte):
+    delegates = read_delegates(example_pte.read_bytes())
     assert [d.backend_id for d in delegates] == [BACKEND_ID, BACKEND_ID]
     for d in delegates:
         contents = blob.deserialize(d.data)
@@ -305,9 +308,9 @@ def test_bad_recipe_is_refused_before_export(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", damaged_pte.KINDS)
 @pytest.mark.parametrize("command", ["inspect", "check"])
-def test_a_damaged_pte_is_refused_in_one_line(policy_pte, tmp_path, capsys, command, kind):
+def test_a_damaged_pte_is_refused_in_one_line(example_pte, tmp_path, capsys, command, kind):
     path = tmp_path / f"{kind}.pte"
-    path.write_bytes(damaged_pte.damaged(policy_pte.read_bytes(), kind, seed=random.randrange(1 << 30)))
+    path.write_bytes(damaged_pte.damaged(example_pte.read_bytes(), kind, seed=random.randrange(1 << 30)))
     code, out, err = run(capsys, command, path)
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err, err

@@ -1,12 +1,13 @@
 """Engines at export with TensorRT for RTX: one per RTX target of kernel_archs, built on this CPU machine by
-NVIDIA's real parser and builder with the Python build phase of the GroupedMM plugin, embedded in the blob.
+NVIDIA's real parser and builder through et-trt's C++ engine builder (libet_trt_plugin.so) with the C++ GroupedMM
+plugin, embedded in the blob.
 
-Skipped, with the reason, where TensorRT for RTX is not installed (pip install 'et-trt[tensorrt-rtx]').
+Skipped, with the reason, where TensorRT for RTX or the builder library is not installed (pip install
+'et-trt[tensorrt-rtx]'; scripts/setup.sh builds the library against ../shared's TensorRT headers).
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import logging
@@ -17,19 +18,19 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
-from et_trt_backend.engines import grouped_mm_plugin, onnx_build, providers
+from et_trt_backend.engines import onnx_build, providers
 from et_trt_backend.plugin_names import ACTIVATIONS, GROUPED_MM_OP, PLUGIN_NAMESPACE, PLUGIN_VERSION
 from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models
 from support.lowering import lower_program
-from support.nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
+from support.nvidia_builders import PluginFields, built_target, serialized_plugin_fields, tensorrt_rtx_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 RTX_ARCHS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
+RTX_PARSER = "libtensorrt_onnxparser_rtx.so.1"
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,7 @@ def test_one_engine_per_rtx_target_in_kernel_archs(exported, rtx):
     for engine in contents.engines:
         assert engine.tensorrt_version == rtx.version and engine.gpu_name == ""  # ahead of time: no GPU
         assert engine.plan.size > 10_000
+        assert built_target(engine.plan.bytes()) == engine.compute_capability  # the target the plan records
     assert contents.producer["tensorrt"] == rtx.version
 
 
@@ -96,7 +98,8 @@ def test_options_the_build_cannot_apply_are_logged_and_recorded(exported):
     contents, messages = exported
     for engine in contents.engines:
         (note,) = engine.options_not_applied
-        assert note.startswith("timing_cache '/tmp/et_trt_timing.cache': not read by a build at export")
+        assert note == ("timing_cache '/tmp/et_trt_timing.cache': not read by a build ahead of time (TensorRT for "
+                        "RTX reads one only with a GPU present)")
     assert any(m.startswith("WARNING") and "do not apply option timing_cache" in m for m in messages)
 
 
@@ -120,95 +123,45 @@ def test_engine_with_the_plugin_is_no_larger_than_dense_engine_plus_one_copy_of_
         assert with_plugin.plan.size <= 1.2 * (without.plan.size + images)
 
 
-def test_python_plugin_has_the_cpp_plugins_name_version_namespace_and_fields(rtx):
+def test_onnx_nodes_name_the_plugin_the_cpp_creator_registers():
+    """The lowering's GroupedMM node names the C++ plugin (name, version, namespace) and its activation codes."""
     header = (ROOT / "runtime" / "src" / "tensorrt" / "grouped_mm_plugin.h").read_text()
     constants = dict(re.findall(r'constexpr char (k\w+)\[\] = "([^"]*)";', header))
     values = {name: int(value) for name, value in re.findall(r"constexpr int32_t (kActivation\w+) = (\d+);", header)}
     assert (constants["kGroupedMMName"], constants["kGroupedMMVersion"], constants["kGroupedMMNamespace"]) == \
         (GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE)
-    _, creator_class = grouped_mm_plugin.plugin_classes(rtx.module)
-    creator = creator_class([])
-    assert (creator.name, creator.plugin_version, creator.plugin_namespace) == (GROUPED_MM_OP, PLUGIN_VERSION,
-                                                                              PLUGIN_NAMESPACE)
-    assert [(f.name, f.type) for f in creator.field_names] == [
-        (constants["kTransBField"], rtx.module.PluginFieldType.INT32),
-        (constants["kActivationField"], rtx.module.PluginFieldType.INT32)]
-    assert (grouped_mm_plugin.TRANS_B_FIELD, grouped_mm_plugin.KERNEL_IMAGES_ID_FIELD,
-            grouped_mm_plugin.ACTIVATION_FIELD) == \
-        (constants["kTransBField"], constants["kKernelImagesIdField"], constants["kActivationField"])
     assert values == {"kActivationNone": ACTIVATIONS["none"], "kActivationSwiGLU": ACTIVATIONS["swiglu"]}
 
 
-def _field(trt, name, values, kind):
-    return trt.PluginField(name, np.asarray(values), kind)
-
-
-def test_plugin_serializes_trans_b_the_kernel_images_id_and_the_activation(exported, rtx):
+def test_each_plugin_in_a_plan_serializes_trans_b_the_kernel_images_id_and_the_activation(exported):
+    """Each GroupedMM node of each engine: trans_b 1 (weights [G, N, K]), the 32-byte sha256 naming the blob's
+    kernel images, activation 0 (the node had none)."""
     contents, _ = exported
-    trt = rtx.module
-    _, creator_class = grouped_mm_plugin.plugin_classes(trt)
-    creator = creator_class(contents.kernels)
-    fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])
-    plugin = creator.create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
-    serialized = {f.name: (f.type, np.asarray(f.data).tobytes()) for f in plugin.get_fields_to_serialize()}
-    assert serialized == {
-        "trans_b": (trt.PluginFieldType.INT32, np.array([1], np.int32).tobytes()),
-        "kernel_images_id": (trt.PluginFieldType.UNKNOWN,
-                             hashlib.sha256(b"".join(k.image.bytes() for k in contents.kernels)).digest()),
-        "activation": (trt.PluginFieldType.INT32, np.array([0], np.int32).tobytes()),  # none: the node had none
-    }
-    # What an engine serialized is taken back at run time (the images are this blob's).
-    again = creator.create_plugin("gmm", plugin.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME)
-    assert again is not None and again.trans_b and again.images_id == plugin.images_id
-
-
-@pytest.mark.parametrize("fields, refusal", [
-    ([("trans_b", np.array([1.5], np.float32), "FLOAT32")], r"field trans_b must be one integer, 0 or 1; got FLOAT32"),
-    ([("trans_b", np.array([2], np.int32), "INT32")], r"field trans_b must be one integer, 0 or 1; got INT32 \[2\]"),
-    ([], r"field trans_b is missing"),
-    ([("trans_b", np.array([1], np.int32), "INT32"), ("kernel_images_id", np.zeros(32, np.uint8), "UNKNOWN")],
-     r"kernel_images_id 0000000000000000\.\.\. names other kernel images than this blob's"),
-    ([("trans_b", np.array([1], np.int32), "INT32"), ("kernel_images_id", np.zeros(8, np.uint8), "UNKNOWN")],
-     r"field kernel_images_id must be 32 bytes \(UNKNOWN\); got UNKNOWN, 8 bytes"),
-    ([("trans_b", np.array([0], np.int32), "INT32")], r"no kernel image for trans_b=0"),
-], ids=["float-trans_b", "trans_b-2", "no-trans_b", "other-images", "short-id", "no-images-for-layout"])
-def test_plugin_refuses_fields_it_cannot_take(exported, rtx, fields, refusal):
-    contents, _ = exported
-    trt = rtx.module
-    _, creator_class = grouped_mm_plugin.plugin_classes(trt)
-    creator = creator_class(contents.kernels)
-    collection = trt.PluginFieldCollection([
-        _field(trt, name, data, getattr(trt.PluginFieldType, kind)) for name, data, kind in fields])
-    assert creator.create_plugin("gmm0", collection, trt.TensorRTPhase.BUILD) is None
-    (message,) = creator.refusals
-    assert re.search(rf"GroupedMM node 'gmm0': .*{refusal}", message), message
+    images_id = hashlib.sha256(b"".join(k.image.bytes() for k in contents.kernels)).digest()
+    for engine in contents.engines:
+        assert serialized_plugin_fields(engine.plan.bytes()) == [PluginFields(1, images_id, 0)] * 2
 
 
 def test_a_missing_unversioned_library_is_reported_not_an_abort(rtx, tmp_path):
     """The wheel bug: without libtensorrt_rtx.so beside the parser, parsing a plugin node aborts the process.
-    et-trt checks first and says how to fix it. Here the parser library is loaded from a folder without it."""
-    libs = Path(sys.modules["tensorrt_rtx_libs"].__file__).parent if "tensorrt_rtx_libs" in sys.modules else None
-    if libs is None:
-        pytest.skip("TensorRT for RTX was not installed from its wheels (no tensorrt_rtx_libs package)")
+    The builder checks first and says how to fix it. Here TensorRT for RTX is a folder without that link."""
+    libs = Path(os.environ["ET_TRT_TENSORRT_RTX_DIR"])  # the wheel's, set where the builder was loaded
     broken = tmp_path / "tensorrt_rtx_libs"
     broken.mkdir()
-    (broken / "__init__.py").write_text("")
-    (broken / providers.RTX_PARSER_LIBRARY).write_bytes((libs / providers.RTX_PARSER_LIBRARY).read_bytes())
-    (broken / "libtensorrt_rtx.so.1").symlink_to(libs / "libtensorrt_rtx.so.1")
-    script = textwrap.dedent(f"""
-        import ctypes
-        for library in ("libtensorrt_rtx.so.1", {providers.RTX_PARSER_LIBRARY!r}):  # as the wheel's package does
-            ctypes.CDLL({str(broken)!r} + "/" + library)
+    for library in ("libtensorrt_rtx.so.1", RTX_PARSER):
+        (broken / library).symlink_to(libs / library)
+    script = textwrap.dedent("""
         from et_trt_backend.engines import providers
         try:
             providers.tensorrt_rtx()
         except providers.BuilderUnavailable as e:
             print("REFUSED:", e)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    env = {**os.environ, "ET_TRT_TENSORRT_RTX_DIR": str(broken),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert f"REFUSED: TensorRT for RTX lacks libtensorrt_rtx.so beside {providers.RTX_PARSER_LIBRARY}" in done.stdout
+    assert f"REFUSED: TensorRT for RTX lacks libtensorrt_rtx.so beside {RTX_PARSER}" in done.stdout
     assert f"ln -s libtensorrt_rtx.so.1 {broken}/libtensorrt_rtx.so" in done.stdout
 
 
@@ -224,75 +177,3 @@ def test_build_failures_are_errors_with_the_builders_message(exported, rtx):
                        r"node '[^']+' \(GroupedMMv2\): .*Plugin not found, are the plugin name, version, and "
                        r"namespace correct\?"):
         onnx_build.parse_and_build(rtx, broken, "sm_86")
-
-
-# ---- the real C++ plugin ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cpp_plugin() -> Path:
-    from et_trt_backend import runtime
-
-    try:
-        return runtime.plugin_library_path()
-    except runtime.RuntimeLoadError as e:
-        pytest.skip(f"the C++ plugin library is not built here: {e}")
-
-
-def test_python_plugin_serializes_in_a_plan_what_the_cpp_plugin_serializes(exported, rtx, cpp_plugin):
-    """Same partition, same target, the plugin's build phase in Python or the real C++ plugin loaded as a
-    plugin library: each GroupedMM node's fields (trans_b, kernel_images_id) are the same bytes in both plans.
-    (The plans as a whole differ from one build to the next, whichever plugin serves them.)"""
-    contents, _ = exported
-    for target in ("sm_80", "sm_120a"):
-        with_python = serialized_plugin_fields(onnx_build.parse_and_build(rtx, contents, target).plan)
-        with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
-        assert len(with_python) >= 2  # two GroupedMM nodes
-        assert serialized_plugin_fields(with_cpp.plan) == with_python
-
-
-def test_cpp_plugin_takes_back_the_fields_the_python_plugin_serializes(exported, rtx, cpp_plugin):
-    """At run time the C++ creator gets the serialized fields: it accepts the Python plugin's, and refuses a
-    kernel_images_id naming images no loaded blob holds."""
-    from et_trt_backend import runtime
-
-    contents, _ = exported
-    trt = rtx.module
-    registry = trt.get_plugin_registry()
-    handle = registry.load_library(str(cpp_plugin))
-    try:
-        runtime.use_kernel_images(ctypes.CDLL(str(cpp_plugin)), contents)
-        cpp = registry.get_creator(GROUPED_MM_OP, PLUGIN_VERSION, PLUGIN_NAMESPACE)
-        _, creator_class = grouped_mm_plugin.plugin_classes(trt)
-        fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])
-        serialized = creator_class(contents.kernels).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD) \
-            .get_fields_to_serialize()
-        assert cpp.create_plugin("gmm", serialized, trt.TensorRTPhase.RUNTIME) is not None
-        unknown = grouped_mm_plugin.serialized_fields(trt, True, bytes(32))
-        assert cpp.create_plugin("gmm", unknown, trt.TensorRTPhase.RUNTIME) is None
-    finally:
-        registry.deregister_library(handle)
-
-
-def test_fp8_workspace_is_the_launchers_at_the_profiles_max_rows(rtx):
-    """The Python plugin asks what the C++ one asks (runtime/tests/grouped_mm_plugin_test.cc checks the same
-    numbers): GroupedMMLauncher::fp8_workspace_bytes at the profile's max rows, plus 255 bytes to align it;
-    nothing for the dense form. An engine built at export records this size for the robot's C++ plugin."""
-    from support.kernel_records import fp8_image_records
-
-    assert grouped_mm_plugin.fp8_workspace_bytes(1000, 64) == 64000 + 4000  # 64000 is 256-aligned
-    assert grouped_mm_plugin.fp8_workspace_bytes(3, 5) == 256 + 12
-    trt = rtx.module
-    _, creator_class = grouped_mm_plugin.plugin_classes(trt)
-    fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32)])
-    plugin = creator_class(fp8_image_records()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
-    inputs = [trt.DynamicPluginTensorDesc() for _ in range(4)]
-    inputs[0].min, inputs[0].opt, inputs[0].max = trt.Dims([1, 64]), trt.Dims([16, 64]), trt.Dims([1000, 64])
-    inputs[1].min = inputs[1].opt = inputs[1].max = trt.Dims([4, 48, 64])  # b [G, N, K]
-    outputs = [trt.DynamicPluginTensorDesc()]
-    assert plugin.get_workspace_size(inputs, outputs) == grouped_mm_plugin.fp8_workspace_bytes(1000, 64) + 255
-    assert plugin.get_workspace_size(inputs[:3], outputs) == 0
-    # A gate+up output as a ([rows, 2K]): the rows quantized are the GEMM's, of b's K.
-    fields = trt.PluginFieldCollection([_field(trt, "trans_b", np.array([1], np.int32), trt.PluginFieldType.INT32),
-                                        _field(trt, "activation", np.array([1], np.int32), trt.PluginFieldType.INT32)])
-    fused = creator_class(fp8_image_records()).create_plugin("gmm", fields, trt.TensorRTPhase.BUILD)
-    inputs[0].max = trt.Dims([1000, 128])
-    assert fused.get_workspace_size(inputs, outputs) == grouped_mm_plugin.fp8_workspace_bytes(1000, 64) + 255

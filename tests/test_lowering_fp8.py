@@ -150,7 +150,7 @@ def test_example_policy_accuracy_against_bf16():
 
 
 @pytest.mark.slow
-def test_example_policy_exports_with_fp8_decoder_experts(kernel_cache, tmp_path, capsys):
+def test_example_policy_exports_with_fp8_decoder_experts(tmp_path, capsys):
     import tomllib
 
     from executorch.exir import to_edge_transform_and_lower

@@ -1,23 +1,16 @@
 """benchmarks/moe_block_bench.py's report on the CPU: its table and goal lines from the rows a device run makes, a
 contender that failed or was not timed included (the run is one call on a device: a report that raises loses it)."""
 
-import importlib
 import math
-import pathlib
-import sys
 
 import pytest
-
-BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+from support.benchmark_modules import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("moe_block_bench")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_module("moe_block_bench") as module:
+        yield module
 
 
 def _row(shape, tokens, us, x, launches, err, kernels=None, **more):

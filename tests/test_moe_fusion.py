@@ -28,7 +28,7 @@ from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models
 from support.lowering import assert_onnx_matches_partition, lower_program
-from support.nvidia_builders import tensorrt_rtx_or_skip
+from support.nvidia_builders import serialized_kernel_images_ids, serialized_plugin_fields, tensorrt_rtx_or_skip
 
 RECIPE = {"engine_build": "never", "kernel_archs": ["sm_80"]}
 # The dispatch and combine glue the fused node replaces (counting sort, permutation, un-permutation): none of it
@@ -165,14 +165,10 @@ BUILT_FAMILIES = ["grouped-shared-groups", "mixtral", "gpt_oss"]
 
 @pytest.mark.parametrize("family", BUILT_FAMILIES)
 def test_real_builder_builds_the_fused_partition(lowered, family):
-    rtx = tensorrt_rtx_or_skip()
-    from et_trt_backend import runtime
-
-    try:
-        library = runtime.plugin_library_path()
-    except runtime.RuntimeLoadError as e:
-        pytest.skip(f"the MoEExperts plugin is C++ only: {e}")
+    rtx = tensorrt_rtx_or_skip()  # et-trt's C++ builder, with its MoEExperts plugin
     _, contents = lowered(family)
+    blocks = len(moe_blocks(onnx.load_from_string(contents.onnx)))
     for target in RTX_TARGETS:
-        engine = onnx_build.parse_and_build(rtx, contents, target, plugin_library=library)
-        assert engine.plan, target
+        plan = onnx_build.parse_and_build(rtx, contents, target).plan
+        # One plugin per block, each naming the blob's kernel images; no GroupedMM plugin.
+        assert len(serialized_kernel_images_ids(plan)) == blocks and not serialized_plugin_fields(plan), target

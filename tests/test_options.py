@@ -6,6 +6,7 @@ import pytest
 
 from et_trt_backend.options import (
     FIELDS,
+    KERNEL_ARCHS,
     CompileOptions,
     OptionsError,
     ShapeRange,
@@ -121,3 +122,23 @@ def test_expert_precision_precision_means_unset():
     assert parse_options({"expert_precision": "precision", "kernel_archs": ["sm_87"]}, base=base).expert_precision \
         is None
     assert CompileOptions().expert_precision is None
+
+
+@pytest.mark.parametrize("arch", KERNEL_ARCHS)
+def test_recipes_and_the_kernel_compiler_refuse_fp8_on_the_same_architectures(arch):
+    """The FP8 architecture rule is options.py's (without_fp8): a recipe's FP8 experts and an FP8 kernel image
+    (kernels/aot.py, checked before anything compiles) are refused on exactly the architectures without FP8
+    tensor cores."""
+    from et_trt_backend.kernels import aot
+
+    def refused(make) -> bool:
+        try:
+            make()
+        except ValueError as e:
+            assert "FP8 tensor cores" in str(e), e
+            return True
+        return False
+
+    recipe = refused(lambda: parse_options({"expert_precision": "fp8", "kernel_archs": [arch]}))
+    kernel = refused(lambda: aot.configs_for(arch, weight_format="fp8"))
+    assert recipe == kernel == (arch in ("sm_80", "sm_86", "sm_87")), (recipe, kernel)

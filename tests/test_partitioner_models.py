@@ -96,7 +96,8 @@ class _RewriteTargets(torch.nn.Module):
         perm = torch.argsort(ids, stable=True)
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.shape[0])
-        return values, order, a, b, *chunks, counts, inverse
+        eyes = torch.eye(x.shape[0], dtype=x.dtype), torch.eye(3, 5, dtype=torch.int32)
+        return values, order, a, b, *chunks, counts, inverse, *eyes
 
 
 def test_rewrites_keep_meaning():
@@ -110,8 +111,9 @@ def test_rewrites_keep_meaning():
     targets = {str(n.target) for n in rewritten.graph.nodes if n.op == "call_function"}
     assert not targets & {
         "aten.split.Tensor", "aten.split_with_sizes.default", "aten.sort.stable", "aten.one_hot.default",
-        "aten.chunk.default", "aten.empty_like.default",
+        "aten.chunk.default", "aten.empty_like.default", "aten.eye.default", "aten.eye.m",
     }
+    assert torch.uint8 not in {n.kwargs.get("dtype") for n in rewritten.graph.nodes}  # eye counts in int64
     assert "aten.argsort.stable" in targets
     for rows in (4, 9):
         x = torch.randn(rows, 8)

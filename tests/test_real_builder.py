@@ -1,16 +1,18 @@
-"""NVIDIA's own ONNX parser and builder (TensorRT for RTX, on this CPU machine) on every partition we produce,
-with our GroupedMM plugin: the example policy, the test models, unmodified transformers MoE blocks and whole decoder
+"""NVIDIA's own ONNX parser and builder (TensorRT for RTX, on this CPU machine), driven by et-trt's C++ engine
+builder (libet_trt_plugin.so, the builder the robot runs at init), on every partition we produce, with our C++
+GroupedMM plugin: the example policy, the test models, unmodified transformers MoE blocks and whole decoder
 layers (attention, rotary, norms and MoE) of eight families parse with 0 errors and build for sm_80, sm_86, sm_89 and
 sm_120. Negative controls fail with the parser's or builder's own
 message, not a crash (they run in a subprocess: the library can abort a process). Where the real parser and a
 pre-flight rule disagree, DISAGREEMENTS records it.
 
-Skipped, with the reason, where TensorRT for RTX is not installed (pip install 'et-trt[tensorrt-rtx]').
+Skipped, with the reason, where TensorRT for RTX or the builder library is not installed (pip install
+'et-trt[tensorrt-rtx]'; scripts/setup.sh builds the library against ../shared's TensorRT headers).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import re
 import subprocess
@@ -27,7 +29,7 @@ from onnx import TensorProto as TP
 from onnx import external_data_helper, helper, numpy_helper
 
 from et_trt_backend import preflight
-from et_trt_backend.engines import grouped_mm_plugin, onnx_build
+from et_trt_backend.engines import onnx_build, providers
 from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import (
@@ -44,7 +46,7 @@ from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models
 from support.kernel_records import fp8_image_records, image_record
 from support.lowering import delegated_parts
-from support.nvidia_builders import serialized_plugin_fields, tensorrt_rtx_or_skip
+from support.nvidia_builders import built_target, serialized_plugin_fields, tensorrt_rtx_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
@@ -59,37 +61,29 @@ def rtx():
     return tensorrt_rtx_or_skip()
 
 
-def _cpp_plugin() -> Path | None:
-    """libet_trt_plugin.so where built (it needs TensorRT's headers); None: the Python plugin only."""
-    from et_trt_backend import runtime
-
-    try:
-        return runtime.plugin_library_path()
-    except runtime.RuntimeLoadError:
-        return None
-
-
 def _partitions(exported, recipe=None) -> list[blob.BlobContents]:
     edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(recipe or {"default": RECIPE})])
     return [contents for _, contents in delegated_parts(edge)]
 
 
+def _images_id(kernels: list[KernelImage]) -> bytes:
+    """The 32-byte reference each GroupedMM node of an engine holds (schema.fbs, table Engine)."""
+    return hashlib.sha256(b"".join(k.image.bytes() for k in kernels)).digest()
+
+
 def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=TARGETS) -> None:
-    """Every partition parses and builds for every target with our Python plugin and, where built, with the
-    real C++ plugin library, each GroupedMM node's fields serialized alike by both."""
+    """Every partition parses and builds for every target, the plan recording that target and, for each GroupedMM
+    node, the reference to the blob's kernel images."""
     assert partitions, "nothing was delegated"
-    cpp_plugin = _cpp_plugin()
     for contents in partitions:
         nodes = [n.op_type for n in onnx.load_from_string(contents.onnx).graph.node].count("GroupedMM")
         for target in targets:
             engine = onnx_build.parse_and_build(rtx, contents, target)  # BuildFailed lists the parser's errors
             assert len(engine.plan) > 10_000
+            assert built_target(engine.plan) == engine.compute_capability == providers.RTX_TARGETS[target]
             fields = serialized_plugin_fields(engine.plan)
             assert len(fields) >= nodes
-            assert all(f.kernel_images_id == grouped_mm_plugin.kernel_images_id(contents.kernels) for f in fields)
-            if cpp_plugin is not None and nodes:
-                with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
-                assert serialized_plugin_fields(with_cpp.plan) == fields
+            assert all(f.kernel_images_id == _images_id(contents.kernels) for f in fields)
 
 
 # ---- every partition we produce ---------------------------------------------------------------
@@ -115,7 +109,7 @@ def test_example_policy(rtx):
     assert fp8_inputs == [4] * 4
     _assert_builds_everywhere(rtx, [by_part["velocity"]])
     _assert_builds_everywhere(rtx, [by_part["decoder"]], targets=FP8_TARGETS)
-    # Each layer's down GroupedMM takes its gate+up output (activation 1), through both plugins alike.
+    # Each layer's down GroupedMM takes its gate+up output (activation 1).
     plan = onnx_build.parse_and_build(rtx, by_part["decoder"], FP8_TARGETS[0]).plan
     assert sorted(f.activation for f in serialized_plugin_fields(plan)) == [0, 0, 1, 1]
 
@@ -157,7 +151,7 @@ def test_transformers_decoder_layers(rtx, name):
 @pytest.mark.slow
 def test_transformers_decoder_layer_with_fp8_experts(rtx):
     """A whole unmodified Qwen3-MoE decoder layer with FP8 experts: its down GroupedMM takes the gate+up output
-    (activation 1) and the real builder takes the partition for both FP8 targets, through both plugins."""
+    (activation 1) and the real builder takes the partition for both FP8 targets."""
     layer = moe_models.bf16(moe_models.HFDecoderLayer("qwen3_moe"))
     with torch.no_grad():
         exported = torch.export.export(layer, (torch.randn(1, 8, moe_models.HF_HIDDEN, dtype=moe_models.DTYPE),),
@@ -228,21 +222,16 @@ def fp8_partition(kernels: list[KernelImage], *, weight_type: str = FP8_WEIGHT_O
 @pytest.mark.parametrize("activation", [None, ACTIVATIONS["swiglu"]], ids=["activations", "gate_up_output"])
 def test_fp8_grouped_mm_parses_and_builds_for_sm_89_and_sm_120(rtx, activation):
     """The FP8 form, its weights FLOAT8E4M3FN, a the activations or (activation 1) a gate+up output [rows, 2K]:
-    0 parser and builder errors for both FP8 targets, with the Python plugin and the C++ one (where built), each
-    serializing the same fields; the e4m3 weights and their scales are in the plan byte for byte (TensorRT kept
-    them as given, converted nothing)."""
+    0 parser and builder errors for both FP8 targets; the e4m3 weights and their scales are in the plan byte for
+    byte (TensorRT kept them as given, converted nothing)."""
     contents = fp8_partition(fp8_image_records(), activation=activation)
-    cpp_plugin = _cpp_plugin()
     for target in ("sm_89", "sm_120a"):
         plan = onnx_build.parse_and_build(rtx, contents, target).plan  # BuildFailed lists the parser's errors
         fields = serialized_plugin_fields(plan)
-        assert fields and fields[0].kernel_images_id == grouped_mm_plugin.kernel_images_id(contents.kernels)
+        assert fields and fields[0].kernel_images_id == _images_id(contents.kernels)
         assert fields[0].activation == (activation or 0)
         for weight in contents.weights:
             assert weight.data.bytes() in plan, weight.name
-        if cpp_plugin is not None:
-            with_cpp = onnx_build.parse_and_build(rtx, contents, target, plugin_library=cpp_plugin)
-            assert serialized_plugin_fields(with_cpp.plan) == fields
 
 
 FP8_REFUSALS = {
@@ -263,26 +252,24 @@ FP8_REFUSALS = {
 
 @pytest.mark.parametrize("case", FP8_REFUSALS)
 def test_malformed_fp8_forms_are_refused_with_the_plugins_message(rtx, case):
-    """Refused while parsing, with the plugin's message: the Python plugin's and, where built, the C++ one's."""
+    """Refused while parsing, with the plugin's message."""
     arguments, message = FP8_REFUSALS[case]
     # A dense [G, K, N] image too: the creator then takes trans_b=0, and the plugin judges the form.
     contents = fp8_partition([*fp8_image_records(), image_record("any", "bf16", False, "dense")], **arguments)
-    for plugin_library in {None, _cpp_plugin()}:
-        with pytest.raises(onnx_build.BuildFailed) as refused:
-            onnx_build.parse_and_build(rtx, contents, "sm_89", plugin_library=plugin_library)
-        assert not refused.value.parsed
-        assert any(re.search(message, error) for error in refused.value.errors), (plugin_library, refused.value.errors)
+    with pytest.raises(onnx_build.BuildFailed) as refused:
+        onnx_build.parse_and_build(rtx, contents, "sm_89")
+    assert not refused.value.parsed
+    assert any(re.search(message, error) for error in refused.value.errors), refused.value.errors
 
 
 def test_fp8_form_needs_fp8_images_of_its_dtype(rtx):
     """An FP8 node in a blob with only dense images, or only fp16 FP8 ones, is refused naming what it lacks."""
     dense = [image_record(variant, "bf16", True, "dense") for variant in ("any", "quantize_rows")]
     for kernels, has in ((dense, "none"), (fp8_image_records("fp16"), "fp16")):
-        for plugin_library in {None, _cpp_plugin()}:
-            with pytest.raises(onnx_build.BuildFailed) as refused:
-                onnx_build.parse_and_build(rtx, fp8_partition(kernels), "sm_89", plugin_library=plugin_library)
-            assert any(f"the blob has no bf16 FP8 kernel image for trans_b=1 (it has {has})" in error
-                       for error in refused.value.errors), (plugin_library, refused.value.errors)
+        with pytest.raises(onnx_build.BuildFailed) as refused:
+            onnx_build.parse_and_build(rtx, fp8_partition(kernels), "sm_89")
+        assert any(f"the blob has no bf16 FP8 kernel image for trans_b=1 (it has {has})" in error
+                   for error in refused.value.errors), refused.value.errors
 
 
 # ---- negative controls: the parser's or builder's message, no crash ------------------------------------------
@@ -335,10 +322,10 @@ def _wrong_output_width(model):
 NEGATIVE = {
     "plugin-missing": (_plugin_missing, r"node '[^']+' \(GroupedMM\): .*Plugin not found, are the plugin name, "
                                         r"version, and namespace correct\?"),
-    "wrong-field": (_wrong_field, r"Could not create the plugin.*\n.*GroupedMM node '[^']+': field trans_b must be "
-                                  r"one integer, 0 or 1; got FLOAT32 \[1.5\]"),
+    "wrong-field": (_wrong_field, r"node '[^']+' \(GroupedMM\): .*Could not create the plugin.*\n.*GroupedMM plugin: "
+                                  r"field trans_b must be one integer, 0 or 1; got FLOAT32 \[1.5\]"),
     "refused-dtype": (_refused_dtype, r"node '[^']+' \(GroupedMM\): .*getOutputDataTypes reported a non-zero "
-                                      r"return code.*\n.*GroupedMM: the blob has no fp16 kernel image for trans_b=1 "
+                                      r"return code.*\n.*GroupedMM plugin: the blob has no fp16 kernel image for trans_b=1 "
                                       r"\(it has bf16\)"),
     "wrong-output-width": (_wrong_output_width, r"node 'expects_65' \(Add\): .*Shape Error \(broadcast dimensions "
                                                 r"must be conformable"),
@@ -444,39 +431,43 @@ DISAGREEMENTS = {
 }
 
 
+_TORCH_DTYPES = {TP.FLOAT: torch.float32, TP.BFLOAT16: torch.bfloat16, TP.INT32: torch.int32, TP.INT64: torch.int64}
+
+
+def _blob_of(model: onnx.ModelProto) -> blob.BlobContents:
+    """A partition of `model` as it is (static shapes, its initializers inline), as the builder takes one."""
+    def specs(values):
+        return [blob.TensorSpec(v.name, _TORCH_DTYPES[v.type.tensor_type.elem_type],
+                                [blob.DimSpec(d.dim_value, "", d.dim_value, d.dim_value, d.dim_value)
+                                 for d in v.type.tensor_type.shape.dim]) for v in values]
+
+    return blob.BlobContents(part="case", options=CompileOptions(), onnx=model.SerializeToString(), kernels=[],
+                             engines=[], inputs=specs(model.graph.input), outputs=specs(model.graph.output),
+                             producer=blob.producer_versions(18), weights=[])
+
+
 def test_preflight_and_the_real_parser_agree_where_recorded(rtx, tmp_path):
-    models = {}
     for i, (case, (build, _, _)) in enumerate(DISAGREEMENTS.items()):
-        path = tmp_path / f"{i}.onnx"
-        onnx.save(build(), path)
-        models[case] = str(path)
+        (tmp_path / f"{i}.blob").write_bytes(blob.serialize(_blob_of(build())))
     # One subprocess: a refusal that aborts the library must fail this test, not the test run.
     script = textwrap.dedent("""
-        import json, sys
-        from et_trt_backend.engines import providers
+        import pathlib, sys
+        from et_trt_backend.engines import onnx_build, providers
+        from et_trt_backend.serialization import blob
         rtx = providers.tensorrt_rtx()
-        trt = rtx.module
-        results = {}
-        for case, path in json.loads(sys.argv[1]).items():
-            logger = trt.Logger(trt.Logger.ERROR)
-            builder = trt.Builder(logger)
-            network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-            parser = trt.OnnxParser(network, logger)
-            ok = parser.parse(open(path, "rb").read())
-            errors = [parser.get_error(i).desc() for i in range(parser.num_errors)]
-            if ok:
-                config = builder.create_builder_config()
-                config.num_compute_capabilities = 1
-                config.set_compute_capability(trt.ComputeCapability.SM86, 0)
-                ok = builder.build_serialized_network(network, config) is not None
-            results[case] = {"refused": not ok, "errors": errors}
-        print(json.dumps(results))
+        for i in range(int(sys.argv[2])):
+            try:
+                onnx_build.parse_and_build(rtx, blob.deserialize(pathlib.Path(sys.argv[1], f"{i}.blob").read_bytes()),
+                                           "sm_86")
+                print("built")
+            except onnx_build.BuildFailed as e:
+                print("refused:", str(e).replace("\\n", " "))
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(models)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(len(DISAGREEMENTS))],
+                          capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    real = json.loads(done.stdout.splitlines()[-1])
-    table = {case: (bool(preflight.check(build())), real[case]["refused"])
+    real = dict(zip(DISAGREEMENTS, done.stdout.splitlines()[-len(DISAGREEMENTS):]))
+    table = {case: (bool(preflight.check(build())), real[case].startswith("refused:"))
              for case, (build, _, _) in DISAGREEMENTS.items()}
     assert table == {case: (flagged, refused) for case, (_, flagged, refused) in DISAGREEMENTS.items()}, real

@@ -1,9 +1,10 @@
 """Exports are reproducible: the same model and options give the same .pte from any checkout.
 
 Content ids key engine caches on robots, so they must depend on the model and its
-options only. Two copies of this checkout in different folders each export the
-example policy with fresh kernel caches (so every kernel image is compiled anew in
-each), and the two .pte files must be byte-identical.
+options only. A copy of this checkout in another folder exports the example policy
+with fresh kernel and Triton caches (so every kernel image is compiled anew), and
+its .pte must be byte-identical to this test run's export of the example
+(tests/conftest.py: from this checkout, with the kernel cache the setup warmed).
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def _export(checkout: pathlib.Path) -> bytes:
 
 
 @pytest.mark.slow
-def test_two_checkouts_export_identical_bytes(tmp_path):
-    first = _export(_checkout_copy(tmp_path / "checkout_a"))
-    second = _export(_checkout_copy(tmp_path / "somewhere" / "else" / "checkout_b"))
-    if first != second:
+def test_a_cold_export_in_another_checkout_gives_the_same_bytes(tmp_path, example_pte):
+    cold = _export(_checkout_copy(tmp_path / "somewhere" / "else" / "checkout"))
+    warm = example_pte.read_bytes()
+    if cold != warm:
         from et_trt_backend.serialization.pte import read_partitions
 
         differing = []
-        for a, b in zip(read_partitions(first), read_partitions(second)):
+        for a, b in zip(read_partitions(cold), read_partitions(warm)):
             differing += [f"{a.contents.part}: onnx"] if a.contents.onnx != b.contents.onnx else []
             differing += [f"{a.contents.part}: {k.kernel} {k.arch} {k.format}"
                           for k, j in zip(a.contents.kernels, b.contents.kernels) if k.image != j.image]

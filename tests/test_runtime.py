@@ -22,7 +22,7 @@ import torch
 
 from et_trt_backend import BACKEND_ID, runtime
 from et_trt_backend.serialization.blob import deserialize
-from et_trt_backend.serialization.pte import read_delegates, read_partitions
+from et_trt_backend.serialization.pte import read_delegates
 from support import damaged_pte
 from support.runtime_runs import NOT_BUILT, RUNNER, joined_log, load_method_refused, run_process
 
@@ -87,15 +87,13 @@ def test_load_registers_the_backend(built_runtime, example_pte):
     assert all(d.backend_id == BACKEND_ID for d in read_delegates(example_pte.read_bytes()))
 
 
-def test_load_from_a_path_serves_build_engine(built_runtime, example_pte, monkeypatch, tmp_path):
-    """load(PATH), then build_engine (which calls load() again) with no library at the default path: the library
-    already loaded serves it (issue 35: it failed with "...libet_trt_runtime.so does not exist")."""
+def test_load_from_a_path_serves_a_later_load(built_runtime, monkeypatch, tmp_path):
+    """load(PATH), then load() (as load_program and verify_data_file call it) with no library at the default path:
+    the library already loaded serves it (issue 35: it failed with "...libet_trt_runtime.so does not exist")."""
     monkeypatch.setattr(runtime, "_loaded", None)
     monkeypatch.setenv(runtime.LIBRARY_ENV, str(tmp_path / "none" / runtime.LIBRARY_NAME))
-    runtime.load(built_runtime / runtime.LIBRARY_NAME)
-    contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
-    with pytest.raises(runtime.EngineBuildUnavailable, match=NOT_BUILT):
-        runtime.build_engine(contents)
+    loaded = runtime.load(built_runtime / runtime.LIBRARY_NAME)
+    assert runtime.load() is loaded
 
 
 def test_load_names_the_fix_when_the_library_is_missing(tmp_path):
@@ -126,7 +124,10 @@ def test_runner_refuses_example_without_tensorrt(built_runtime, example_pte):
     result = run_process([RUNNER, example_pte, "--iterations", "1"])
     assert result.returncode == 1
     assert "cannot load method 'forward'" in result.stderr, result.stderr[-3000:]
-    assert NOT_BUILT in result.stderr, result.stderr[-3000:]
+    # A source build's library names the source build's way to build TensorRT in (a wheel's, pip's: test_packaging).
+    assert f"{NOT_BUILT}: rebuild runtime/ with TensorRT's headers: scripts/build_runtime.sh " \
+        "-DET_TRT_TENSORRT_INCLUDE_DIR=<dir with NvInfer.h and NvOnnxParser.h>" in joined_log(result.stderr), \
+        result.stderr[-3000:]
 
 
 # ---- the runner on a plain CPU program (no delegate) ----------------------------------------------
@@ -255,22 +256,6 @@ def test_tensorrt_layer_builds_and_reports_missing_libnvinfer(tmp_path, example_
     result = run_process([build / "et_trt_runner", example_pte, "--iterations", "1"])
     assert result.returncode == 1
     assert "TensorRT is not installed here: cannot load libnvinfer.so." in result.stderr, result.stderr[-3000:]
-
-
-def test_build_engine_entry_point_verifies_the_named_data_and_reports_tensorrt(built_runtime, example_pte):
-    """The C entry point export-time engine builds use: named data that does not match the blob is
-    refused; a good blob reaches the TensorRT layer, which here says it was not built."""
-    contents = read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)[0].contents
-    # A source build's library names the source build's way to build TensorRT in (a wheel's, pip's: test_packaging).
-    with pytest.raises(runtime.EngineBuildUnavailable, match=re.escape(
-            f"{NOT_BUILT}: rebuild runtime/ with TensorRT's headers: scripts/build_runtime.sh "
-            "-DET_TRT_TENSORRT_INCLUDE_DIR=<dir with NvInfer.h and NvOnnxParser.h>")):
-        runtime.build_engine(contents)
-    weight = contents.weights[0].data
-    weight.data = weight.bytes()[:-1]
-    with pytest.raises(RuntimeError, match=rf"weight '[^']+' \(named data {weight.key}, {weight.size} bytes\): the "
-                                           rf"program's data holds {weight.size - 1} bytes"):
-        runtime.build_engine(contents)
 
 
 @pytest.mark.parametrize("kind", damaged_pte.KINDS)

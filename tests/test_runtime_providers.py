@@ -105,28 +105,27 @@ def test_an_unknown_provider_value_is_refused(runner, example_pte):
     assert "ET_TRT_PROVIDER='rtx' is not one of tensorrt, tensorrt-rtx, auto" in log, log
 
 
-def test_export_time_builds_use_tensorrt_only(rtx_dir, example_pte):
-    """runtime.build_engine (et_trt_build_engine) records TensorRT engines, so it never builds
-    with TensorRT for RTX, even where only that is installed: it says TensorRT is missing."""
-    library = BUILD / "libet_trt_runtime.so"
+def test_export_time_tensorrt_builds_say_tensorrt_is_missing(rtx_dir):
+    """The builder's TensorRT provider (engines for this GPU at export) opens TensorRT only, even where only
+    TensorRT for RTX is installed: it says TensorRT is missing; TensorRT for RTX loads."""
+    library = BUILD / "libet_trt_plugin.so"
     if not library.is_file():
         pytest.skip(f"{library} is not built (scripts/build_tensorrt_layers.sh)")
     script = (
-        "import pathlib\n"
-        "from et_trt_backend import runtime\n"
-        "from et_trt_backend.serialization.pte import read_partitions\n"
-        f"contents = read_partitions(pathlib.Path({str(example_pte)!r}).read_bytes())[0].contents\n"
+        "from et_trt_backend.engines import providers\n"
         "try:\n"
-        "    runtime.build_engine(contents)\n"
-        "except runtime.EngineBuildUnavailable as e:\n"
+        "    providers.tensorrt()\n"
+        "except providers.BuilderUnavailable as e:\n"
         "    print('UNAVAILABLE:', e)\n"
+        "print('RTX:', providers.tensorrt_rtx())\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "ET_TRT_RUNTIME_LIBRARY": str(library), "ET_TRT_TENSORRT_RTX_DIR": rtx_dir,
+                            env={**os.environ, "ET_TRT_PLUGIN_LIBRARY": str(library), "ET_TRT_TENSORRT_RTX_DIR": rtx_dir,
                                  "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO))})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "UNAVAILABLE: TensorRT is not installed here: cannot load libnvinfer.so.11" in result.stdout, \
         result.stdout + result.stderr[-3000:]
+    assert re.search(r"RTX: TensorRT for RTX 1\.7\.\d+\.\d+", result.stdout), result.stdout
 
 
 @pytest.mark.parametrize("lead", [0, 1])

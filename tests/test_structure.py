@@ -88,3 +88,10 @@ def test_test_modules_share_helpers_through_support_only():
     importers = {**test_modules, **{f"support.{path.stem}": path for path in (tests / "support").glob("*.py")}}
     found = {name: sorted(imports_of(name, path, test_modules)) for name, path in importers.items()}
     assert {name: imported for name, imported in found.items() if imported} == {}
+
+
+def test_benchmark_results_hold_results_not_code():
+    """benchmarks/results/ holds figures, logs and method; an experiment's code that was not kept lives in git history."""
+    code = {".py", ".sh", ".patch", ".cu", ".cuh", ".cc", ".cpp", ".h"}
+    found = [str(path.relative_to(ROOT)) for path in (ROOT / "benchmarks" / "results").rglob("*") if path.suffix in code]
+    assert found == [], "move these out of benchmarks/results/ (git history keeps them)"

@@ -10,22 +10,21 @@ test_lowering_models.py check it with the reference implementation).
 
 from __future__ import annotations
 
-import copy
 from typing import Iterator
 
-import numpy as np
 import onnx
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-from et_trt_backend.serialization import blob, external_data
+from et_trt_backend.serialization import blob
 from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models
 from support.lowering import assert_onnx_matches_partition, delegated_parts
+from support.onnxruntime_checks import assert_onnx_matches_module, random_input, run_onnxruntime
 
 pytest.importorskip("transformers", reason="the transformers model tests need transformers (the [test] extra)")
-ort = pytest.importorskip("onnxruntime", reason="the ONNX numerics run through onnxruntime")
+pytest.importorskip("onnxruntime", reason="the ONNX numerics run through onnxruntime")
 
 DENSE = {"default": {"grouped_gemm_kernel": False}}
 # Float32 on both sides, but the ONNX exporter folds constant subgraphs (weights times scales, the
@@ -34,7 +33,6 @@ DENSE = {"default": {"grouped_gemm_kernel": False}}
 # the partition's float32 twin (constants also computed as written, see test_lowering) they stay
 # smaller. A wrong layout or routing gives errors of order one.
 PARTITION_TOLERANCE = dict(rtol=1e-3, atol=1e-3)
-MODULE_TOLERANCE = dict(rtol=1e-2, atol=5e-3)
 STATIC_TOKENS = 7
 DYNAMIC_TOKENS = (2, 9, 64)  # checked on one dynamic export (range 2..256)
 
@@ -44,20 +42,6 @@ def partition_onnx(edge) -> Iterator[tuple[torch.export.ExportedProgram, blob.Bl
     the ONNX exactly as the blob carries it, for checks of the ONNX itself."""
     for program, contents in delegated_parts(edge):
         yield program, contents, onnx.ModelProto.FromString(contents.onnx)
-
-
-def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def random_input(spec: blob.TensorSpec, shape: list[int]) -> torch.Tensor:
-    """Token ids for integer inputs, normal floats otherwise."""
-    if spec.dtype in (torch.int32, torch.int64):
-        return torch.randint(0, moe_models.HF_VOCAB, shape, dtype=spec.dtype)
-    return torch.randn(shape)
 
 
 def _module(name: str, kind: str) -> torch.nn.Module:
@@ -105,18 +89,6 @@ def test_transformers_model_is_delegated_and_matches_pytorch(name, kind, dynamic
             assert_onnx_matches_partition(program, contents, tokens, run_onnx=run_onnxruntime,
                                           random_input=random_input, **PARTITION_TOLERANCE)
     if len(parts) == 1:
-        _assert_onnx_matches_module(module, parts[0][1], DYNAMIC_TOKENS[-1] if dynamic else STATIC_TOKENS)
+        assert_onnx_matches_module(module, parts[0][1], DYNAMIC_TOKENS[-1] if dynamic else STATIC_TOKENS)
     assert len(edge.to_executorch().buffer) > 0
 
-
-def _assert_onnx_matches_module(module, contents: blob.BlobContents, tokens: int) -> None:
-    """The one partition's ONNX (float32 twin) against the unmodified module run eagerly in float32."""
-    from support import onnx_reference
-
-    (spec,) = contents.inputs
-    x = random_input(spec, [1, tokens] + ([moe_models.HF_HIDDEN] if spec.dtype.is_floating_point else []))
-    with torch.no_grad():
-        expected = copy.deepcopy(module).float()(x).float().numpy()  # the program shares its weights
-    model = onnx_reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
-    (got,) = run_onnxruntime(model, {spec.name: x.numpy()})
-    np.testing.assert_allclose(got, expected, **MODULE_TOLERANCE)

@@ -1,5 +1,5 @@
-# Sourced by the device scripts (run_all.sh, moe_run.sh), from the repository root: $OUT made, Triton blocked in
-# every Python process (the shipped images must run without it), the device printed, and build_launcher.
+# Sourced by the device scripts (run_all.sh, moe_run.sh, int4_run.sh), from the repository root: $OUT made, Triton
+# blocked in every Python process (the shipped images must run without it), the device printed, build_launcher, step.
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 mkdir -p /tmp/no_triton/triton
@@ -15,3 +15,18 @@ build_launcher() {
     && cmake --build build/kernels -j 8 >> "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
   echo "launcher built"
 }
+
+# step NAME LIMIT_S IMAGES COMMAND...: COMMAND with ET_TRT_KERNEL_IMAGES=.device/IMAGES, its output in $OUT/NAME.log
+# (the last lines printed), its exit status in rc_NAME (124: its time limit).
+step() {
+  local name=$1 limit=$2 images=$3 rc
+  shift 3
+  ET_TRT_KERNEL_IMAGES=$PWD/.device/$images timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  printf -v "rc_$name" %s "$rc"
+  echo "== $name: rc $rc"
+  grep -E "ERROR SUMMARY|passed|failed|skipped|rror" "$OUT/$name.log" | tail -6
+}
+
+PYTEST=(python3 -m pytest -q -p no:cacheprovider --noconftest)
+MEMCHECK=(compute-sanitizer --tool memcheck --error-exitcode 9)

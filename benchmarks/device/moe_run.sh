@@ -14,21 +14,6 @@ cd "$(dirname "$0")/../.."
 export OUT=${OUT:-out}
 mkdir -p "$OUT"
 
-# step NAME LIMIT_S IMAGES COMMAND...: COMMAND with ET_TRT_KERNEL_IMAGES=.device/IMAGES, its output in $OUT/NAME.log
-# (the last lines printed), its exit status in rc_NAME (124: its time limit).
-step() {
-  local name=$1 limit=$2 images=$3 rc
-  shift 3
-  ET_TRT_KERNEL_IMAGES=$PWD/.device/$images timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  rc=$?
-  printf -v "rc_$name" %s "$rc"
-  echo "== $name: rc $rc"
-  grep -E "ERROR SUMMARY|passed|failed|skipped|rror" "$OUT/$name.log" | tail -6
-}
-
-PYTEST=(python3 -m pytest -q -p no:cacheprovider --noconftest)
-MEMCHECK=(compute-sanitizer --tool memcheck --error-exitcode 9)
-
 main() {
   source benchmarks/device/common.sh
   build_launcher

@@ -3,6 +3,7 @@
     python benchmarks/device/prepare.py        # then: run benchmarks/device/run_all.sh there, carry .device
     python benchmarks/device/prepare.py --moe  # only what benchmarks/device/moe_run.sh needs (the MoE block and
                                                # the grouped GEMM's tests)
+    python benchmarks/device/prepare.py --int4 # only what benchmarks/device/int4_run.sh needs
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -11,6 +12,13 @@
 .device/fp8_bench_images.json (+ .groups.json)  the same for benchmarks/fp8_grouped_mm_bench.py
 .device/moe_images.json    the MoE experts kernels for sm_90a, both dtypes, plus sm_80 PTX (--moe; tests)
 .device/moe_bench_images.json (+ .groups.json)  benchmarks/moe_block_bench.py's contenders (--moe)
+.device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
+                           PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
+                           benchmarks/int4_experts_bench.py; --int4)
+.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's gemv blockings for sm_90a, bf16:
+                           each group the three gemv images of one (--int4)
+.device/executorch/fused_moe.py  ExecuTorch CUDA backend's Triton fused_moe, the benchmark's comparator, as its
+                           authors wrote it (from the fetched pytorch/executorch, --executorch; --int4)
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
                            fields through the blob schema's generated header, which the device cannot make
 """
@@ -20,6 +28,7 @@ import json
 import logging
 import pathlib
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -27,6 +36,7 @@ from et_trt_backend.kernels import aot, moe_aot, sm90  # noqa: E402
 from et_trt_backend.kernels.images import save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
+EXECUTORCH_GIT = pathlib.Path("/work/.mirror/pytorch+executorch/repo")  # where the fetch tool puts it
 ARCH = "sm_90a"
 # The kind of kernel Torch-TensorRT's Triton plugin runs: TensorRT's own AOT
 # launcher does not opt in to more than 48 KiB of shared memory.
@@ -101,12 +111,61 @@ def save_moe_images() -> None:
     })
 
 
+def save_int4_images(executorch: pathlib.Path) -> None:
+    """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
+    images = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype, "int4")
+              + aot.grouped_mm_images([ARCH], dtype, True, "int4")]
+    images += [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
+    # Route and combine read no weights: the INT4 and dense sets hold the same images once each.
+    unique = {(i.kernel, i.variant, i.arch, i.format, i.dtype, i.weight_format): i for i in images}
+    save_images(OUT / "int4_images.json", list(unique.values()))
+    source = "backends/cuda/triton/kernels/fused_moe.py"
+    commit = subprocess.run(["git", "-C", executorch, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    text = subprocess.run(["git", "-C", executorch, "show", f"{commit}:{source}"], capture_output=True, text=True,
+                          check=True).stdout
+    (OUT / "executorch").mkdir(exist_ok=True)
+    (OUT / "executorch" / "fused_moe.py").write_text(text)
+    (OUT / "executorch" / "SOURCE").write_text(f"pytorch/executorch {commit} {source}\n")
+    logging.info("ExecuTorch's fused_moe.py from pytorch/executorch %s", commit)
+
+
+# The INT4 gemv blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig: rows, 32-element chunks per
+# step, warps, stages, size multiple, gate and up in one loop): the first shipped one, then more programs (fewer
+# rows), more bytes per step (more chunks), more warps or stages. Each keeps >= 16 bytes a thread per step.
+GEMV_SWEEP = [(8, 8, 2, 3, False)] + [(n, c, w, s, True) for n, c, w, s in (
+    (8, 8, 2, 3), (8, 8, 2, 4), (4, 8, 1, 3), (4, 16, 2, 3), (2, 16, 1, 3), (2, 32, 2, 2), (8, 16, 2, 3),
+    (8, 16, 4, 3), (8, 32, 4, 2), (4, 32, 2, 2), (16, 8, 4, 3), (16, 16, 4, 3), (16, 4, 2, 4), (8, 4, 1, 4))] + [
+    (4, 16, 2, 3, False), (8, 16, 4, 3, False)]
+
+
+def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
+    return f"n{block_n}_k{32 * block_c}_w{warps}_s{stages}" + ("_paired" if paired else "")
+
+
+def save_int4_sweep_images() -> None:
+    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP its three gemv images (variant "gemv")."""
+    contenders = {}
+    for block_n, block_c, warps, stages, paired in GEMV_SWEEP:
+        config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, paired)
+        contenders[gemv_sweep_label(block_n, block_c, warps, stages, paired)] = moe_aot.gemv_images(
+            ARCH, "bf16", "cubin", [config])
+    save_contenders("int4_sweep_images", contenders)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
+    parser.add_argument("--int4", action="store_true", help="only the INT4 experts' images (int4_run.sh)")
+    parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
+                        help="a git directory of pytorch/executorch (--int4)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
+    if args.int4:
+        save_int4_images(args.executorch)
+        save_int4_sweep_images()
+        return
     save_test_images()
     if args.moe:
         save_moe_images()

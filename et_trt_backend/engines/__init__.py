@@ -1,2 +1,2 @@
-"""Engines built in this process with NVIDIA's own ONNX parser and builder (TensorRT for RTX, or TensorRT),
-for engines at export on any machine and for `et-trt check --build`. Nothing here needs a C++ build."""
+"""Engines built with NVIDIA's own ONNX parser and builder (TensorRT, or TensorRT for RTX) by et-trt's C++
+engine builder (libet_trt_plugin.so), for engines at export and for `et-trt check --build`."""

@@ -1,33 +1,32 @@
-"""The NVIDIA builders installed here: TensorRT (`tensorrt`) and TensorRT for RTX.
+"""The NVIDIA builders et-trt's C++ engine builder finds here: TensorRT and TensorRT for RTX.
 
-TensorRT builds for the GPU it runs on; TensorRT for RTX builds ahead of time,
-with no GPU, for the compute capabilities in RTX_TARGETS. Both ship the same
-Python API (builder, ONNX parser, plugin registry), so one code path drives
-either. Nothing is imported until asked for: neither is a dependency of et-trt
-(TensorRT for RTX is the `tensorrt-rtx` extra).
+The builder is libet_trt_plugin.so (runtime/src/tensorrt/builder_capi.h, built where TensorRT's
+headers are given): the same code that builds engines on the robot at init, loaded with ctypes.
+It opens the provider's libraries itself: TensorRT builds for the GPU it runs on; TensorRT for RTX
+builds ahead of time, with no GPU, for the compute capabilities in RTX_TARGETS. Neither is a
+dependency of et-trt (TensorRT for RTX is the `tensorrt-rtx` extra).
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import importlib
+import functools
+import logging
+import os
 import pathlib
-from types import ModuleType
 
+from et_trt_backend import runtime
 from et_trt_backend.serialization.blob import PROVIDERS
 
-# The Python module of TensorRT for RTX: `tensorrt_rtx_bindings` in the 1.7 wheels
-# (tensorrt-rtx-cu13-bindings), `tensorrt_rtx` in other packagings.
-RTX_MODULES = ("tensorrt_rtx", "tensorrt_rtx_bindings")
+logger = logging.getLogger(__name__)
+
 RTX_EXTRA = "pip install 'et-trt[tensorrt-rtx]'"
-# kernel_archs entries TensorRT for RTX builds for, and its name of each target.
+# kernel_archs entries TensorRT for RTX builds engines for at export, and the compute capability of each.
 # It cannot target sm_87 (Orin), sm_90a (H100/H200), sm_100a or sm_110a (Thor).
-RTX_TARGETS = {"sm_80": "SM80", "sm_86": "SM86", "sm_89": "SM89", "sm_120a": "SM120"}
-# The library TensorRT for RTX's ONNX parser dlopens by its unversioned name when
-# it adds a plugin layer; the wheels ship only the .so.1, and the process aborts.
-RTX_LIBRARY = "libtensorrt_rtx.so"
-RTX_PARSER_LIBRARY = "libtensorrt_onnxparser_rtx.so.1"
+RTX_TARGETS = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_120a": 120}
+# The C entry points' provider ids.
+PROVIDER_IDS = {"tensorrt": 0, "tensorrt_rtx": 1}
 
 
 class BuilderUnavailable(RuntimeError):
@@ -36,11 +35,11 @@ class BuilderUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Builder:
-    """An installed NVIDIA builder: its Python module and what it is."""
+    """An NVIDIA builder the C++ builder library loads here."""
 
     provider: str  # a key of blob.PROVIDERS
-    module: ModuleType
-    version: str
+    version: str  # the provider library's, e.g. "1.7.1.116"
+    library: ctypes.CDLL  # libet_trt_plugin.so
 
     @property
     def name(self) -> str:
@@ -55,75 +54,66 @@ class Builder:
         return f"{self.name} {self.version}"
 
 
-def tensorrt_rtx() -> Builder:
-    """TensorRT for RTX, ready to parse ONNX with plugins; BuilderUnavailable if absent or unusable."""
-    module = None
-    for name in RTX_MODULES:
+# The C++ builder's messages, by level (builder_capi.h): its errors come back with the failed build, its
+# progress and TensorRT's info are details; TensorRT's warnings are the user's.
+_LOG_LEVELS = {0: logging.DEBUG, 1: logging.WARNING, 2: logging.DEBUG, 3: logging.DEBUG}
+_LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_char_p)
+
+
+@_LOG_CALLBACK
+def _log(level: int, message: bytes) -> None:
+    logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", message.decode(errors="replace"))
+
+
+@functools.cache
+def builder_library(path: pathlib.Path | None = None) -> ctypes.CDLL:
+    """libet_trt_plugin.so at `path`, else where runtime.plugin_library_path() finds it, loaded once, its
+    messages forwarded to logging. BuilderUnavailable if it is not built."""
+    if path is None:
         try:
-            module = importlib.import_module(name)
-            break
-        except ModuleNotFoundError as e:
-            if e.name != name:  # the module is there but something it needs is not
-                raise BuilderUnavailable(f"TensorRT for RTX ({name}) does not import: {e}") from None
-        except ImportError as e:  # e.g. its libraries do not load
-            raise BuilderUnavailable(f"TensorRT for RTX ({name}) does not import: {e}") from None
-    if module is None:
-        raise BuilderUnavailable(f"TensorRT for RTX is not installed (no Python module {' or '.join(RTX_MODULES)}); "
-                                 f"install it with {RTX_EXTRA}")
-    missing = _missing_unversioned_library()
-    if missing:
-        raise BuilderUnavailable(missing)
-    return Builder("tensorrt_rtx", module, module.__version__)
-
-
-def tensorrt() -> Builder:
-    """TensorRT (libnvinfer); BuilderUnavailable if its Python module is absent."""
+            path = runtime.plugin_library_path()
+        except runtime.RuntimeLoadError as e:
+            raise BuilderUnavailable(f"et-trt's engine builder is not built here: {e}") from None
+    runtime.point_at_tensorrt_rtx()  # read by the library when it first opens TensorRT for RTX
     try:
-        module = importlib.import_module("tensorrt")
-    except ImportError as e:
-        raise BuilderUnavailable(f"TensorRT is not installed (import tensorrt: {e})") from None
-    if not hasattr(module, "Builder"):  # e.g. tensorrt-stubs, or a wheel whose libraries failed to load
-        raise BuilderUnavailable(f"the Python module tensorrt at {module.__file__} has no Builder: not a TensorRT install")
-    return Builder("tensorrt", module, module.__version__)
+        lib = ctypes.CDLL(os.fspath(path))
+    except OSError as e:
+        raise BuilderUnavailable(f"cannot load et-trt's engine builder {path}: {e}") from None
+    lib.et_trt_builder_set_log.argtypes = [_LOG_CALLBACK]
+    lib.et_trt_builder_set_log(_log)
+    lib.et_trt_builder_provider.restype = ctypes.c_int32
+    lib.et_trt_builder_provider.argtypes = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                            ctypes.c_size_t]
+    return lib
 
 
-def any_builder() -> Builder:
+def _builder(provider: str, library: pathlib.Path | None) -> Builder:
+    lib = builder_library(library)
+    version, error = ctypes.create_string_buffer(64), ctypes.create_string_buffer(4096)
+    if lib.et_trt_builder_provider(PROVIDER_IDS[provider], version, len(version), error, len(error)) != 0:
+        raise BuilderUnavailable(error.value.decode(errors="replace"))
+    return Builder(provider, version.value.decode(), lib)
+
+
+def tensorrt_rtx(library: pathlib.Path | None = None) -> Builder:
+    """TensorRT for RTX, ready to build; BuilderUnavailable saying why not (not installed, its wheel's
+    missing libtensorrt_rtx.so link, no builder library)."""
+    return _builder("tensorrt_rtx", library)
+
+
+def tensorrt(library: pathlib.Path | None = None) -> Builder:
+    """TensorRT (libnvinfer); BuilderUnavailable saying why not."""
+    return _builder("tensorrt", library)
+
+
+def any_builder(library: pathlib.Path | None = None) -> Builder:
     """TensorRT where installed, else TensorRT for RTX; BuilderUnavailable naming why neither is usable."""
     reasons = []
     for find in (tensorrt, tensorrt_rtx):
         try:
-            return find()
+            return find(library)
         except BuilderUnavailable as e:
             reasons.append(str(e))
+    if len(set(reasons)) == 1:  # the builder library itself is missing
+        raise BuilderUnavailable(reasons[0])
     raise BuilderUnavailable("no NVIDIA builder installed: " + "; ".join(reasons))
-
-
-def _missing_unversioned_library() -> str:
-    """Why TensorRT for RTX's parser would abort the process on a plugin node, or "" if it will not.
-
-    Its parser finds the library through its own folder ($ORIGIN) or the loader's search path."""
-    parser = _loaded_library(RTX_PARSER_LIBRARY)
-    if parser is not None and (parser.parent / RTX_LIBRARY).exists():
-        return ""
-    try:
-        ctypes.CDLL(RTX_LIBRARY)
-        return ""
-    except OSError:
-        pass
-    where = parser.parent if parser is not None else "the folder of libtensorrt_rtx.so.1"
-    return (f"TensorRT for RTX lacks {RTX_LIBRARY} beside {RTX_PARSER_LIBRARY} (a bug of its wheels: its ONNX parser "
-            f"opens that name when it adds a plugin layer, and the process aborts); create it with "
-            f"`ln -s libtensorrt_rtx.so.1 {where}/{RTX_LIBRARY}` (scripts/setup.sh does)")
-
-
-def _loaded_library(name: str) -> pathlib.Path | None:
-    """The path this process loaded the shared library `name` from, if loaded."""
-    try:
-        maps = pathlib.Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
-    for line in maps.splitlines():
-        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-        if path.endswith("/" + name):
-            return pathlib.Path(path)
-    return None

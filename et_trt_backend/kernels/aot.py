@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from et_trt_backend.kernels import sm90
 from et_trt_backend.kernels.images import cached_image
 from et_trt_backend.serialization.kernel_image import WEIGHT_FORMATS, KernelImage, kernel_name
-from et_trt_backend.options import KERNEL_ARCHS, NO_FP8_ARCHS
+from et_trt_backend.options import FP8_ARCHS, NO_FP8_ARCHS, without_fp8
 from et_trt_backend.serialization.named_data import NamedData
 
 logger = logging.getLogger(__name__)
@@ -89,8 +89,18 @@ _FP8_ADA_CONFIGS = (  # sm_89: no TMA, 99 KiB
     TileConfig("tile", 128, 128, 64, 4, 8, False, 16),
     TileConfig("any", 64, 64, 32, 3, 4, False, 1),
 )
-# Architectures with FP8 tensor cores: all but options.NO_FP8_ARCHS (Ampere, Jetson Orin).
-FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
+# INT4 weights (expert_precision "int4", et_trt_backend/int4_weights.py; [G, N, K] packed only), for every
+# architecture: "gemv" and "gemv_any" are the vector-matrix kernel (int4_kernels.py: BLOCK_M 1 row, BLOCK_N weight
+# rows, BLOCK_K = 32 * BLOCK_C elements per step), which the launcher takes for few rows per group; "tile" and
+# "any" the tensor-core build of grouped_mm_kernel (BLOCK_K 32: one packed chunk per step). The "_any" ones take
+# any K and N ("gemv": K and N multiples of 16, the activations' rows 32-byte aligned for vector loads).
+_INT4_CONFIGS = (
+    TileConfig("gemv", 1, 8, 256, 3, 2, False, 16),
+    TileConfig("gemv_any", 1, 8, 256, 3, 2, False, 1),
+    TileConfig("tile", 64, 64, 32, 4, 4, False, 16),
+    TileConfig("any", 32, 64, 32, 3, 4, False, 1),
+)
+INT4_GEMV_VARIANTS = ("gemv", "gemv_any")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +156,10 @@ def _capability(arch: str) -> int:
 
 def configs_for(arch: str, weight_format: str = "dense") -> tuple[TileConfig, ...]:
     cap = _capability(arch)
+    if weight_format == "int4":
+        return _INT4_CONFIGS
     if weight_format == "fp8":
-        _check_fp8_arch(arch, cap)
+        _check_fp8_arch(arch)
         return {89: _FP8_ADA_CONFIGS, 90: _FP8_HOPPER_CONFIGS, 120: _FP8_SMALL_SMEM_CONFIGS}.get(
             cap, _FP8_BLACKWELL_CONFIGS)
     if cap == 90:
@@ -159,8 +171,8 @@ def configs_for(arch: str, weight_format: str = "dense") -> tuple[TileConfig, ..
     return _AMPERE_CONFIGS
 
 
-def _check_fp8_arch(arch: str, cap: int) -> None:
-    if cap not in {_capability(a) for a in FP8_ARCHS}:
+def _check_fp8_arch(arch: str) -> None:
+    if without_fp8([arch]):
         raise ValueError(
             f"kernel architecture {arch} has no FP8 tensor cores, so expert_precision = \"fp8\" cannot run there "
             f"({', '.join(NO_FP8_ARCHS)} have none; FP8 needs {', '.join(FP8_ARCHS)}). Drop it "
@@ -173,16 +185,24 @@ def _check_form(dtype: str, trans_b: bool, weight_format: str) -> None:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {DTYPES}")
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"unsupported weight format {weight_format!r}; use one of {WEIGHT_FORMATS}")
-    if weight_format == "fp8" and not trans_b:
-        raise ValueError("FP8 kernels take weights stored [G, N, K] only (trans_b = True); the lowering "
-                         "transposes the weights when it quantizes them")
+    if weight_format in ("fp8", "int4") and not trans_b:
+        raise ValueError(f"{weight_format.upper()} kernels take weights stored [G, N, K] only (trans_b = True); the "
+                         "lowering transposes the weights when it quantizes them")
 
 
-def _source_hash(module: str) -> str:
+def _source_hash(*modules: str) -> str:
+    """Of the Triton source of `modules` (a kernel's module and those whose jit helpers it calls)."""
     import importlib
 
-    source = inspect.getsource(importlib.import_module(f"et_trt_backend.kernels.{module}"))  # imports Triton
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(inspect.getsource(importlib.import_module(f"et_trt_backend.kernels.{module}")).encode())
+    return digest.hexdigest()[:16]
+
+
+# The Triton modules each kernel source module calls into: a kernel's image depends on all of them.
+KERNEL_SOURCES = {"grouped_mm": ("grouped_mm", "int4_tiles"), "moe_experts": ("moe_experts", "int4_tiles"),
+                  "int4_kernels": ("int4_kernels", "int4_tiles", "moe_experts")}
 
 
 def _arch_name(cap: int) -> str:
@@ -201,10 +221,10 @@ def compile_image(
     cap = _capability(arch)
     ptx_version = _PTX_VERSION[cap]
     if weight_format == "fp8":
-        _check_fp8_arch(arch, cap)
+        _check_fp8_arch(arch)
         ptx_version = _FP8_PTX_VERSION.get(cap, ptx_version)
-    key = [_source_hash("grouped_mm"), triton.__version__, cap, dtype, trans_b, fmt, dataclasses.asdict(config),
-           ptx_version, weight_format, "no line info"]
+    key = [_source_hash(*KERNEL_SOURCES["grouped_mm"]), triton.__version__, cap, dtype, trans_b, fmt,
+           dataclasses.asdict(config), ptx_version, weight_format, "no line info"]
     return cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version, weight_format))
 
 
@@ -252,33 +272,50 @@ def _compile(
     arch: str, cap: int, dtype: str, trans_b: bool, config: TileConfig, fmt: str, ptx_version: int,
     weight_format: str,
 ) -> KernelImage:
-    from et_trt_backend.kernels import grouped_mm
+    from et_trt_backend.kernels import grouped_mm, int4_kernels
 
-    fp8 = weight_format == "fp8"
+    fp8, int4 = weight_format == "fp8", weight_format == "int4"
     logger.info("compiling %s for %s (%s, %s%s): %dx%dx%d tiles, %d stages, %d warps",
-                kernel_name(config.variant, trans_b, weight_format), arch, dtype, fmt, ", fp8" if fp8 else "",
-                config.block_m, config.block_n, config.block_k, config.num_stages, config.num_warps)
+                kernel_name(config.variant, trans_b, weight_format), arch, dtype, fmt,
+                f", {weight_format}" if fp8 or int4 else "", config.block_m, config.block_n, config.block_k,
+                config.num_stages, config.num_warps)
     operand = "*fp8e4nv" if fp8 else "*" + dtype
-    signature = {"a_ptr": operand, "b_ptr": operand, "offs_ptr": "*i32", "out_ptr": "*" + dtype,
-                 "rows": "i32", "K": "i32", "N": "i32", "G": "i32",
-                 "a_scale_ptr": "*fp32" if fp8 else "constexpr", "b_scale_ptr": "*fp32" if fp8 else "constexpr",
-                 "FP8": "constexpr", "WAIT_PRIOR_GRID": "constexpr", "TRANS_B": "constexpr", "USE_TMA": "constexpr",
-                 "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_CHUNK": "constexpr"}
-    constexprs = {"FP8": fp8, "WAIT_PRIOR_GRID": fp8 and cap >= PDL_MIN_CAPABILITY, "TRANS_B": trans_b,
-                  "USE_TMA": config.use_tma, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
-                  "BLOCK_K": config.block_k, "GROUP_CHUNK": 32}
-    if not fp8:  # dense images have no scale parameters
-        constexprs.update(a_scale_ptr=None, b_scale_ptr=None)
+    signature = {"a_ptr": operand, "b_ptr": "*u8" if int4 else operand, "offs_ptr": "*i32", "out_ptr": "*" + dtype,
+                 "rows": "i32", "K": "i32", "N": "i32", "G": "i32"}
+    if config.variant in INT4_GEMV_VARIANTS:
+        kernel = int4_kernels.grouped_mm_int4_gemv_kernel
+        signature |= {"b_scale_ptr": "*bf16", "group_size": "i32", "BLOCK_N": "constexpr", "BLOCK_C": "constexpr",
+                      "GROUP_CHUNK": "constexpr"}
+        constexprs = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_k // 32, "GROUP_CHUNK": 32}
+    else:
+        kernel = grouped_mm.grouped_mm_kernel
+        signature |= {"a_scale_ptr": "*fp32" if fp8 else "constexpr",
+                      "b_scale_ptr": "*fp32" if fp8 else "*bf16" if int4 else "constexpr",
+                      "FP8": "constexpr", "WAIT_PRIOR_GRID": "constexpr", "TRANS_B": "constexpr",
+                      "USE_TMA": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
+                      "GROUP_CHUNK": "constexpr", "group_size": "i32" if int4 else "constexpr", "INT4": "constexpr"}
+        constexprs = {"FP8": fp8, "WAIT_PRIOR_GRID": fp8 and cap >= PDL_MIN_CAPABILITY, "TRANS_B": trans_b,
+                      "USE_TMA": config.use_tma, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
+                      "BLOCK_K": config.block_k, "GROUP_CHUNK": 32, "INT4": int4}
+        if not fp8:  # dense and INT4 images have no activation scales; dense ones no weight scales either
+            constexprs["a_scale_ptr"] = None
+        if not int4:
+            constexprs["group_size"] = 0
+        if not (fp8 or int4):
+            constexprs["b_scale_ptr"] = None
     # Pointers are 16-byte aligned (the launcher checks); K and N multiples as the variant requires.
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    names = list(signature)
+    attrs = {(names.index(name),): [["tt.divisibility", 16]]
+             for name in ("a_ptr", "b_ptr", "offs_ptr", "out_ptr", "b_scale_ptr") if signature[name] != "constexpr"}
     if config.k_n_multiple > 1:
         attrs[(5,)] = attrs[(6,)] = [["tt.divisibility", config.k_n_multiple]]
-    compiled = _triton_compile(grouped_mm.grouped_mm_kernel, signature, constexprs, attrs, cap, config.num_warps,
-                               config.num_stages, ptx_version)
+    compiled = _triton_compile(kernel, signature, constexprs, attrs, cap, config.num_warps, config.num_stages,
+                               ptx_version)
     return _image(compiled, kernel=kernel_name(config.variant, trans_b, weight_format), variant=config.variant,
                   trans_b=trans_b, cap=cap, fmt=fmt, dtype=dtype,
-                  block_m=config.block_m, block_n=config.block_n, block_k=config.block_k, persistent=True,
-                  ptx_version=ptx_version, weight_format=weight_format)
+                  block_m=config.block_m, block_n=config.block_n, block_k=config.block_k,
+                  persistent=config.variant not in INT4_GEMV_VARIANTS, ptx_version=ptx_version,
+                  weight_format=weight_format)
 
 
 def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
@@ -288,7 +325,7 @@ def quantize_rows_images(arch: str, dtype: str) -> list[KernelImage]:
 
     _check_form(dtype, True, "fp8")
     cap = _capability(arch)
-    _check_fp8_arch(arch, cap)
+    _check_fp8_arch(arch)
     ptx_version = _FP8_PTX_VERSION.get(cap, _PTX_VERSION[cap])
     images = []
     for variant, config in QUANTIZE_VARIANTS.items():
@@ -344,14 +381,15 @@ def grouped_mm_images(
     nvcc; sm90.py). Architectures the installed compiler cannot target are skipped
     with a warning. weight_format "fp8": the FP8 GEMMs and each architecture's row
     quantization; every architecture must have FP8 tensor cores, and there is no PTX
-    fallback (its sm_80 has none).
+    fallback (its sm_80 has none). weight_format "int4": the INT4 variants (_INT4_CONFIGS), for
+    every architecture, and their sm_80 builds as PTX.
     """
     _check_form(dtype, trans_b, weight_format)
     fp8 = weight_format == "fp8"
     caps = [_capability(a) for a in archs]  # validates every name first
     if fp8:
-        for arch, cap in zip(archs, caps):
-            _check_fp8_arch(arch, cap)
+        for arch in archs:
+            _check_fp8_arch(arch)
     supported = _compiler_targets()
     images = []
     for arch, cap in zip(archs, caps):
@@ -359,15 +397,16 @@ def grouped_mm_images(
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
         logger.info("grouped_mm kernels for %s (%s, trans_b=%s, %s weights)", arch, dtype, trans_b, weight_format)
-        if cap == 90 and trans_b:
+        if cap == 90 and trans_b and weight_format != "int4":
             images += _sm90_wgmma_image(dtype, weight_format)
         images += [compile_image(arch, dtype, trans_b, config, weight_format=weight_format)
                    for config in configs_for(arch, weight_format)]
         if fp8:
             images += quantize_rows_images(arch, dtype)
     if not fp8:
-        for config in configs_for(PTX_FALLBACK_ARCH):
-            images.append(compile_image(PTX_FALLBACK_ARCH, dtype, trans_b, config, fmt="ptx"))
+        for config in configs_for(PTX_FALLBACK_ARCH, weight_format):
+            images.append(compile_image(PTX_FALLBACK_ARCH, dtype, trans_b, config, fmt="ptx",
+                                        weight_format=weight_format))
     return images
 
 

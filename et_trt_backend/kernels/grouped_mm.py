@@ -13,6 +13,10 @@ FP8 (the FP8 expert form, et_trt_backend/quantization.py): a and b are float8 e4
 quantized per row of a (a_scale [rows]) and per weight row (b_scale [G, N], TRANS_B
 only); the epilogue scales the float32 products by both before rounding to out's
 dtype. Dense images take the two scale pointers as None (they are not parameters).
+INT4 (expert_precision "int4", et_trt_backend/int4_weights.py): b is packed INT4 [G, N, K] (TRANS_B only, pointer
+loads, BLOCK_K 32: one packed chunk per step, int4_tiles.py) with bf16 group scales b_scale [G, N,
+ceil(K / group_size)]; each chunk's float32 product is scaled by its group's scale. a_scale_ptr is None there.
+The launcher runs int4_kernels.grouped_mm_int4_gemv_kernel instead for few rows per group.
 WAIT_PRIOR_GRID (FP8 on sm_90+): the launcher starts the GEMM while the row quantization
 still runs (programmatic stream serialization), so the launch and the setup overlap it;
 the kernel waits for that grid (griddepcontrol.wait) before it reads a or a_scale.
@@ -34,6 +38,8 @@ scratch pointers and sizes the grid; it is the only caller at run time.
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
+
+from et_trt_backend.kernels.int4_tiles import group_scales, int4_chunk_dot, load_a_chunk, packed_row_bytes
 
 
 @triton.jit
@@ -61,6 +67,8 @@ def grouped_mm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_CHUNK: tl.constexpr,
+    group_size=0,
+    INT4: tl.constexpr = False,
 ):
     dtype = out_ptr.dtype.element_ty
     program = tl.program_id(0)
@@ -115,7 +123,19 @@ def grouped_mm_kernel(
 
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             k_end = tl.where(g < G, k_tiles, 0)  # the tail group only writes zeros
-            if USE_TMA:
+            if INT4:
+                j = tl.arange(0, 16)
+                row_ok = rm < end
+                col_ok = rn < N
+                a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * K + j[None, :]
+                weight_rows = g.to(tl.int64) * N + rn
+                w_ptrs = b_ptr + weight_rows[None, :] * packed_row_bytes(K) + j[:, None]
+                for kt in range(0, k_end):
+                    a_low, a_high = load_a_chunk(a_ptrs, row_ok, kt * BLOCK_K, K)
+                    product = int4_chunk_dot(a_low, a_high, w_ptrs + kt * 16, col_ok)
+                    acc += product * group_scales(b_scale_ptr, weight_rows, col_ok, kt * BLOCK_K, K,
+                                                  group_size)[None, :]
+            elif USE_TMA:
                 for kt in range(0, k_end):
                     k = kt * BLOCK_K
                     a = a_desc.load([off_m, k])

@@ -60,6 +60,9 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_grouped_mm_launch_fp8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
             ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p,
             ctypes.c_char_p, ctypes.c_size_t]
+        lib.et_trt_grouped_mm_launch_int4.restype = ctypes.c_int32
+        lib.et_trt_grouped_mm_launch_int4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [
+            ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.et_trt_grouped_mm_fp8_workspace_bytes.restype = ctypes.c_size_t
         lib.et_trt_grouped_mm_fp8_workspace_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
         lib.et_trt_grouped_mm_last_kernel.restype = ctypes.c_char_p
@@ -77,6 +80,10 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_moe_experts_last_kernels.restype = ctypes.c_char_p
         lib.et_trt_moe_experts_last_kernels.argtypes = [ctypes.c_void_p]
         lib.et_trt_moe_experts_destroy.argtypes = [ctypes.c_void_p]
+        lib.et_trt_grouped_mm_images_for_gpu.restype = ctypes.c_int32
+        lib.et_trt_grouped_mm_images_for_gpu.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32,
+                                                         ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32,
+                                                         ctypes.c_char_p, ctypes.c_size_t]
         _lib = lib
     return _lib
 
@@ -88,6 +95,27 @@ class Fp8Operands(NamedTuple):
     workspace: int  # device pointer, 256-byte aligned, >= fp8_workspace_bytes(rows, k) bytes
     workspace_bytes: int
     swiglu: bool = False  # a is a gate+up output [rows, 2K]; the GEMM's activations are its SwiGLU
+
+
+def images_for_gpu(images: Sequence[KernelImage], compute_capability: int) -> list[KernelImage]:
+    """The images the launcher loads on a GPU of `compute_capability` (major * 10 + minor): per kernel, the one
+    that serves it best. No GPU needed."""
+    if not images:
+        return []
+    kernels = blob.kernel_images_flatbuffer(images)
+    chosen = (ctypes.c_uint8 * len(images))()
+    error = ctypes.create_string_buffer(1024)
+    if _library().et_trt_grouped_mm_images_for_gpu(kernels, len(kernels), compute_capability, chosen, len(images),
+                                                   error, len(error)) != 0:
+        raise LauncherError(error.value.decode())
+    return [image for image, taken in zip(images, chosen) if taken]
+
+
+class Int4Operands(NamedTuple):
+    """What a launch with int4 weights needs beside the dense arguments (grouped_mm_launcher.h)."""
+
+    b_scale: int  # device pointer, bfloat16 [G, N, ceil(K / group_size)]
+    group_size: int
 
 
 def fp8_workspace_bytes(rows: int, k: int) -> int:
@@ -116,10 +144,15 @@ class GroupedMMLauncher:
         self._handle = _create(_library().et_trt_grouped_mm_create, images)
 
     def launch(self, a: int, b: int, offs: int, out: int, rows: int, k: int, n: int, groups: int,
-               trans_b: bool, stream: int, fp8: Fp8Operands | None = None) -> None:
-        """Raw device pointers; `fp8` (b_scale and workspace pointers, workspace size) for fp8 weights."""
+               trans_b: bool, stream: int, fp8: Fp8Operands | None = None, int4: Int4Operands | None = None) -> None:
+        """Raw device pointers; `fp8` (b_scale and workspace pointers, workspace size) for fp8 weights, `int4`
+        (b_scale pointer, group size) for int4 weights."""
         error = ctypes.create_string_buffer(2048)
-        if fp8 is None:
+        if int4 is not None:
+            status = _library().et_trt_grouped_mm_launch_int4(
+                self._handle, a, b, offs, out, rows, k, n, groups, int(trans_b), int4.b_scale, int4.group_size,
+                stream, error, len(error))
+        elif fp8 is None:
             status = _library().et_trt_grouped_mm_launch(
                 self._handle, a, b, offs, out, rows, k, n, groups, int(trans_b), stream, error, len(error))
         else:
@@ -146,7 +179,8 @@ class GroupedMMLauncher:
 
 class MoEExpertsArgs(ctypes.Structure):
     """et_trt_moe_experts_args (runtime/kernels/moe_experts_capi.h): device pointers as ints, sizes, the
-    activation's plugin_names.MOE_ACTIVATIONS value and the layout's index in plugin_names.MOE_GATE_UP_LAYOUTS."""
+    activation's plugin_names.MOE_ACTIVATIONS value and the layout's index in plugin_names.MOE_GATE_UP_LAYOUTS; for
+    INT4 weights their scales' pointers and the group size (None and 0 otherwise)."""
 
     _fields_ = [("hidden", ctypes.c_void_p), ("topk_ids", ctypes.c_void_p), ("topk_weights", ctypes.c_void_p),
                 ("weights_fp32", ctypes.c_int32), ("w_gate_up", ctypes.c_void_p), ("w_down", ctypes.c_void_p),
@@ -154,7 +188,8 @@ class MoEExpertsArgs(ctypes.Structure):
                 ("tokens", ctypes.c_int64), ("top_k", ctypes.c_int64), ("experts", ctypes.c_int64),
                 ("hidden_size", ctypes.c_int64), ("ffn", ctypes.c_int64), ("activation", ctypes.c_int32),
                 ("gate_up_layout", ctypes.c_int32), ("alpha", ctypes.c_float), ("limit", ctypes.c_float),
-                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+                ("w_gate_up_scale", ctypes.c_void_p), ("w_down_scale", ctypes.c_void_p), ("group_size", ctypes.c_int64)]
 
 
 def moe_workspace_bytes(tokens: int, top_k: int, experts: int, hidden_size: int, ffn: int) -> int:

@@ -7,6 +7,12 @@ the images carry what runtime/kernels/moe_experts_launcher.cc needs. Image names
 the rows per expert; a gate+up and a down image of one variant share BLOCK_M (the route kernel's tile table).
 sm_90a adds the wgmma kernel's MoE builds (sm90.py: "moe_gate_up_gated" and "moe_down" of variant "wgmma", with
 nvcc) and "moe_gather", which copies their rows.
+
+weight_format "int4" (expert_precision "int4", et_trt_backend/int4_weights.py): the route and combine images (the
+dense ones: they read no weights), the two GEMMs' INT4 builds of the same tilings with BLOCK_K 32 (weight_format
+"int4"), and the vector-matrix kernels the launcher takes for few pairs per expert (int4_kernels.py): kernels
+"moe_gemv_gate_up", "moe_gemv_gate_up_gated" and "moe_gemv_down", variants "gemv" (H and F multiples of 16) and
+"gemv_any"; no wgmma builds.
 """
 
 from __future__ import annotations
@@ -46,6 +52,32 @@ MOE_GEMM_CONFIGS = (
     MoEGemmConfig("large", 128, 64, 128, 64, 3, 8, 16),
     MoEGemmConfig("any", 32, 32, 32, 32, 2, 4, 1),
 )
+# The INT4 builds' tilings: the same with one packed 32-element chunk per step.
+INT4_GEMM_CONFIGS = tuple(dataclasses.replace(config, block_k=32) for config in MOE_GEMM_CONFIGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEGemvConfig:
+    """The INT4 vector-matrix kernels' blocking: weight rows (features, for gate+up) per program, 32-element chunks
+    per step."""
+
+    variant: str
+    block_n: int
+    block_c: int
+    num_warps: int
+    num_stages: int
+    k_n_multiple: int
+    paired: bool = False  # gated gate+up: gate and up rows in one loop (int4_kernels.py's PAIRED)
+
+
+# 4 weight rows x 32 chunks (1024 elements of K) per step, 2 warps, loads 2 deep, gate and up rows in one loop: the
+# fastest of the 17 blockings an H100 sweep timed (benchmarks/results/h100_int4/sweep/, sm_90a bf16 "gemv"), ranked
+# on the shapes the launcher runs on this path (1-4 tokens at 8 and 16 experts, 1-32 at 64): 1.023x the best
+# blocking per shape (geometric mean; worst 1.06x), 1.09x faster than the first blocking (8 rows x 256, 3 deep,
+# two loops). Few pairs make few programs: fewer rows and longer runs of K each keep more bytes in flight.
+# "gemv_any" takes the same blocking (not timed on its own).
+MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
+                    MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
@@ -54,39 +86,47 @@ _NUM_WARPS = 4  # route and combine
 
 
 def _compile(kernel_name: str, variant: str, function, signature: dict, constexprs: dict, multiples: dict,
-             arch: str, dtype: str, fmt: str, num_warps: int, num_stages: int, blocks: tuple[int, int, int]):
+             arch: str, dtype: str, fmt: str, num_warps: int, num_stages: int, blocks: tuple[int, int, int],
+             weight_format: str = "dense"):
     """One image, from the disk cache where there; `multiples` maps argument names to a divisibility."""
     import triton
 
     cap = aot._capability(arch)
     ptx_version = aot._PTX_VERSION[cap]
     names = list(signature)
-    key = [aot._source_hash("moe_experts"), triton.__version__, cap, dtype, fmt, kernel_name, variant,
-           sorted(constexprs.items()), sorted(multiples.items()), num_warps, num_stages, ptx_version, "no line info"]
+    module = function.fn.__module__.rsplit(".", 1)[-1]
+    key = [aot._source_hash(*aot.KERNEL_SOURCES[module]), triton.__version__, cap, dtype, fmt, kernel_name, variant,
+           sorted(constexprs.items()), sorted(multiples.items()), num_warps, num_stages, ptx_version, weight_format,
+           "no line info"]
 
     def build() -> KernelImage:
         logger.info("compiling %s (%s) for %s (%s, %s)", kernel_name, variant, arch, dtype, fmt)
-        attrs = {(names.index(name),): [["tt.divisibility", multiple]] for name, multiple in multiples.items()}
+        attrs = {(names.index(name),): [["tt.divisibility", multiple]] for name, multiple in multiples.items()
+                 if signature[name] != "constexpr"}  # dense builds' INT4 parameters are constexprs
         compiled = aot._triton_compile(function, signature, constexprs, attrs, cap, num_warps, num_stages,
                                        ptx_version)
         return aot._image(compiled, kernel=kernel_name, variant=variant, trans_b=True, cap=cap, fmt=fmt, dtype=dtype,
                           block_m=blocks[0], block_n=blocks[1], block_k=blocks[2], persistent=False,
-                          ptx_version=ptx_version, weight_format="dense")
+                          ptx_version=ptx_version, weight_format=weight_format)
 
     return cached_image(key, build)
 
 
 def _pointers(names: str, dtype: str) -> dict:
-    """Signature entries "name:type" with type i32, f32 or x (the activations' dtype) for pointers."""
-    types = {"i32": "*i32", "f32": "*fp32", "x": "*" + dtype}
+    """Signature entries "name:type" with type i32, f32, u8 (packed INT4 weights), bf16 (their scales) or x (the
+    activations' dtype) for pointers."""
+    types = {"i32": "*i32", "f32": "*fp32", "u8": "*u8", "bf16": "*bf16", "x": "*" + dtype}
     return {name: types[kind] for name, kind in (entry.split(":") for entry in names.split())}
 
 
-def _images_for(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
+# Pointer arguments the launcher passes 16-byte aligned.
+_ALIGNED = {name: 16 for name in ("x_ptr", "sorted_ptr", "w_ptr", "bias_ptr", "tiles_ptr", "offs_ptr", "h_ptr",
+                                  "weights_ptr", "y_ptr", "ids_ptr", "out_ptr", "scale_ptr")}
+
+
+def _route_and_combine(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
     from et_trt_backend.kernels import moe_experts as source
 
-    aligned = {name: 16 for name in ("x_ptr", "sorted_ptr", "w_ptr", "bias_ptr", "tiles_ptr", "offs_ptr", "h_ptr",
-                                      "weights_ptr", "y_ptr", "ids_ptr", "out_ptr")}
     images = []
     for variant, (e_pad, chunk) in MOE_ROUTE_CONFIGS.items():
         signature = {**_pointers("ids_ptr:i32 offs_ptr:i32 sorted_ptr:i32 tiles_ptr:i32", dtype),
@@ -96,36 +136,92 @@ def _images_for(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
                          {n: 16 for n in signature if n.endswith("_ptr")}, arch, aot.DTYPES[0], fmt, _NUM_WARPS, 1,
                          (0, e_pad, chunk))
         images.append(dataclasses.replace(route, dtype=dtype))
-    for config in MOE_GEMM_CONFIGS:
-        sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
-        for gated in (False, True):
-            signature = {**_pointers("x_ptr:x sorted_ptr:i32 w_ptr:x bias_ptr:x tiles_ptr:i32 offs_ptr:i32 h_ptr:x",
-                                     dtype),
-                         "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32", "activation": "i32",
-                         "alpha": "fp32", "limit": "fp32", "has_bias": "i32", "GATED": "constexpr",
-                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
-            constexprs = {"GATED": gated, "BLOCK_M": config.block_m, "BLOCK_N": config.gate_up_n,
-                          "BLOCK_K": config.block_k}
-            images.append(_compile("moe_gate_up_gated" if gated else "moe_gate_up", config.variant,
-                                   source.moe_gate_up_kernel, signature, constexprs,
-                                   {**{n: 16 for n in signature if n in aligned}, **sizes}, arch, dtype, fmt,
-                                   config.num_warps, config.num_stages,
-                                   (config.block_m, config.gate_up_n, config.block_k)))
-        signature = {**_pointers("h_ptr:x sorted_ptr:i32 w_ptr:x bias_ptr:x weights_ptr:f32 tiles_ptr:i32 "
-                                 "offs_ptr:i32 y_ptr:f32", dtype),
-                     "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",
-                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
-        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.down_n, "BLOCK_K": config.block_k}
-        images.append(_compile("moe_down", config.variant, source.moe_down_kernel, signature, constexprs,
-                               {**{n: 16 for n in signature if n in aligned}, **sizes}, arch, dtype, fmt,
-                               config.num_warps, config.num_stages, (config.block_m, config.down_n, config.block_k)))
     signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
                  "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
     images.append(_compile("moe_combine", "any", source.moe_combine_kernel, signature,
                            {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
                            {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
                            (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
-    if aot._capability(arch) == 90 and fmt == "cubin":
+    return images
+
+
+def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[KernelImage]:
+    """Each tiling's gate+up (non-gated and gated) and down; INT4 ones take the packed weights and their scales."""
+    from et_trt_backend.kernels import moe_experts as source
+
+    int4 = weight_format == "int4"
+    weights = "w_ptr:u8" if int4 else "w_ptr:x"
+    # Dense builds take the INT4 parameters as constexprs (not parameters of the compiled kernel).
+    quantized = {"scale_ptr": "*bf16", "group_size": "i32"} if int4 else {"scale_ptr": "constexpr",
+                                                                          "group_size": "constexpr"}
+    constants = {"INT4": int4} if int4 else {"scale_ptr": None, "group_size": 0, "INT4": False}
+    images = []
+    for config in INT4_GEMM_CONFIGS if int4 else MOE_GEMM_CONFIGS:
+        sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
+        for gated in (False, True):
+            signature = {**_pointers(f"x_ptr:x sorted_ptr:i32 {weights} bias_ptr:x tiles_ptr:i32 offs_ptr:i32 h_ptr:x",
+                                     dtype),
+                         "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32", "activation": "i32",
+                         "alpha": "fp32", "limit": "fp32", "has_bias": "i32", "GATED": "constexpr",
+                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", **quantized,
+                         "INT4": "constexpr"}
+            constexprs = {"GATED": gated, "BLOCK_M": config.block_m, "BLOCK_N": config.gate_up_n,
+                          "BLOCK_K": config.block_k, **constants}
+            images.append(_compile("moe_gate_up_gated" if gated else "moe_gate_up", config.variant,
+                                   source.moe_gate_up_kernel, signature, constexprs,
+                                   {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, fmt,
+                                   config.num_warps, config.num_stages,
+                                   (config.block_m, config.gate_up_n, config.block_k), weight_format))
+        signature = {**_pointers(f"h_ptr:x sorted_ptr:i32 {weights} bias_ptr:x weights_ptr:f32 tiles_ptr:i32 "
+                                 "offs_ptr:i32 y_ptr:f32", dtype),
+                     "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",
+                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", **quantized, "INT4": "constexpr"}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.down_n, "BLOCK_K": config.block_k, **constants}
+        images.append(_compile("moe_down", config.variant, source.moe_down_kernel, signature, constexprs,
+                               {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, fmt,
+                               config.num_warps, config.num_stages, (config.block_m, config.down_n, config.block_k),
+                               weight_format))
+    return images
+
+
+def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> list[KernelImage]:
+    """The INT4 vector-matrix kernels (int4_kernels.py) of each blocking: gate+up (non-gated and gated) and down,
+    per pair."""
+    from et_trt_backend.kernels import int4_kernels as source
+
+    images = []
+    for config in configs:
+        sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
+        blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c}
+        for gated in (False, True):
+            signature = {**_pointers("x_ptr:x ids_ptr:i32 w_ptr:u8 scale_ptr:bf16 bias_ptr:x h_ptr:x", dtype),
+                         "pairs": "i32", "E": "i32", "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32",
+                         "group_size": "i32", "activation": "i32", "alpha": "fp32", "limit": "fp32",
+                         "has_bias": "i32", "GATED": "constexpr", "BLOCK_N": "constexpr", "BLOCK_C": "constexpr",
+                         "PAIRED": "constexpr"}
+            constexprs = {"GATED": gated, "PAIRED": gated and config.paired, **blocks}
+            images.append(_compile("moe_gemv_gate_up_gated" if gated else "moe_gemv_gate_up", config.variant,
+                                   source.moe_int4_gemv_gate_up_kernel, signature, constexprs,
+                                   {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, fmt,
+                                   config.num_warps, config.num_stages, (1, config.block_n, 32 * config.block_c),
+                                   "int4"))
+        signature = {**_pointers("h_ptr:x ids_ptr:i32 w_ptr:u8 scale_ptr:bf16 bias_ptr:x weights_ptr:f32 y_ptr:f32",
+                                 dtype),
+                     "pairs": "i32", "E": "i32", "H": "i32", "F": "i32", "group_size": "i32", "has_bias": "i32",
+                     "weights_16bit": "i32", "BLOCK_N": "constexpr", "BLOCK_C": "constexpr"}
+        images.append(_compile("moe_gemv_down", config.variant, source.moe_int4_gemv_down_kernel, signature, blocks,
+                               {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, fmt,
+                               config.num_warps, config.num_stages, (1, config.block_n, 32 * config.block_c), "int4"))
+    return images
+
+
+def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -> list[KernelImage]:
+    from et_trt_backend.kernels import moe_experts as source
+
+    images = _route_and_combine(arch, dtype, fmt) + _gemm_images(arch, dtype, fmt, weight_format)
+    if weight_format == "int4":
+        images += gemv_images(arch, dtype, fmt)
+    elif aot._capability(arch) == 90 and fmt == "cubin":
         images += _sm90_images(arch, dtype, source)
     return images
 
@@ -144,11 +240,14 @@ def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:
     return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), gather]
 
 
-def moe_experts_images(archs: Sequence[str], dtype: str) -> list[KernelImage]:
-    """Cubins of every MoE experts kernel for each architecture, plus the sm_80 ones as portable PTX.
-    Architectures the installed compiler cannot target are skipped with a warning, as aot.grouped_mm_images does."""
+def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "dense") -> list[KernelImage]:
+    """Cubins of every MoE experts kernel for each architecture, plus the sm_80 ones as portable PTX; weight_format
+    "int4": those of INT4 expert weights (the module docstring). Architectures the installed compiler cannot target
+    are skipped with a warning, as aot.grouped_mm_images does."""
     if dtype not in aot.DTYPES:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {aot.DTYPES}")
+    if weight_format not in ("dense", "int4"):
+        raise ValueError(f"MoE experts kernels take weight_format 'dense' or 'int4', not {weight_format!r}")
     caps = [aot._capability(a) for a in archs]  # validates every name first
     supported = aot._compiler_targets()
     images = []
@@ -156,6 +255,6 @@ def moe_experts_images(archs: Sequence[str], dtype: str) -> list[KernelImage]:
         if cap not in supported:
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
-        logger.info("MoE experts kernels for %s (%s)", arch, dtype)
-        images += _images_for(arch, dtype, "cubin")
-    return images + _images_for(aot.PTX_FALLBACK_ARCH, dtype, "ptx")
+        logger.info("MoE experts kernels for %s (%s, %s weights)", arch, dtype, weight_format)
+        images += _images_for(arch, dtype, "cubin", weight_format)
+    return images + _images_for(aot.PTX_FALLBACK_ARCH, dtype, "ptx", weight_format)

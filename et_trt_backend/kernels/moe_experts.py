@@ -27,6 +27,11 @@ that + B; moe_experts.layout_block). The activation is a runtime enum (plugin_na
 serves every activation of its GATED form. Products accumulate in float32 (tl.dot); the gate+up output is rounded
 to the activations' dtype before the activation and the activation's result after it, as the contract says.
 
+INT4 = True builds the two GEMMs for INT4 expert weights (et_trt_backend/int4_weights.py: packed rows, bf16 group
+scales at scale_ptr, group_size; BLOCK_K 32, int4_tiles.py); dense builds take scale_ptr and group_size as
+constexprs, not parameters. For few pairs per expert the launcher runs int4_kernels.py's vector-matrix kernels
+instead (no route).
+
 The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, at sizes
 of many rows per expert, it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
 two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order for its TMA loads: five launches.
@@ -34,6 +39,8 @@ two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order fo
 
 import triton
 import triton.language as tl
+
+from et_trt_backend.kernels.int4_tiles import group_scales, int4_chunk_dot, load_a_chunk, packed_row_bytes
 
 @triton.jit
 def _chunk_histogram(ids_ptr, pair, pairs, E, E_PAD: tl.constexpr):
@@ -149,7 +156,8 @@ def _activate(g, u, activation, alpha, limit, GATED: tl.constexpr):
 @triton.jit
 def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr, H, F, top_k, layout_block,
                        activation, alpha, limit, has_bias, GATED: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, scale_ptr=None, group_size=0,
+                       INT4: tl.constexpr = False):
     dtype = h_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
@@ -163,22 +171,37 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
             gate_row = f // layout_block * 2 * layout_block + f % layout_block
         else:
             gate_row = f
-        rk = tl.arange(0, BLOCK_K)
-        # Rows gathered from hidden by token; rows past the tile's end are masked, never read.
-        a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
-        w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
-        g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, tl.cdiv(H, BLOCK_K)):
-            k_ok = k * BLOCK_K + rk < H
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w_mask = k_ok[:, None] & f_ok[None, :]
-            acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
-            if GATED:
-                acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
-            a_ptrs += BLOCK_K
-            g_ptrs += BLOCK_K
+        if INT4:  # BLOCK_K 32: one packed chunk of the gate and up rows per step (int4_tiles.py)
+            j = tl.arange(0, 16)
+            gate_rows = expert.to(tl.int64) * rows_per_expert + gate_row
+            up_rows = gate_rows + layout_block
+            a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + j[None, :]
+            g_ptrs = w_ptr + gate_rows[None, :] * packed_row_bytes(H) + j[:, None]
+            u_ptrs = w_ptr + up_rows[None, :] * packed_row_bytes(H) + j[:, None]
+            for k in range(0, tl.cdiv(H, BLOCK_K)):
+                a_low, a_high = load_a_chunk(a_ptrs, row_ok, k * BLOCK_K, H)
+                acc_g += int4_chunk_dot(a_low, a_high, g_ptrs + k * 16, f_ok) * group_scales(
+                    scale_ptr, gate_rows, f_ok, k * BLOCK_K, H, group_size)[None, :]
+                if GATED:
+                    acc_u += int4_chunk_dot(a_low, a_high, u_ptrs + k * 16, f_ok) * group_scales(
+                        scale_ptr, up_rows, f_ok, k * BLOCK_K, H, group_size)[None, :]
+        else:
+            rk = tl.arange(0, BLOCK_K)
+            # Rows gathered from hidden by token; rows past the tile's end are masked, never read.
+            a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
+            w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
+            g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
+            for k in range(0, tl.cdiv(H, BLOCK_K)):
+                k_ok = k * BLOCK_K + rk < H
+                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w_mask = k_ok[:, None] & f_ok[None, :]
+                acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
+                if GATED:
+                    acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
+                a_ptrs += BLOCK_K
+                g_ptrs += BLOCK_K
         if has_bias:
             b_base = bias_ptr + expert.to(tl.int64) * rows_per_expert
             acc_g += tl.load(b_base + gate_row, mask=f_ok, other=0.0).to(tl.float32)[None, :]
@@ -193,7 +216,8 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
 
 @triton.jit
 def moe_down_kernel(h_ptr, sorted_ptr, w_ptr, bias_ptr, weights_ptr, tiles_ptr, offs_ptr, y_ptr, H, F, has_bias,
-                    weights_16bit, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    weights_16bit, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    scale_ptr=None, group_size=0, INT4: tl.constexpr = False):
     dtype = h_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
@@ -201,17 +225,27 @@ def moe_down_kernel(h_ptr, sorted_ptr, w_ptr, bias_ptr, weights_ptr, tiles_ptr, 
         row_ok = rm < end
         rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = rn < H
-        rk = tl.arange(0, BLOCK_K)
-        a_ptrs = h_ptr + rm.to(tl.int64)[:, None] * F + rk[None, :]
-        w_base = w_ptr + expert.to(tl.int64) * H * F
-        w_ptrs = w_base + rn.to(tl.int64)[None, :] * F + rk[:, None]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, tl.cdiv(F, BLOCK_K)):
-            k_ok = k * BLOCK_K + rk < F
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            acc = tl.dot(a, tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0), acc)
-            a_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
+        if INT4:  # BLOCK_K 32: one packed chunk per step (int4_tiles.py)
+            j = tl.arange(0, 16)
+            weight_rows = expert.to(tl.int64) * H + rn
+            a_ptrs = h_ptr + rm.to(tl.int64)[:, None] * F + j[None, :]
+            w_ptrs = w_ptr + weight_rows[None, :] * packed_row_bytes(F) + j[:, None]
+            for k in range(0, tl.cdiv(F, BLOCK_K)):
+                a_low, a_high = load_a_chunk(a_ptrs, row_ok, k * BLOCK_K, F)
+                acc += int4_chunk_dot(a_low, a_high, w_ptrs + k * 16, n_ok) * group_scales(
+                    scale_ptr, weight_rows, n_ok, k * BLOCK_K, F, group_size)[None, :]
+        else:
+            rk = tl.arange(0, BLOCK_K)
+            a_ptrs = h_ptr + rm.to(tl.int64)[:, None] * F + rk[None, :]
+            w_base = w_ptr + expert.to(tl.int64) * H * F
+            w_ptrs = w_base + rn.to(tl.int64)[None, :] * F + rk[:, None]
+            for k in range(0, tl.cdiv(F, BLOCK_K)):
+                k_ok = k * BLOCK_K + rk < F
+                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                acc = tl.dot(a, tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0), acc)
+                a_ptrs += BLOCK_K
+                w_ptrs += BLOCK_K
         if has_bias:
             acc += tl.load(bias_ptr + expert.to(tl.int64) * H + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         pair = tl.load(sorted_ptr + rm, mask=row_ok, other=0)

@@ -3,8 +3,13 @@
     out = torch.ops.et_trt.moe_experts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
                                        activation="swiglu", gate_up_layout="concat", alpha=1.702, limit=7.0)
 
+    out = torch.ops.et_trt.moe_experts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                       activation, gate_up_layout, alpha, limit,
+                                       w_gate_up_scale, w_down_scale, group_size)   # INT4 expert weights
+
 The MoEExperts op of et_trt_backend/moe_experts.py (its semantics and input rules; `reference` is the CPU
-definition) on one CUDA device, through the C++ launcher (runtime/kernels/moe_experts_launcher.h) and a
+definition; INT4 weights: packed uint8 with bfloat16 group scales, int4_weights.moe_experts_reference) on one CUDA
+device, through the C++ launcher (runtime/kernels/moe_experts_launcher.h) and a
 workspace this op allocates. Kernel images come from the JSON file named by $ET_TRT_KERNEL_IMAGES (its "moe_"
 kernels), else from compiling for the GPU's architecture with Triton (moe_aot.moe_experts_images).
 """
@@ -16,7 +21,7 @@ import os
 
 import torch
 
-from et_trt_backend import moe_experts
+from et_trt_backend import int4_weights, moe_experts
 from et_trt_backend.kernels import moe_aot
 from et_trt_backend.kernels.images import load_images
 from et_trt_backend.kernels.launcher import MoEExpertsArgs, MoEExpertsLauncher, moe_workspace_bytes
@@ -26,22 +31,26 @@ from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
 logger = logging.getLogger(__name__)
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-_launchers: dict[tuple[int, str], MoEExpertsLauncher] = {}
+_launchers: dict[tuple[int, str, str], MoEExpertsLauncher] = {}
+# Kernels whose images serve either weight format (they read no weights).
+_ANY_FORMAT = ("moe_route", "moe_combine")
 
 
-def launcher_for(device: torch.device, dtype: torch.dtype) -> MoEExpertsLauncher:
-    """The launcher of `dtype`'s images for `device` (made once per device and dtype)."""
-    key = (device.index, _DTYPES[dtype])
+def launcher_for(device: torch.device, dtype: torch.dtype, weight_format: str = "dense") -> MoEExpertsLauncher:
+    """The launcher of `dtype`'s images of `weight_format` ("dense" or "int4") for `device` (made once each)."""
+    key = (device.index, _DTYPES[dtype], weight_format)
     if key not in _launchers:
         if os.environ.get(IMAGES_ENV):
             pool = load_images(os.environ[IMAGES_ENV])
         else:
             major, minor = torch.cuda.get_device_capability(device)
             logger.info("compiling the MoE experts kernel images for sm_%d%d with Triton", major, minor)
-            pool = moe_aot.moe_experts_images([f"sm_{major}{minor}"], key[1])
-        images = [i for i in pool if i.kernel.startswith("moe_") and i.dtype == key[1]]
+            pool = moe_aot.moe_experts_images([f"sm_{major}{minor}"], key[1], weight_format)
+        images = [i for i in pool if i.kernel.startswith("moe_") and i.dtype == key[1]
+                  and (i.weight_format == weight_format or i.kernel in _ANY_FORMAT)]
         if not images:
-            raise RuntimeError(f"et_trt.moe_experts: no MoE experts kernel images for dtype {key[1]}")
+            raise RuntimeError(f"et_trt.moe_experts: no MoE experts kernel images for dtype {key[1]}, "
+                               f"{weight_format} weights")
         with torch.cuda.device(device):
             _launchers[key] = MoEExpertsLauncher(images)
     return _launchers[key]
@@ -56,16 +65,19 @@ def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
 def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
                    w_down: torch.Tensor, b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None,
                    activation: str = "swiglu", gate_up_layout: str = "concat", alpha: float = moe_experts.GPTOSS_ALPHA,
-                   limit: float = moe_experts.GPTOSS_LIMIT) -> torch.Tensor:
-    tokens, top_k, experts, size, ffn = moe_experts.check_inputs(
-        hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout)
-    tensors = [t for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down) if t is not None]
+                   limit: float = moe_experts.GPTOSS_LIMIT, w_gate_up_scale: torch.Tensor | None = None,
+                   w_down_scale: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
+    tokens, top_k, experts, size, ffn = _check(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                               activation, gate_up_layout, w_gate_up_scale, w_down_scale, group_size)
+    tensors = [t for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
+                           w_down_scale) if t is not None]
     if not all(t.is_cuda for t in tensors) or len({t.device for t in tensors}) != 1:
         raise ValueError("et_trt.moe_experts: every input must be on one CUDA device")
-    hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down = (
-        _aligned(t) for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down))
+    hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale, w_down_scale = (
+        _aligned(t) for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
+                              w_down_scale))
     out = torch.empty((tokens, size), dtype=hidden.dtype, device=hidden.device)
-    launcher = launcher_for(hidden.device, hidden.dtype)
+    launcher = launcher_for(hidden.device, hidden.dtype, "int4" if group_size else "dense")
     # The caching allocator's blocks are 512-byte aligned; the workspace lives until the stream is done with it.
     workspace = torch.empty(max(moe_workspace_bytes(tokens, top_k, experts, size, ffn), 1), dtype=torch.uint8,
                             device=hidden.device)
@@ -76,14 +88,32 @@ def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: t
         b_down=b_down.data_ptr() if b_down is not None else None, out=out.data_ptr(), tokens=tokens, top_k=top_k,
         experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
         gate_up_layout=MOE_GATE_UP_LAYOUTS.index(gate_up_layout), alpha=alpha, limit=limit,
-        workspace=workspace.data_ptr(), workspace_bytes=workspace.numel())
+        workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
+        w_gate_up_scale=w_gate_up_scale.data_ptr() if group_size else None,
+        w_down_scale=w_down_scale.data_ptr() if group_size else None, group_size=group_size)
     launcher.launch(args, torch.cuda.current_stream(hidden.device).cuda_stream)
     return out
 
 
 @moe_experts_op.register_fake
 def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None, activation="swiglu",
-      gate_up_layout="concat", alpha=moe_experts.GPTOSS_ALPHA, limit=moe_experts.GPTOSS_LIMIT):
-    tokens, _, _, size, _ = moe_experts.check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up,
-                                                     b_down, activation, gate_up_layout)
+      gate_up_layout="concat", alpha=moe_experts.GPTOSS_ALPHA, limit=moe_experts.GPTOSS_LIMIT, w_gate_up_scale=None,
+      w_down_scale=None, group_size=0):
+    tokens, _, _, size, _ = _check(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation,
+                                   gate_up_layout, w_gate_up_scale, w_down_scale, group_size)
     return hidden.new_empty((tokens, size))
+
+
+def _check(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout,
+           w_gate_up_scale, w_down_scale, group_size) -> tuple[int, int, int, int, int]:
+    """(T, k, E, H, F) of valid inputs, dense or (group_size given) INT4; a ValueError naming the input otherwise."""
+    if not group_size:
+        if w_gate_up_scale is not None or w_down_scale is not None:
+            raise ValueError("et_trt.moe_experts: weight scales are given without a group_size (INT4 weights take "
+                             "both)")
+        return moe_experts.check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                        activation, gate_up_layout)
+    if w_gate_up_scale is None or w_down_scale is None:
+        raise ValueError("et_trt.moe_experts: INT4 weights (group_size given) need w_gate_up_scale and w_down_scale")
+    return int4_weights.check_moe_experts(hidden, topk_ids, topk_weights, w_gate_up, w_gate_up_scale, w_down,
+                                         w_down_scale, b_gate_up, b_down, activation, gate_up_layout, group_size)

@@ -2,11 +2,14 @@
 
     out = torch.ops.et_trt.grouped_mm(a, b, offs, trans_b)
     out = torch.ops.et_trt.grouped_mm(a, b_q, offs, True, b_scale)     # fp8 weights
+    out = torch.ops.et_trt.grouped_mm(a, b_packed, offs, True, b_scale, group_size)   # int4 weights
 a [rows, K], b [G, K, N] (trans_b False) or [G, N, K] (trans_b True), offs int32 [G]
 on the GPU; bf16 or fp16; out [rows, N] with contract 4's semantics (rows past the
 last offset are zero, any offs is safe). FP8 weights: b_q float8_e4m3fn [G, N, K]
 (trans_b True) with b_scale float32 [G, N]; a is quantized per row on the GPU into a
-workspace this op allocates (grouped_mm_launcher.h has the arithmetic).
+workspace this op allocates (grouped_mm_launcher.h has the arithmetic). INT4 weights
+(et_trt_backend/int4_weights.py): b_packed uint8 [G, N, round_up(K, 32) / 2] (trans_b True) with
+b_scale bfloat16 [G, N, ceil(K / group_size)] and group_size 32, 64 or 128.
 
 Kernel images come from the JSON file named by $ET_TRT_KERNEL_IMAGES
 (images.save_images), else from compiling for the GPU's architecture with Triton
@@ -20,10 +23,11 @@ import os
 
 import torch
 
+from et_trt_backend import int4_weights
 from et_trt_backend.kernels import aot
 from et_trt_backend.kernels.images import load_images
 from et_trt_backend.serialization.kernel_image import KernelImage
-from et_trt_backend.kernels.launcher import Fp8Operands, GroupedMMLauncher, fp8_workspace_bytes
+from et_trt_backend.kernels.launcher import Fp8Operands, GroupedMMLauncher, Int4Operands, fp8_workspace_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +61,11 @@ def _launcher(device: torch.device, dtype: str, trans_b: bool, weight_format: st
 
 
 def _check(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool,
-           b_scale: torch.Tensor | None = None) -> tuple[int, int, int, int]:
+           b_scale: torch.Tensor | None = None, group_size: int = 0) -> tuple[int, int, int, int]:
     if a.dim() != 2 or b.dim() != 3:
         raise ValueError(f"et_trt.grouped_mm: a must be [rows, K] and b [G, K, N] or [G, N, K]; got {tuple(a.shape)} and {tuple(b.shape)}")
+    if group_size or b.dtype in (torch.uint8, torch.int8):
+        return _check_int4(a, b, offs, trans_b, b_scale, group_size)
     if b.dtype == torch.float8_e4m3fn or b_scale is not None:
         _check_fp8(a, b, trans_b, b_scale)
     elif a.dtype not in _DTYPES or b.dtype != a.dtype:
@@ -73,6 +79,24 @@ def _check(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool,
     if kb != k:
         raise ValueError(f"et_trt.grouped_mm: K of a ({k}) and b ({kb}) differ (trans_b={trans_b})")
     return rows, k, n, groups
+
+
+def _check_int4(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool, b_scale: torch.Tensor | None,
+                group_size: int) -> tuple[int, int, int, int]:
+    """The int4 form: b packed uint8 [G, N, Kp / 2], trans_b True, b_scale bf16 [G, N, ceil(K / group_size)]."""
+    if not trans_b or b_scale is None or a.dtype not in _DTYPES:
+        raise ValueError("et_trt.grouped_mm: int4 weights are b packed uint8 [G, N, round_up(K, 32) / 2] with "
+                         "trans_b=True, b_scale bfloat16 [G, N, ceil(K / group_size)] and group_size, a bfloat16 or "
+                         f"float16; got trans_b={trans_b}, b_scale {None if b_scale is None else b_scale.dtype}, "
+                         f"a {a.dtype}")
+    try:
+        groups, n = int4_weights.check(b, b_scale, a.shape[1], group_size)
+    except ValueError as e:
+        raise ValueError(f"et_trt.grouped_mm: {e}") from None
+    if offs.dtype != torch.int32 or tuple(offs.shape) != (groups,):
+        raise ValueError(f"et_trt.grouped_mm: offs must be int32 [G] with G = {groups}; got {offs.dtype} "
+                         f"{tuple(offs.shape)}")
+    return a.shape[0], a.shape[1], n, groups
 
 
 def _check_fp8(a: torch.Tensor, b: torch.Tensor, trans_b: bool, b_scale: torch.Tensor | None) -> None:
@@ -97,8 +121,8 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 @torch.library.custom_op("et_trt::grouped_mm", mutates_args=())
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool = False,
-               b_scale: torch.Tensor | None = None) -> torch.Tensor:
-    rows, k, n, groups = _check(a, b, offs, trans_b, b_scale)
+               b_scale: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
+    rows, k, n, groups = _check(a, b, offs, trans_b, b_scale, group_size)
     tensors = (a, b, offs) if b_scale is None else (a, b, offs, b_scale)
     if not all(t.is_cuda for t in tensors) or len({t.device for t in tensors}) != 1:
         raise ValueError("et_trt.grouped_mm: a, b, offs (and b_scale) must be on one CUDA device")
@@ -111,6 +135,11 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bo
                         stream)
         return out
     b_scale = _aligned(b_scale)
+    if group_size:
+        _launcher(a.device, _DTYPES[a.dtype], trans_b, "int4").launch(
+            a.data_ptr(), b.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, groups, trans_b, stream,
+            int4=Int4Operands(b_scale.data_ptr(), group_size))
+        return out
     launcher = _launcher(a.device, _DTYPES[a.dtype], trans_b, "fp8")
     # The caching allocator's blocks are 512-byte aligned; the workspace lives until the stream is done with it.
     workspace = torch.empty(max(fp8_workspace_bytes(rows, k), 1), dtype=torch.uint8, device=a.device)
@@ -121,6 +150,6 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bo
 
 @grouped_mm.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, trans_b: bool = False,
-      b_scale: torch.Tensor | None = None) -> torch.Tensor:
-    rows, _, n, _ = _check(a, b, offs, trans_b, b_scale)
+      b_scale: torch.Tensor | None = None, group_size: int = 0) -> torch.Tensor:
+    rows, _, n, _ = _check(a, b, offs, trans_b, b_scale, group_size)
     return a.new_empty((rows, n))

@@ -1,20 +1,21 @@
 """Which robot GPUs a partition's kernel images serve, and how.
 
 The C++ launcher picks, for each kernel, the image that serves the GPU it runs
-on (runtime/kernels/image_loading.cc, `serves`): an arch-specific cubin
-(sm_90a, sm_110a) on that compute capability only; another cubin on the same
-major with an equal or lower minor (sm_80's on sm_87); else PTX of an equal or
-lower architecture, which the CUDA driver JIT-compiles at load if its PTX ISA
-version is one the driver knows. Needs neither Triton nor a GPU.
+on (images_for_gpu in runtime/kernels/image_loading.h), and says which
+through its C ABI (kernels/launcher.py): an arch-specific cubin (sm_90a,
+sm_110a) on that compute capability only; another cubin on the same major with
+an equal or lower minor (sm_80's on sm_87); else PTX of an equal or lower
+architecture, which the CUDA driver JIT-compiles at load if its PTX ISA version
+is one the robot's driver knows (ROBOT_GPUS). Needs neither Triton nor a GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 
-from et_trt_backend.kernels.aot import KernelImage
+from et_trt_backend.kernels.launcher import LauncherError, images_for_gpu
+from et_trt_backend.serialization.kernel_image import KernelImage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,37 +32,6 @@ ROBOT_GPUS = (
 )
 
 
-def _arch(arch: str) -> tuple[int, bool]:
-    """"sm_90a" -> (90, True); (-1, False) when malformed, as the launcher reads it."""
-    match = re.fullmatch(r"sm_(\d+)(a?)", arch)
-    return (int(match.group(1)), match.group(2) == "a") if match else (-1, False)
-
-
-def _serves(image: KernelImage, cc: int) -> bool:
-    cap, specific = _arch(image.arch)
-    if cap < 0:
-        return False
-    if specific:
-        return cap == cc
-    if image.format == "cubin":
-        return cap // 10 == cc // 10 and cap <= cc
-    return cap <= cc
-
-
-def chosen_images(images: Sequence[KernelImage], cc: int) -> list[KernelImage]:
-    """Per kernel, the image the launcher loads on a GPU of compute capability `cc`: a cubin over
-    PTX, then the highest architecture."""
-    chosen: dict[str, KernelImage] = {}
-    for image in images:
-        if not _serves(image, cc):
-            continue
-        current = chosen.get(image.kernel)
-        if current is None or (image.format, current.format) == ("cubin", "ptx") or (
-                image.format == current.format and _arch(image.arch)[0] > _arch(current.arch)[0]):
-            chosen[image.kernel] = image
-    return list(chosen.values())
-
-
 def _ptx_isa(image: KernelImage) -> tuple[int, int]:
     major, _, minor = image.ptx_version.partition(".")
     return int(major), int(minor or 0)
@@ -69,7 +39,7 @@ def _ptx_isa(image: KernelImage) -> tuple[int, int]:
 
 def how_served(images: Sequence[KernelImage], gpu: RobotGpu) -> str:
     """"sm_87 cubin", "PTX JIT from sm_80", both joined by " + ", or "not served: why"."""
-    chosen = chosen_images(images, gpu.compute_capability)
+    chosen = images_for_gpu(images, gpu.compute_capability)
     if not chosen:
         arch = f"sm_{gpu.compute_capability}{'a' if gpu.compute_capability >= 90 else ''}"
         return f"not served: no image for it (add {arch} to kernel_archs)"
@@ -88,4 +58,7 @@ def robot_gpus_line(images: Sequence[KernelImage]) -> str:
     """What `et-trt inspect` prints per partition."""
     if not images:
         return ", ".join(gpu.name for gpu in ROBOT_GPUS) + " (no kernel images needed)"
-    return ", ".join(f"{gpu.name} ({how_served(images, gpu)})" for gpu in ROBOT_GPUS)
+    try:
+        return ", ".join(f"{gpu.name} ({how_served(images, gpu)})" for gpu in ROBOT_GPUS)
+    except LauncherError as e:  # the launcher's library is not built here
+        return f"not determined: {e}"

@@ -12,6 +12,7 @@ the delegate's tensor arguments only; the runtime skips integer arguments.
 from __future__ import annotations
 
 import logging
+from typing import Iterable
 
 import torch
 from torch.utils import _pytree as pytree
@@ -23,9 +24,10 @@ from .errors import LoweringError
 logger = logging.getLogger(__name__)
 
 
-def _carrier(program: torch.export.ExportedProgram, size: torch.SymInt) -> tuple[torch.fx.Node, int] | None:
-    """The first tensor user input (and its axis) whose dimension is `size`."""
-    for node in user_input_nodes(program):
+def carrier(nodes: Iterable[torch.fx.Node], size: torch.SymInt) -> tuple[torch.fx.Node, int] | None:
+    """The first of `nodes` that is a tensor with `size` as a dimension, and that axis. The partitioner asks
+    it of a partition's tensor inputs, so it never hands the lowering a size this cannot recompute."""
+    for node in nodes:
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):
             continue
@@ -62,22 +64,22 @@ def inline_size_inputs(program: torch.export.ExportedProgram) -> None:
     first_op = next(n for n in graph.nodes if n.op != "placeholder")
     for node in size_inputs:
         size = node.meta["val"]
-        found = _carrier(program, size)
+        found = carrier(user_input_nodes(program), size)
         if found is None:
             tensors = [n.name for n in user_input_nodes(program) if isinstance(n.meta.get("val"), torch.Tensor)]
             raise LoweringError(
                 f"partition input '{node.name}' is an integer ({size}) that no tensor input of the partition "
                 f"has as a dimension (tensor inputs: {tensors or 'none'}); a TensorRT engine takes tensors "
-                "only and cannot recompute it. The partitioner should keep that size's computation inside "
-                "the partition or pass a tensor that carries it"
+                "only and cannot recompute it (TensorRTPartitioner leaves the ops that read such a size to "
+                "ExecuTorch; the tensors they make carry it)"
             )
-        carrier, axis = found
+        tensor, axis = found
         with graph.inserting_before(first_op):
-            recomputed = graph.call_function(torch.ops.aten.sym_size.int, (carrier, axis))
-        recomputed.meta["val"] = carrier.meta["val"].shape[axis]
+            recomputed = graph.call_function(torch.ops.aten.sym_size.int, (tensor, axis))
+        recomputed.meta["val"] = tensor.meta["val"].shape[axis]
         node.replace_all_uses_with(recomputed)
         logger.info("partition input '%s' (%s) is recomputed as the size of '%s' along axis %d",
-                    node.name, size, carrier.name, axis)
+                    node.name, size, tensor.name, axis)
         graph.erase_node(node)
     dropped = {n.name for n in size_inputs}
     _drop_call_inputs(program, dropped)

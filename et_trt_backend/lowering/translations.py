@@ -271,15 +271,43 @@ def _index_1d(value, default: int):
 
 
 def slice_scatter(self, src, dim: int = 0, start=None, end=None, step: int = 1):
-    """aten.slice_scatter with step 1: self before the slice, src, self after it, concatenated
-    (Slice + Concat: no scatter, whose torchlib form TensorRT's parser refuses)."""
+    """aten.slice_scatter without a scatter (whose torchlib form TensorRT's parser refuses). Step 1: self
+    before the slice, src, self after it, concatenated (Slice + Concat); other steps: _strided_slice_scatter."""
     if step != 1:
-        raise ValueError(f"slice_scatter with step {step}: op_support admits step 1 only")
+        return _strided_slice_scatter(self, src, dim, start, step)
     axis = op.Constant(value_ints=[dim])
     int64_max = 2**63 - 1
     before = op.Slice(self, op.Constant(value_ints=[0]), _index_1d(start, 0), axis)
     after = op.Slice(self, _index_1d(end, int64_max), op.Constant(value_ints=[int64_max]), axis)
     return op.Concat(before, src, after, axis=dim)
+
+
+def _strided_slice_scatter(self, src, dim: int, start, step: int):
+    """slice_scatter with step > 1: position i along dim takes src[(i - first) / step] where i - first is a
+    non-negative multiple of step below step * len(src), else keeps self[i] (Gather + Where). first is the
+    slice's start as aten.slice reads it (negative from the end, clamped at 0); src's length already holds
+    the end. src gets one more element along dim (a copy of self's first, never selected), which every
+    position that is not written gathers: no index is ever out of bounds, an empty src included."""
+    rank = len(self.shape)
+    dim = dim % rank
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    size = op.Shape(self, start=dim, end=dim + 1)
+    length = op.Shape(src, start=dim, end=dim + 1)
+    first = _index_1d(start, 0)
+    if not (start is None or isinstance(start, int) and start >= 0):
+        first = op.Where(op.Less(first, zero), op.Add(first, size), first)
+        first = op.Where(op.Less(first, zero), zero, first)
+    offset = op.Sub(op.Range(zero, op.Squeeze(size, [0]), one), first)  # [size]
+    ahead = op.Where(op.Less(offset, zero), zero, offset)
+    index = op.Div(ahead, op.Constant(value_int=step))  # non-negative: integer division floors
+    written = op.And(op.And(op.GreaterOrEqual(offset, zero), op.Equal(op.Mul(index, op.Constant(value_int=step)),
+                                                                       ahead)),
+                     op.Less(index, length))
+    spare = op.Slice(self, op.Constant(value_ints=[0]), op.Constant(value_ints=[1]), op.Constant(value_ints=[dim]))
+    padded = op.Concat(op.CastLike(src, self), spare, axis=dim)
+    gathered = op.Gather(padded, op.Where(written, index, op.Squeeze(length, [0])), axis=dim)
+    along_dim = op.Constant(value_ints=[-1 if d == dim else 1 for d in range(rank)])
+    return op.Where(op.Reshape(written, along_dim), gathered, self)
 
 
 def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):

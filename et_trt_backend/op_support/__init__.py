@@ -11,6 +11,8 @@ lowering (what to translate), so the two never disagree:
                         the tensor shapes
     PRESERVED_OPS       non-core ops kept through edge decomposition
                         (the partitioner's ops_to_not_decompose)
+    DATA_MOVEMENT       casts and views: ops that only convert or move data
+                        (a partition of nothing else is not worth an engine)
     aten_overload(target)  the ATen overload behind an edge op, by which the
                         rules are keyed (and ops are named to the user)
 
@@ -84,6 +86,8 @@ SYMBOLIC_FUNCTIONS = frozenset(
 )
 
 # Kept through to_edge's decompositions (each has a rule above):
+DATA_MOVEMENT: frozenset[torch._ops.OpOverload] = conversion.CASTS | shape.VIEWS
+
 PRESERVED_OPS: list[torch._ops.OpOverload] = [
     # Not core ATen and no portable kernel: the MoE expert GEMMs themselves.
     aten._grouped_mm.default,
@@ -156,5 +160,6 @@ def _rule_on_data_dependent(rule, node: Node) -> str | None:
 
 
 __all__ = [
-    "PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "holds_float64", "unsupported_reason",
+    "DATA_MOVEMENT", "PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "holds_float64",
+    "unsupported_reason",
 ]

@@ -35,6 +35,10 @@ def _copy(node: Node) -> str | None:
     return first_reason(check_arg_dtype(node, 0, TENSOR_DTYPES), check_arg_dtype(node, 1, TENSOR_DTYPES, "src"))
 
 
+# Casts and copies in any dim-order form (not copy: it broadcasts src into self).
+CASTS = frozenset({aten._to_copy.default, aten.clone.default, dim_order_ops._to_dim_order_copy.default,
+                   dim_order_ops._clone_dim_order.default})
+
 RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.copy.default: _copy,
     aten._to_copy.default: _cast,

@@ -1,26 +1,20 @@
 """Padding (TensorRT Slice layers in fill mode, from ONNX Pad).
 
-F.pad(mode="constant") becomes constant_pad_nd (negative pads crop); reflect and replicate padding arrive
-decomposed by ExecuTorch into index ops (arange, abs / clamp, index) that the indexing rules take.
+F.pad(mode="constant") becomes constant_pad_nd (negative pads crop), its sizes static or computed from the
+dynamic dimensions (ONNX Pad takes them as a tensor: mamba2 and gated delta-net pad the token count to a
+multiple of their chunk); reflect and replicate padding arrive decomposed by ExecuTorch into index ops (arange,
+abs / clamp, index) that the indexing rules take.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.fx import Node
 
-from ._common import NUMERIC_DTYPES, Rule, check_arg_dtype, static_ints
+from ._common import NUMERIC_DTYPES, Rule, rule_dtypes
 
 aten = torch.ops.aten
 
 
-def _constant_pad(node: Node) -> str | None:
-    pad = node.args[1]
-    if not static_ints(pad):
-        return f"padding sizes {list(pad)} depend on a dynamic dimension; pad by static sizes"
-    return check_arg_dtype(node, 0, NUMERIC_DTYPES)
-
-
 RULES: dict[torch._ops.OpOverload, Rule] = {
-    aten.constant_pad_nd.default: _constant_pad,
+    aten.constant_pad_nd.default: rule_dtypes(NUMERIC_DTYPES),
 }

@@ -41,10 +41,11 @@ def _slice(node: Node) -> str | None:
 
 
 def _slice_scatter(node: Node) -> str | None:
-    # src written into a slice of self (a functionalized x[..., a:b] = src): Slice + Concat
+    # src written into a slice of self (a functionalized x[..., a:b:step] = src): Slice + Concat for step 1,
+    # a Gather of src and a Where for other steps
     step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
-    if step != 1:
-        return f"slice_scatter is lowered for step 1, got {step!r}; write the strided slice with torch.cat"
+    if not is_static(step) or step < 1:
+        return f"slice_scatter step must be a static positive int, got {step!r}"
     return first_reason(check_arg_dtype(node, 0, TENSOR_DTYPES), check_arg_dtype(node, 1, TENSOR_DTYPES, "src"))
 
 
@@ -57,6 +58,11 @@ def _cat(node: Node) -> str | None:
         return f"cat of {dtypes.pop()} tensors is not supported"
     return None
 
+
+# Views (edge programs hold their *_copy forms): a partition of nothing else only moves data.
+VIEWS = frozenset({aten.view_copy.default, aten.permute_copy.default, aten.expand_copy.default,
+                   aten.unsqueeze_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim, aten.select_copy.int,
+                   aten.slice_copy.Tensor, aten.alias_copy.default})
 
 RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.view_copy.default: _any,

@@ -32,8 +32,9 @@ import torch
 from et_trt_backend.serialization.kernel_image import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
 from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.serialization.named_data import NAMED_DATA_PREFIX, NamedData
-from et_trt_backend.options import CompileOptions, OptionsError, parse_options
+from et_trt_backend.options import FIELDS, CompileOptions, OptionsError, parse_options
 from et_trt_backend.serialization import schema_generated as fb
+from et_trt_backend.serialization.schema_fields import schema_fields
 
 MAGIC = b"ETTRTBLB"
 # Bump on any change an older reader cannot read (and in runtime/ too).
@@ -67,7 +68,8 @@ _KERNEL_DTYPE_TO_FB = {"bf16": fb.DType.BFloat16, "fp16": fb.DType.Float16}
 _FB_TO_KERNEL_DTYPE = {v: k for k, v in _KERNEL_DTYPE_TO_FB.items()}
 _IMAGE_FORMAT_TO_FB = {"cubin": fb.ImageFormat.Cubin, "ptx": fb.ImageFormat.Ptx}
 _FB_TO_IMAGE_FORMAT = {v: k for k, v in _IMAGE_FORMAT_TO_FB.items()}
-_WEIGHT_FORMAT_TO_FB = {"dense": fb.WeightFormat.Dense, "fp8": fb.WeightFormat.Float8RowScaled}
+_WEIGHT_FORMAT_TO_FB = {"dense": fb.WeightFormat.Dense, "fp8": fb.WeightFormat.Float8RowScaled,
+                        "int4": fb.WeightFormat.Int4GroupScaled}
 _FB_TO_WEIGHT_FORMAT = {v: k for k, v in _WEIGHT_FORMAT_TO_FB.items()}
 # Engine providers, as et-trt names them (inspect, logs).
 PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
@@ -75,10 +77,12 @@ _PROVIDER_TO_FB = {"tensorrt": fb.Provider.TensorRT, "tensorrt_rtx": fb.Provider
 _FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
 
 # Every CompileOptions field is either in the table BuildOptions (the runtime
-# reads it to build the engine as export would) or export-only, in the blob's
+# reads it to build the engine as export would; a field there is written and read
+# by its name, as schema.fbs declares it) or export-only, in the blob's
 # export_options JSON (for inspect and check), never both.
 # tests/test_blob.py fails when a new option is in neither set.
-BUILD_OPTION_FIELDS = frozenset({"tf32", "workspace_bytes", "optimization_level"})
+_BUILD_OPTION_NAMES = schema_fields(fb.BuildOptionsT)
+BUILD_OPTION_FIELDS = frozenset(_BUILD_OPTION_NAMES)
 EXPORT_ONLY_OPTIONS = {
     "precision": "written into the ONNX's tensor types (the network is strongly typed)",
     "truncate_double": "the ONNX computes the model's float64 in float32",
@@ -312,11 +316,11 @@ def _build_dim(builder: flatbuffers.Builder, dim: DimSpec, where: str) -> int:
 
 
 def _build_options(builder: flatbuffers.Builder, options: CompileOptions) -> int:
-    fb.BuildOptionsStart(builder)
-    fb.BuildOptionsAddTf32(builder, options.tf32)
-    fb.BuildOptionsAddWorkspaceBytes(builder, options.workspace_bytes or 0)
-    fb.BuildOptionsAddOptimizationLevel(builder, options.optimization_level)
-    return fb.BuildOptionsEnd(builder)
+    table = fb.BuildOptionsT()
+    for name, schema_name in _BUILD_OPTION_NAMES.items():
+        value = getattr(options, name)
+        setattr(table, schema_name, 0 if value is None else value)  # the schema's 0: the builder's default
+    return table.Pack(builder)
 
 
 def _export_options(options: CompileOptions) -> dict[str, Any]:
@@ -524,8 +528,10 @@ def _read_options(root: fb.Blob) -> CompileOptions:
         values = json.loads(text)
         if not isinstance(values, dict) or set(values) - set(EXPORT_ONLY_OPTIONS):
             raise OptionsError(f"export_options may hold only {', '.join(EXPORT_ONLY_OPTIONS)}")
-        values.update(tf32=table.Tf32(), workspace_bytes=table.WorkspaceBytes() or None,
-                      optimization_level=table.OptimizationLevel())
+        fields = fb.BuildOptionsT.InitFromObj(table)
+        for name, schema_name in _BUILD_OPTION_NAMES.items():
+            value = getattr(fields, schema_name)
+            values[name] = None if value == 0 and FIELDS[name].default is None else value
         return parse_options(values)
     except (ValueError, OptionsError) as e:
         raise BlobError(f"blob options are not valid compile options: {e}") from None

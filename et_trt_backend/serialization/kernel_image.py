@@ -5,22 +5,16 @@ serialization/blob.py writes and reads them; neither Triton nor nvcc is needed t
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from et_trt_backend.serialization import schema_generated as fb
+from et_trt_backend.serialization.schema_fields import schema_fields
 
-
-def _snake_case(name: str) -> str:
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
-
-
-# The fields of table KernelImage in schema.fbs (their one definition), in its order: flatc's object API
-# (schema_generated.KernelImageT) names them in camelCase; here they are in snake_case.
-SCHEMA_NAMES: dict[str, str] = {_snake_case(name): name for name in vars(fb.KernelImageT())}
+# The fields of table KernelImage in schema.fbs (their one definition), in its order, in snake_case.
+SCHEMA_NAMES: dict[str, str] = schema_fields(fb.KernelImageT)
 
 # weight_format was appended to the schema with a default (Dense) so that older blobs read; records made
 # without it are dense too.
-WEIGHT_FORMATS = ("dense", "fp8")
+WEIGHT_FORMATS = ("dense", "fp8", "int4")
 KernelImage = dataclasses.make_dataclass(
     "KernelImage",
     [name if name != "weight_format" else (name, str, dataclasses.field(default="dense")) for name in SCHEMA_NAMES],
@@ -28,13 +22,15 @@ KernelImage = dataclasses.make_dataclass(
 KernelImage.__module__ = __name__
 KernelImage.__doc__ = """One compiled kernel: the fields of table KernelImage in schema.fbs, in snake_case.
 
-Strings as str; `format` is "cubin" | "ptx", `dtype` "bf16" | "fp16" and `weight_format` "dense" | "fp8"
-(serialization/blob.py maps them to the schema's enums; an fp8 image's dtype is its activations' and output's); `image` is a NamedData holding the cubin or PTX bytes where they are known. `kernel`
+Strings as str; `format` is "cubin" | "ptx", `dtype` "bf16" | "fp16" and `weight_format` "dense" | "fp8" | "int4"
+(serialization/blob.py maps them to the schema's enums; an fp8 or int4 image's dtype is its activations' and
+output's); `image` is a NamedData holding the cubin or PTX bytes where they are known. `kernel`
 is kernel_name(variant, trans_b); `variant` is the launcher's choice among a blob's images
 (runtime/kernels/grouped_mm_launcher.h).
 """
 
 
 def kernel_name(variant: str, trans_b: bool, weight_format: str = "dense") -> str:
-    """The kernel's name in logs and inspect: variant, layout, and "fp8" for fp8 weights."""
-    return f"grouped_mm_{variant}_{'fp8_' if weight_format == 'fp8' else ''}{'nk' if trans_b else 'kn'}"
+    """The kernel's name in logs and inspect: variant, layout, and "fp8" or "int4" for those weights."""
+    quantized = f"{weight_format}_" if weight_format != "dense" else ""
+    return f"grouped_mm_{variant}_{quantized}{'nk' if trans_b else 'kn'}"

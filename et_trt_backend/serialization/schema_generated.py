@@ -27,6 +27,7 @@ class ImageFormat(object):
 class WeightFormat(object):
     Dense = 0
     Float8RowScaled = 1
+    Int4GroupScaled = 2
 
 
 class Provider(object):

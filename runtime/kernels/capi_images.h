@@ -24,6 +24,10 @@ struct Images {
   std::vector<KernelImageRef> refs;
 };
 
+// The records alone (refs without bytes): `kernels` as below, holding `count` images. false and *message
+// when the buffer is not that or holds another count.
+bool read_records(const uint8_t* kernels, size_t kernels_size, int32_t count, Images* out, std::string* message);
+
 // `kernels`: a flatbuffer of the blob schema (root Blob, file identifier "ETRT", no et-trt blob header)
 // whose `kernels` are the images; `images[i]` holds the `image_sizes[i]` bytes of kernels[i]. false and
 // *message when the buffer is not that, or the counts or sizes disagree with its records.

@@ -28,11 +28,22 @@ int32_t et_trt_grouped_mm_launch_fp8(void* launcher, const void* a, const void* 
                                      const float* b_scale, void* workspace, size_t workspace_bytes, int32_t swiglu,
                                      void* stream, char* error, size_t error_size);
 size_t et_trt_grouped_mm_fp8_workspace_bytes(int64_t rows, int64_t k);
+// The same with int4 weights (GroupedMMLauncher::launch with Int4Operands): b packed INT4 [G, N, K] (uint8
+// [G, N, round_up(K, 32) / 2]), b_scale bfloat16 [G, N, ceil(K / group_size)], group_size 32, 64 or 128.
+int32_t et_trt_grouped_mm_launch_int4(void* launcher, const void* a, const void* b, const int32_t* offs, void* out,
+                                      int64_t rows, int64_t k, int64_t n, int64_t groups, int32_t trans_b,
+                                      const void* b_scale, int64_t group_size, void* stream, char* error,
+                                      size_t error_size);
 // Name of the kernel the last launch used ("" before the first).
 const char* et_trt_grouped_mm_last_kernel(void* launcher);
 // With fp8 weights, the row quantization the last launch ran before its GEMM ("" otherwise).
 const char* et_trt_grouped_mm_last_quantize(void* launcher);
 void et_trt_grouped_mm_destroy(void* launcher);
+// Which kernel images the launcher loads on a GPU of compute capability `cc` (major * 10 + minor):
+// `kernels` as et_trt_grouped_mm_create takes it (no image bytes needed), `chosen[i]` set to 1 for
+// each of its `count` images that serves it best (image_loading.h's images_for_gpu), else 0.
+int32_t et_trt_grouped_mm_images_for_gpu(const uint8_t* kernels, size_t kernels_size, int32_t cc, uint8_t* chosen,
+                                         int32_t count, char* error, size_t error_size);
 
 #ifdef __cplusplus
 }

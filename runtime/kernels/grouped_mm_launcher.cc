@@ -150,6 +150,7 @@ struct GroupedMMLauncher::State {
   blob::DType dtype = blob::DType::BFloat16;
   bool trans_b = false;
   bool fp8 = false;                   // weight_format Float8RowScaled
+  bool int4 = false;                  // weight_format Int4GroupScaled
   // fp8 on sm_90+: the GEMM is launched while the row quantization runs, and waits for it on the GPU
   // (programmatic dependent launch; the images are built for it, et_trt_backend/kernels/aot.py).
   bool overlap_quantize = false;
@@ -210,10 +211,14 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   state->dtype = first.dtype;
   state->trans_b = first.trans_b;
   state->fp8 = first.weight_format == blob::WeightFormat::Float8RowScaled;
+  state->int4 = first.weight_format == blob::WeightFormat::Int4GroupScaled;
   const auto described = [](const blob::KernelImageT& image) {
     const char* dtype = kernel_dtype_name(image.dtype);
     return image.kernel + " (" + (dtype ? dtype : "unsupported dtype") + ", " + (image.trans_b ? "nk" : "kn") +
-           (image.weight_format == blob::WeightFormat::Float8RowScaled ? ", fp8 weights" : "") + ")";
+           (image.weight_format == blob::WeightFormat::Float8RowScaled   ? ", fp8 weights"
+            : image.weight_format == blob::WeightFormat::Int4GroupScaled ? ", int4 weights"
+                                                                           : "") +
+           ")";
   };
   for (const KernelImageRef& ref : images) {
     const blob::KernelImageT& image = *ref.fields;
@@ -221,12 +226,14 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     if (image.dtype != state->dtype || image.trans_b != state->trans_b || image.weight_format != first.weight_format)
       return failed("all images of one launcher must share dtype, layout and weight format; got " + described(first) +
                     " and " + described(image));
-    if (image.weight_format != blob::WeightFormat::Dense && image.weight_format != blob::WeightFormat::Float8RowScaled)
+    if (image.weight_format != blob::WeightFormat::Dense &&
+        image.weight_format != blob::WeightFormat::Float8RowScaled &&
+        image.weight_format != blob::WeightFormat::Int4GroupScaled)
       return failed("image " + image.kernel + " has an unknown weight format; rebuild the images and launcher from "
                     "one release");
-    if (state->fp8 && !image.trans_b)
-      return failed("image " + described(image) + " takes fp8 weights stored [G, K, N]; fp8 weights are [G, N, K] "
-                    "(trans_b) only");
+    if ((state->fp8 || state->int4) && !image.trans_b)
+      return failed("image " + described(image) + " takes quantized weights stored [G, K, N]; fp8 and int4 weights "
+                    "are [G, N, K] (trans_b) only");
     if (!state->fp8 && blocking_of(image.variant) != Blocking::kNotQuantization)
       return failed("image " + described(image) + " is a row quantization for fp8 weights among dense images");
     if (ref.bytes == nullptr || ref.size == 0) return failed("image " + image.kernel + " is empty");
@@ -266,7 +273,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.tensor_maps = kernel.variant == "wgmma";
     const bool tma = kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps;
     const Blocking blocking = blocking_of(kernel.variant);
-    if (kernel.variant == "any" || blocking == Blocking::kAnyK) {
+    if (kernel.variant == "any" || kernel.variant == "gemv_any" || blocking == Blocking::kAnyK) {
       kernel.k_multiple = kernel.n_multiple = 1;
     } else if (blocking == Blocking::kTwoReads) {  // 16-byte vector loads and stores along K
       kernel.k_multiple = 16;
@@ -345,6 +352,13 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
                   ". Export them together (aot.grouped_mm_images(..., weight_format=\"fp8\"))");
   if (state->kernels.empty())
     return failed("no grouped GEMM image serves " + gpu + " beside the row quantization; images offered: " + offered);
+  for (const char* required : {"any", "gemv_any"}) {
+    if (state->int4 && std::none_of(state->kernels.begin(), state->kernels.end(),
+                                    [&](const LoadedKernel& k) { return k.variant == required; }))
+      return failed(std::string("the int4 images have no \"") + required + "\" image serving " + gpu +
+                    " (it takes any K and N); images offered: " + offered +
+                    ". Export them together (aot.grouped_mm_images(..., weight_format=\"int4\"))");
+  }
   std::stable_sort(state->kernels.begin(), state->kernels.end(), [](const LoadedKernel& x, const LoadedKernel& y) {
     return variant_rank(x.variant) < variant_rank(y.variant);
   });
@@ -365,7 +379,7 @@ size_t GroupedMMLauncher::fp8_workspace_bytes(int64_t rows, int64_t k) {
 
 bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
                                int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
-                               const Fp8Operands* fp8, const MoEEpilogue* moe) {
+                               const Fp8Operands* fp8, const MoEEpilogue* moe, const Int4Operands* int4) {
   const CudaDriver& cu = *state_->cu;
   const std::string shape = "(rows " + std::to_string(rows) + ", K " + std::to_string(k) + ", N " + std::to_string(n) +
                             ", groups " + std::to_string(groups) + ")";
@@ -386,6 +400,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   if (!state_->fp8 && fp8 != nullptr)
     return fail(error, "grouped_mm: fp8 operands were given but the kernel images take dense weights; load the fp8 "
                        "images (weight_format \"fp8\") for fp8 weights");
+  if (state_->int4 != (int4 != nullptr))
+    return fail(error, state_->int4 ? "grouped_mm: the kernel images take int4 weights; pass b packed [G, N, K] with "
+                                      "its Int4Operands (b_scale and group_size)"
+                                    : "grouped_mm: int4 operands were given but the kernel images do not take int4 "
+                                      "weights; load the int4 images (weight_format \"int4\") for int4 weights");
   if ((state_->moe != MoEGemm::kNone) != (moe != nullptr))
     return fail(error, "grouped_mm: a MoE epilogue is given iff the launcher runs a MoE experts GEMM " + shape);
   if (moe && (k == 0 || groups == 0)) return fail(error, "grouped_mm: a MoE experts GEMM needs K and groups " + shape);
@@ -403,6 +422,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (misaligned(a) || misaligned(b) || misaligned(offs) || misaligned(out))
     return fail(error, "grouped_mm: a, b, offs and out must be 16-byte aligned device pointers");
+  if (int4 && (int4->b_scale == nullptr || misaligned(int4->b_scale)))
+    return fail(error, "grouped_mm: int4 weights need b_scale, bfloat16 [G, N, ceil(K / group_size)] in a 16-byte "
+                       "aligned device buffer");
+  if (int4 && int4->group_size != 32 && int4->group_size != 64 && int4->group_size != 128)
+    return fail(error, "grouped_mm: int4 group_size must be 32, 64 or 128; got " + std::to_string(int4->group_size));
   if (fp8) {
     if (fp8->swiglu && (state_->swiglu_quantize.empty() ||
                         state_->swiglu_quantize.back().variant != "quantize_rows_swiglu_any"))
@@ -432,8 +456,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   };
   const LoadedKernel* kernel = nullptr;
   const LoadedKernel* small = nullptr;
+  // INT4: the vector-matrix kernel for about one row per group, else the tensor-core tiles.
+  const bool gemv = int4 && rows <= std::max(groups, kInt4GemvMaxRows);
   for (const auto& candidate : state_->kernels) {
     if (k % candidate.k_multiple != 0 || n % candidate.n_multiple != 0) continue;
+    if (int4 && (candidate.variant.rfind("gemv", 0) == 0) != gemv) continue;
     if (candidate.tensor_maps && groups > kWgmmaMaxGroups) continue;
     if (candidate.variant == "tma_small") {
       if (!small) small = &candidate;
@@ -495,6 +522,12 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                          &k_arg,    &n_arg,     &groups_arg,  &scratch_arg, &profile_arg};
   void* triton_fp8_args[] = {&a_arg, &b_arg, &offs_arg,   &out_arg,     &rows_arg,    &k_arg,
                              &n_arg, &groups_arg, &a_scale_arg, &b_scale_arg, &scratch_arg, &profile_arg};
+  // With int4 weights the weight scales and the group size follow G (the gemv and tile kernels alike).
+  CUdeviceptr int4_scale_arg = int4 ? reinterpret_cast<CUdeviceptr>(int4->b_scale) : 0;
+  int32_t group_size_arg = int4 ? static_cast<int32_t>(int4->group_size) : 0;
+  void* triton_int4_args[] = {&a_arg,      &b_arg,          &offs_arg,       &out_arg,     &rows_arg,   &k_arg,
+                              &n_arg,      &groups_arg,     &int4_scale_arg, &group_size_arg, &scratch_arg,
+                              &profile_arg};
   WgmmaMaps* maps = nullptr;
   if (kernel->tensor_maps) {
     for (auto& cached : state_->wgmma_maps)
@@ -523,7 +556,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
-                                    : (fp8 ? triton_fp8_args : triton_args);
+                                    : (fp8 ? triton_fp8_args : int4 ? triton_int4_args : triton_args);
   CUlaunchConfig config = {};
   config.gridDimX = grid;
   config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1;

@@ -19,6 +19,13 @@
 // with the same group semantics. Both kernels run on the stream; nothing synchronizes. From sm_90
 // the GEMM is launched with programmatic stream serialization: it starts while the quantization
 // runs and waits for it on the GPU (griddepcontrol.wait) before reading a_q and a_scale.
+//
+// INT4 weights (images of weight_format Int4GroupScaled, et_trt_backend/int4_weights.py): b is
+// packed INT4 [G, N, K] (uint8 [G, N, round_up(K, 32) / 2], trans_b only) with bfloat16 group
+// scales b_scale [G, N, ceil(K / group_size)]; a and out are in the images' dtype and
+//   out[r, n] = sum_k a[r, k] * q[g, n, k] * b_scale[g, n, k / group_size]   (float32 sums)
+// with the same group semantics. One kernel: the vector-matrix one ("gemv", "gemv_any") where rows
+// <= max(groups, kInt4GemvMaxRows), else the tensor-core tiles ("tile", "any").
 #pragma once
 
 #include <cuda.h>
@@ -50,6 +57,9 @@ namespace et_trt::kernels {
 //                taken for launches of few elements); "quantize_rows_swiglu" (and _whole, _any)
 //                the same for launches with Fp8Operands::swiglu, needed only by them (their
 //                _whole one taken wherever K <= its block_k)
+//   "gemv", "gemv_any": int4 images only, the vector-matrix kernel for few rows per group
+//                (non-persistent, one CTA per row and block_n columns); "gemv" needs K % 16 == 0 and
+//                N % 16 == 0, "gemv_any" takes any (and is required, as "any" is)
 // Every variant needs 16-byte aligned pointers. With fp8 weights the GEMM variants are
 // wgmma (K % 16 == 0, N % 8 == 0, at most 1024 groups), tma (K % 16 == 0, N % 16 == 0)
 // and any.
@@ -71,6 +81,17 @@ struct Fp8Operands {
   size_t workspace_bytes = 0;
   bool swiglu = false;
 };
+
+// What a launch with INT4 weights needs beside launch()'s arguments.
+struct Int4Operands {
+  const void* b_scale = nullptr;  // bfloat16 [G, N, ceil(K / group_size)], 16-byte aligned
+  int64_t group_size = 0;         // 32, 64 or 128
+};
+// INT4 launches of at most max(groups, this) rows run the vector-matrix kernel: about one row per group, where
+// reading each weight row once per row of a is the whole work (the rows of one group share it through L2). On an
+// H100 (benchmarks/results/h100_int4/sweep/, the MoE block) the tiles won from 32 pairs at 8 and 16 experts and from
+// 128 at 64; the gemv path beat bf16 up to 8 pairs at 8 and 16 experts and 64 at 64: this limit lies between.
+constexpr int64_t kInt4GemvMaxRows = 16;
 
 // The fused MoE experts op's two GEMMs on sm_90a are the wgmma kernel built with an epilogue of its own
 // (grouped_mm_sm90.cu's MoE modes; images "moe_gate_up_gated" and "moe_down", variant "wgmma"), run by
@@ -105,7 +126,8 @@ class GroupedMMLauncher {
   // images offered and the fix) when: libcuda cannot be loaded, there is no
   // current context, no image serves this GPU, the driver is too old for the
   // PTX, or a kernel's shared memory, registers or threads exceed the device's.
-  // The images must also share one weight format; fp8 ones need a quantize_rows_any image.
+  // The images must also share one weight format; fp8 ones need a quantize_rows_any image, int4 ones
+  // an "any" and a "gemv_any" image.
   // Images of the MoE experts kernels (is_moe_experts_image) are left out, but for `moe` other than kNone,
   // which takes only that GEMM's wgmma image (MoEExpertsLauncher's use).
   static std::unique_ptr<GroupedMMLauncher> create(const std::vector<KernelImageRef>& images,
@@ -118,7 +140,8 @@ class GroupedMMLauncher {
   // false and sets *error on: negative sizes, trans_b or dtype other than the
   // images', sizes the kernels cannot index (rows, K, N or K*N >= 2^31 - 1024), unaligned
   // pointers, or a failed launch. `fp8` must be given iff the images are fp8 (with a
-  // b_scale and a large enough, 256-byte aligned workspace); refused otherwise. rows == 0 or n == 0 is a no-op; k == 0 or
+  // b_scale and a large enough, 256-byte aligned workspace); refused otherwise. `int4` likewise
+  // iff the images are int4 (an aligned b_scale, group_size 32, 64 or 128). rows == 0 or n == 0 is a no-op; k == 0 or
   // groups == 0 writes zeros. Scratch memory the kernels need is owned by the
   // launcher (allocated at create), so one launcher must not run on two streams
   // at once: use one launcher per stream.
@@ -128,7 +151,8 @@ class GroupedMMLauncher {
   // `moe` must be given iff the launcher was made for a MoE GEMM (K and groups then nonzero).
   bool launch(const void* a, const void* b, const int32_t* offs, void* out, int64_t rows, int64_t k,
               int64_t n, int64_t groups, bool trans_b, CUstream stream, std::string* error,
-              const Fp8Operands* fp8 = nullptr, const MoEEpilogue* moe = nullptr);
+              const Fp8Operands* fp8 = nullptr, const MoEEpilogue* moe = nullptr,
+              const Int4Operands* int4 = nullptr);
 
   // Kernel name the last successful launch used (for the device checks and benchmarks); with fp8
   // weights the GEMM's (the row quantization ran before it).

@@ -83,6 +83,14 @@ std::vector<const KernelImageRef*> choose_images(const std::vector<KernelImageRe
   return chosen;
 }
 
+std::vector<const KernelImageRef*> images_for_gpu(const std::vector<KernelImageRef>& images, int cc) {
+  std::string offered;
+  return choose_images(images, cc, [](const blob::KernelImageT& image) {
+    return image.variant + "/" + std::to_string(static_cast<int>(image.dtype)) + "/" + (image.trans_b ? "t" : "n") +
+           "/" + std::to_string(static_cast<int>(image.weight_format));
+  }, &offered);
+}
+
 bool load_image(const CudaDriver& cu, const KernelImageRef& ref, const Gpu& gpu, LoadedImage* loaded,
                 std::string* error) {
   const blob::KernelImageT& image = *ref.fields;

@@ -50,6 +50,10 @@ std::vector<const KernelImageRef*> choose_images(const std::vector<KernelImageRe
                                                  const std::function<std::string(const blob::KernelImageT&)>& key,
                                                  std::string* offered);
 
+// Per kernel (variant, dtype, layout and weight format), the image among `images` that serves a GPU of
+// compute capability `cc` best (choose_images' rule), in `images`' order: what the launchers would load there.
+std::vector<const KernelImageRef*> images_for_gpu(const std::vector<KernelImageRef>& images, int cc);
+
 // One image loaded into the current context.
 struct LoadedImage {
   CUmodule module = nullptr;

@@ -50,6 +50,9 @@ extern "C" ET_TRT_EXPORT int32_t et_trt_moe_experts_launch(void* launcher, const
   a.limit = args->limit;
   a.workspace = args->workspace;
   a.workspace_bytes = args->workspace_bytes;
+  a.w_gate_up_scale = args->w_gate_up_scale;
+  a.w_down_scale = args->w_down_scale;
+  a.group_size = args->group_size;
   std::string message;
   const bool ok = static_cast<MoEExpertsLauncher*>(launcher)->launch(a, static_cast<CUstream>(stream), &message);
   if (!ok) copy_error(message, error, error_size);

@@ -28,6 +28,10 @@ typedef struct {
   float alpha, limit;
   void* workspace;
   size_t workspace_bytes;
+  // INT4 expert weights (a launcher of int4 images): the bfloat16 group scales and the group size; else null, 0.
+  const void* w_gate_up_scale;
+  const void* w_down_scale;
+  int64_t group_size;
 } et_trt_moe_experts_args;
 
 // As et_trt_grouped_mm_create: `kernels` is a flatbuffer of the blob schema whose `kernels` are the images,

@@ -45,6 +45,21 @@ struct Gemms {
   int size_multiple = 16;  // H and F must be multiples of this ("any": 1)
 };
 
+// The INT4 vector-matrix kernels of one blocking (moe_aot.py's MOE_GEMV_CONFIGS): "gemv" (H and F multiples of 16)
+// or "gemv_any".
+struct Gemvs {
+  std::string variant;
+  Kernel gate_up, gate_up_gated, down;
+  int size_multiple = 16;
+};
+
+bool is_gemm_kernel(const std::string& kernel) {
+  return kernel == "moe_gate_up" || kernel == "moe_gate_up_gated" || kernel == "moe_down";
+}
+bool is_gemv_kernel(const std::string& kernel) {
+  return kernel == "moe_gemv_gate_up" || kernel == "moe_gemv_gate_up_gated" || kernel == "moe_gemv_down";
+}
+
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
 struct Regions {
   size_t offs = 0, tiles = 0, sorted = 0, h = 0, y = 0, bytes = 0;
@@ -96,6 +111,8 @@ struct MoEExpertsLauncher::State {
   std::vector<CUmodule> modules;  // every one loaded, unloaded with the launcher
   std::vector<Kernel> routes;     // by the experts they hold (block_n = E_PAD, block_k = pairs per program)
   std::vector<Gemms> gemms;       // by block_m
+  bool int4 = false;              // the GEMM images' weight format is Int4GroupScaled
+  std::vector<Gemvs> gemvs;       // int4: "gemv" first, then "gemv_any"
   Kernel combine;                 // block_m tokens x block_n columns per program
   // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
   // per program); null where no image serves this GPU.
@@ -141,6 +158,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
   state->dtype = images.front().fields->dtype;
   if (kernel_dtype_name(state->dtype) == nullptr)
     return failed("unsupported dtype in " + images.front().fields->kernel + " (bf16 or fp16)");
+  bool formats_seen = false;
   for (const KernelImageRef& ref : images) {
     const blob::KernelImageT& image = *ref.fields;
     if (image.dtype != state->dtype)
@@ -152,6 +170,16 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     if (image.global_scratch_bytes > 0 || image.profile_scratch_bytes > 0)
       return failed("image " + image.kernel + " needs scratch memory, which this launcher does not pass; rebuild "
                     "the images and the launcher from one release");
+    if (!is_gemm_kernel(image.kernel) && !is_gemv_kernel(image.kernel)) continue;  // route, combine, gather: any
+    const bool int4 = image.weight_format == blob::WeightFormat::Int4GroupScaled;
+    if (!int4 && image.weight_format != blob::WeightFormat::Dense)
+      return failed("image " + image.kernel + " (" + image.variant + ") has a weight format this launcher does not "
+                    "run (dense or int4)");
+    if (formats_seen && int4 != state->int4)
+      return failed("the GEMM images of one launcher must share one weight format; got dense and int4 ones (make "
+                    "one launcher per format)");
+    state->int4 = int4;
+    formats_seen = true;
   }
   Gpu device;
   std::string message;
@@ -174,7 +202,18 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       state->combine = kernel;
     } else if (image.kernel == "moe_gather") {
       state->gather = kernel;
-    } else if (image.kernel == "moe_gate_up" || image.kernel == "moe_gate_up_gated" || image.kernel == "moe_down") {
+    } else if (is_gemv_kernel(image.kernel)) {
+      auto gemvs = std::find_if(state->gemvs.begin(), state->gemvs.end(),
+                                [&](const Gemvs& g) { return g.variant == image.variant; });
+      if (gemvs == state->gemvs.end()) {
+        state->gemvs.push_back({image.variant, {}, {}, {}, image.variant == "gemv_any" ? 1 : 16});
+        gemvs = state->gemvs.end() - 1;
+      }
+      Kernel& slot = image.kernel == "moe_gemv_down"      ? gemvs->down
+                     : image.kernel == "moe_gemv_gate_up" ? gemvs->gate_up
+                                                          : gemvs->gate_up_gated;
+      slot = kernel;
+    } else if (is_gemm_kernel(image.kernel)) {
       auto gemms = std::find_if(state->gemms.begin(), state->gemms.end(),
                                 [&](const Gemms& g) { return g.variant == image.variant; });
       if (gemms == state->gemms.end()) {
@@ -200,7 +239,16 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     return failed("no \"any\" variant of moe_gate_up, moe_gate_up_gated and moe_down serves " + gpu +
                   " (the GEMMs for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images)");
-  if (state->gather.function != nullptr) {  // sm_90a: the wgmma GEMMs where their images serve this GPU
+  state->gemvs.erase(std::remove_if(state->gemvs.begin(), state->gemvs.end(), [](const Gemvs& g) {
+                       return !g.gate_up.function || !g.gate_up_gated.function || !g.down.function;
+                     }), state->gemvs.end());
+  std::sort(state->gemvs.begin(), state->gemvs.end(),
+            [](const Gemvs& a, const Gemvs& b) { return a.size_multiple > b.size_multiple; });
+  if (state->int4 && (state->gemvs.empty() || state->gemvs.back().size_multiple != 1))
+    return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
+                  gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
+                  "(moe_aot.moe_experts_images(..., weight_format=\"int4\"))");
+  if (state->gather.function != nullptr && !state->int4) {  // sm_90a: the wgmma GEMMs where their images serve
     std::string unavailable;
     state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
     state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
@@ -262,6 +310,17 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   if (a.workspace == nullptr || a.workspace_bytes < r.bytes || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
     return refuse("needs a 256-byte aligned workspace of workspace_bytes() = " + std::to_string(r.bytes) +
                   " bytes; got " + (a.workspace ? std::to_string(a.workspace_bytes) : std::string("none")));
+  if (!state_->int4 && (a.w_gate_up_scale || a.w_down_scale || a.group_size))
+    return refuse("INT4 scales or a group size were given, but the kernel images take dense weights; load the "
+                  "int4 images for INT4 weights");
+  if (state_->int4) {
+    if (a.w_gate_up_scale == nullptr || a.w_down_scale == nullptr || misaligned(a.w_gate_up_scale) ||
+        misaligned(a.w_down_scale))
+      return refuse("INT4 weights need w_gate_up_scale and w_down_scale, bfloat16 group scales in 16-byte aligned "
+                    "device buffers");
+    if (a.group_size != 32 && a.group_size != 64 && a.group_size != 128)
+      return refuse("INT4 group_size must be 32, 64 or 128; got " + std::to_string(a.group_size));
+  }
 
   // The tiling: among the variants that take H and F (those of aligned sizes first, then "any"), the lowest tile
   // that holds the average expert's rows, else the tallest. create() keeps an "any" variant, so one is found.
@@ -284,6 +343,14 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   const bool wgmma = state_->wgmma_gate_up && state_->wgmma_down && gated && a.layout == GateUpLayout::kBlocked8 &&
                      a.hidden_size % 8 == 0 && a.ffn % 8 == 0 && a.ffn > 0 && a.experts <= kWgmmaMaxExperts &&
                      per_expert >= kWgmmaMinRowsPerExpert;
+  // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles).
+  const Gemvs* gemvs = nullptr;
+  if (state_->int4 && pairs <= std::max(a.experts, kInt4GemvMaxRows))
+    for (const Gemvs& candidate : state_->gemvs)  // "gemv" first; create() keeps a "gemv_any"
+      if (a.hidden_size % candidate.size_multiple == 0 && a.ffn % candidate.size_multiple == 0) {
+        gemvs = &candidate;
+        break;
+      }
   const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(a.workspace);
   CUdeviceptr offs = base + r.offs, tiles = base + r.tiles, sorted = base + r.sorted, h = base + r.h, y = base + r.y;
   CUdeviceptr hidden = reinterpret_cast<CUdeviceptr>(a.hidden), ids = reinterpret_cast<CUdeviceptr>(a.topk_ids);
@@ -316,6 +383,32 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   void* down_args[] = {&h,    &sorted, &w_down, &b_down,        &weights,       &tiles,      &offs,      &y,
                        &size, &ffn,    &has_down_bias, &weights_16bit, &no_scratch, &no_scratch};
   void* combine_args[] = {&y, &ids, &out, &tokens, &size, &top_k, &experts, &no_scratch, &no_scratch};
+  // INT4: the scales and the group size follow the dense arguments (moe_experts.py, int4_kernels.py).
+  CUdeviceptr gate_up_scale = reinterpret_cast<CUdeviceptr>(a.w_gate_up_scale);
+  CUdeviceptr down_scale = reinterpret_cast<CUdeviceptr>(a.w_down_scale);
+  int32_t group_size = static_cast<int32_t>(a.group_size);
+  if (gemvs) {
+    const Kernel& gemv_gate_up = gated ? gemvs->gate_up_gated : gemvs->gate_up;
+    void* gemv_gate_up_args[] = {&hidden,    &ids,   &w_gate_up, &gate_up_scale,  &b_gate_up, &h,
+                                 &pairs_arg, &experts, &size,    &ffn,            &top_k,     &block_arg,
+                                 &group_size, &activation_arg, &alpha, &limit, &has_gate_up_bias, &no_scratch,
+                                 &no_scratch};
+    void* gemv_down_args[] = {&h,     &ids,   &w_down,     &down_scale,    &b_down,        &weights,
+                              &y,     &pairs_arg, &experts, &size,         &ffn,           &group_size,
+                              &has_down_bias, &weights_16bit, &no_scratch, &no_scratch};
+    if (a.ffn > 0 && !run(gemv_gate_up, pairs, cdiv(a.ffn, gemv_gate_up.block_n), gemv_gate_up_args)) return false;
+    if (!run(gemvs->down, pairs, cdiv(a.hidden_size, gemvs->down.block_n), gemv_down_args)) return false;
+    if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
+             combine_args))
+      return false;
+    state_->last_kernels = ran;
+    return true;
+  }
+  void* int4_gate_up_args[] = {&hidden, &sorted, &w_gate_up, &b_gate_up, &tiles, &offs, &h, &size, &ffn, &top_k,
+                               &block_arg, &activation_arg, &alpha, &limit, &has_gate_up_bias, &gate_up_scale,
+                               &group_size, &no_scratch, &no_scratch};
+  void* int4_down_args[] = {&h, &sorted, &w_down, &b_down, &weights, &tiles, &offs, &y, &size, &ffn, &has_down_bias,
+                            &weights_16bit, &down_scale, &group_size, &no_scratch, &no_scratch};
   if (!run(*route, cdiv(pairs, route->block_k), 1, route_args)) return false;
   if (wgmma) {
     // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
@@ -345,8 +438,11 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       return refuse(message);
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
   } else {
-    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_args)) return false;
-    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_args)) return false;
+    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n),
+                          state_->int4 ? int4_gate_up_args : gate_up_args))
+      return false;
+    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), state_->int4 ? int4_down_args : down_args))
+      return false;
   }
   if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
            combine_args))

@@ -21,6 +21,14 @@
 // hidden and FFN sizes multiples of 8, at most 1024 experts and at least 128 pairs per expert on average, the
 // two GEMMs are those, behind moe_gather, which copies the rows in pair order for their TMA loads (five).
 // Elsewhere the Triton tilings serve every size.
+//
+// INT4 expert weights (images of weight_format Int4GroupScaled, et_trt_backend/int4_weights.py): w_gate_up and
+// w_down are packed INT4 (uint8 [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2]) with bfloat16 group
+// scales (w_gate_up_scale [E, N1, ceil(H / g)], w_down_scale [E, H, ceil(F / g)], g = group_size); the semantics
+// are the same with the weights q * scale (exact in float32). With pairs <= max(experts, kInt4GemvMaxRows) the
+// block is the vector-matrix kernels, one program per pair and block of weight rows, no route: moe_gemv_gate_up,
+// moe_gemv_down (float32 rows by pair), moe_combine (three launches); above, the four launches above with the
+// GEMMs' INT4 builds.
 #pragma once
 
 #include <cuda.h>
@@ -75,6 +83,10 @@ struct MoEExpertsArgs {
   MoEActivation activation = MoEActivation::kSwiGLU;
   GateUpLayout layout = GateUpLayout::kConcat;  // gated activations only
   float alpha = 1.702f, limit = 7.0f;           // kGptOssGLU's
+  // INT4 weights only (launchers of int4 images; null and 0 otherwise): the group scales and the group size.
+  const void* w_gate_up_scale = nullptr;
+  const void* w_down_scale = nullptr;
+  int64_t group_size = 0;
   // At least workspace_bytes(tokens, top_k, experts, hidden_size, ffn) bytes, 256-byte aligned, used by no
   // other work during the launch.
   void* workspace = nullptr;
@@ -90,7 +102,9 @@ class MoEExpertsLauncher {
   // Loads, for the device of the calling thread's current CUDA context, every MoE experts image that
   // serves it (as GroupedMMLauncher::create picks them; images of other kernels are ignored). They must
   // share one dtype and hold a moe_route, moe_combine and an "any" variant of moe_gate_up and moe_down for
-  // this GPU. nullptr and *error (naming the GPU, the images offered and the fix) otherwise.
+  // this GPU. The GEMM images must share one weight format (dense or int4: the launcher's); int4 ones also
+  // need the "gemv_any" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down. nullptr and
+  // *error (naming the GPU, the images offered and the fix) otherwise.
   static std::unique_ptr<MoEExpertsLauncher> create(const std::vector<KernelImageRef>& images, std::string* error);
   ~MoEExpertsLauncher();
   MoEExpertsLauncher(const MoEExpertsLauncher&) = delete;
@@ -99,7 +113,8 @@ class MoEExpertsLauncher {
   // Enqueues the block on `stream`; never blocks. false and *error on: negative sizes, sizes the kernels
   // cannot index (tokens * top_k, hidden_size, ffn or an expert's weights at 2^31 - 1024 or more), more
   // experts than the route kernel holds, an activation or layout out of range, blocked8 with ffn % 8 != 0,
-  // null or unaligned pointers, a short or unaligned workspace, or a failed launch. tokens == 0 or
+  // null or unaligned pointers, a short or unaligned workspace, int4 scales or group size given to a dense
+  // launcher, missing or invalid ones for an int4 launcher, or a failed launch. tokens == 0 or
   // hidden_size == 0 is a no-op; top_k, experts or ffn == 0 writes zeros. Not thread-safe, one stream at a
   // time (as GroupedMMLauncher).
   bool launch(const MoEExpertsArgs& args, CUstream stream, std::string* error);

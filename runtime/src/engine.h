@@ -56,21 +56,6 @@ class Engine {
   virtual bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error) = 0;
 };
 
-// What an engine was built for (table Engine in schema.fbs).
-struct EngineTarget {
-  std::string tensorrt_version;
-  std::string gpu_name;
-  int compute_capability = 0;  // major * 10 + minor
-};
-
-// Builds a serialized TensorRT engine (never TensorRT for RTX, whatever is
-// installed) from a verified blob's ONNX and weights exactly as init would on
-// this machine (export-time builds use it through et_trt_build_engine), with
-// the timing cache at `timing_cache_path` (read and updated; empty: none).
-bool build_engine_plan(const BlobView& blob, const PartitionIo& io, const PartitionData& data, int device,
-                       const std::string& timing_cache_path, std::vector<uint8_t>* plan, EngineTarget* target,
-                       EngineError* error);
-
 // The engine for a verified blob and its fetched named data: the embedded one
 // if it fits this GPU and TensorRT, else a cached or newly built one. Neither
 // `blob` nor `data` need outlive it.

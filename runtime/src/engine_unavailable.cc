@@ -34,10 +34,4 @@ std::unique_ptr<Engine> create_engine(const BlobView&, const PartitionIo&, const
   return nullptr;
 }
 
-bool build_engine_plan(const BlobView&, const PartitionIo&, const PartitionData&, int, const std::string&,
-                       std::vector<uint8_t>*, EngineTarget*, EngineError* error) {
-  not_built(error);
-  return false;
-}
-
 }  // namespace et_trt

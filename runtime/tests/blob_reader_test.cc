@@ -113,6 +113,21 @@ TEST(BlobReader, AcceptsTheExampleExportsBlobs) {
   if (examples == 0) GTEST_SKIP() << "no example .pte was exported (scripts/setup.sh writes out/moe_policy.pte)";
 }
 
+TEST(BlobReader, TakesExactlyThePythonSchemasOptimizationLevels) {
+  // make_test_blobs.py names each blob by whether et_trt_backend/options.py takes its level.
+  const std::vector<std::string> paths = testing::blob_files(testing::blob_dir() + "/ranges");
+  ASSERT_GE(paths.size(), 3u) << "make_test_blobs.py wrote no ranges/ blobs";
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    Bytes bytes = Bytes::of(testing::read_file(path));
+    BlobView view;
+    BlobError error;
+    const bool accepted = read_blob(bytes.data(), bytes.size, &view, &error);
+    EXPECT_EQ(accepted, path.find("_accepted.blob") != std::string::npos) << error.message;
+    if (!accepted) EXPECT_NE(error.message.find("optimization_level must be"), std::string::npos) << error.message;
+  }
+}
+
 // ---- the header ----
 
 TEST(BlobReader, RefusesWrongMagic) {

@@ -188,7 +188,58 @@ TEST_F(GroupedMMPluginBuild, TakesAGateUpOutputInTheFp8FormOnly) {
   messages_.text.clear();
   EXPECT_EQ(plugin(1, &unknown), nullptr);
   EXPECT_NE(messages_.text.find("field activation must be 0 (a holds the activations) or 1 (a gate+up output, its "
-                                "SwiGLU), got 2"), std::string::npos) << messages_.text;
+                                "SwiGLU), got INT64 [2]"), std::string::npos) << messages_.text;
+}
+
+TEST_F(GroupedMMPluginBuild, RefusesKernelImagesItCannotResolve) {
+  const int32_t trans_b = 1;
+  const std::vector<uint8_t> unknown(32, 0xab), short_id(31, 0);
+  struct Case {
+    const std::vector<uint8_t>* id;  // none: a node parsed on a thread given no images
+    nvinfer1::TensorRTPhase phase;
+    std::string message;
+  };
+  std::string unknown_hex;
+  for (size_t i = 0; i < unknown.size(); ++i) unknown_hex += "ab";
+  for (const Case& c : {Case{&unknown, nvinfer1::TensorRTPhase::kRUNTIME,
+                             "loading an engine: the engine's kernel images " + unknown_hex + " are not loaded"},
+                        Case{&short_id, nvinfer1::TensorRTPhase::kRUNTIME,
+                             "field kernel_images_id must be 32 bytes (a sha256), got 31 elements"},
+                        Case{nullptr, nvinfer1::TensorRTPhase::kBUILD,
+                             "building: no kernel images: a GroupedMM node from ONNX takes the images of the blob "
+                             "being parsed, and none was given"}}) {
+    messages_.text.clear();
+    nvinfer1::PluginField field[2] = {
+        nvinfer1::PluginField(kTransBField, &trans_b, nvinfer1::PluginFieldType::kINT32, 1),
+        nvinfer1::PluginField(kKernelImagesIdField, c.id != nullptr ? c.id->data() : nullptr,
+                              nvinfer1::PluginFieldType::kUNKNOWN,
+                              c.id != nullptr ? static_cast<int32_t>(c.id->size()) : 0)};
+    nvinfer1::PluginFieldCollection fields{c.id != nullptr ? 2 : 1, field};
+    EXPECT_EQ(grouped_mm_creator().createPlugin("experts", &fields, c.phase), nullptr);
+    EXPECT_NE(messages_.text.find(c.message), std::string::npos) << messages_.text;
+  }
+}
+
+TEST_F(GroupedMMPluginBuild, RefusesATransBThatIsNotOneIntegerZeroOrOne) {
+  KernelImagesForParsing parsing(pack_);
+  const float half = 1.5f;
+  const int32_t two = 2;
+  struct Case {
+    nvinfer1::PluginField field;
+    int32_t count;
+    const char* message;
+  };
+  for (const Case& c : {Case{nvinfer1::PluginField(kTransBField, &half, nvinfer1::PluginFieldType::kFLOAT32, 1), 1,
+                             "field trans_b must be one integer, 0 or 1; got FLOAT32 [1.5]"},
+                        Case{nvinfer1::PluginField(kTransBField, &two, nvinfer1::PluginFieldType::kINT32, 1), 1,
+                             "field trans_b must be one integer, 0 or 1; got INT32 [2]"},
+                        Case{nvinfer1::PluginField(kTransBField, &two, nvinfer1::PluginFieldType::kINT32, 1), 0,
+                             "field trans_b is missing"}}) {
+    messages_.text.clear();
+    nvinfer1::PluginFieldCollection fields{c.count, &c.field};
+    EXPECT_EQ(grouped_mm_creator().createPlugin("experts", &fields, nvinfer1::TensorRTPhase::kBUILD), nullptr);
+    EXPECT_NE(messages_.text.find(c.message), std::string::npos) << messages_.text;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "io_spec.h"
+#include "test_blobs.h"
 
 namespace et_trt {
 namespace {
@@ -36,6 +37,29 @@ TEST(IoSpec, RefusesStaticDimMismatch) {
   const std::string e = check_tensor(tokens_by_16(), blob::DType::BFloat16, {8, 15});
   EXPECT_NE(e.find("dim 1 is 15 where the engine takes exactly 16"), std::string::npos) << e;
   EXPECT_NE(e.find("expected bf16[tokens in 2..512, 16], got bf16[8, 15]"), std::string::npos) << e;
+}
+
+// A policy exported with Dim("batch", min=1) and Dim("tokens", min=1): the blob
+// the partitioner wrote (make_test_blobs.py) lets batch 1 and one token in.
+TEST(IoSpec, ExportedRangesStartAtOne) {
+  const std::string dir = testing::blob_dir();
+  ASSERT_FALSE(dir.empty()) << "ET_TRT_TEST_BLOBS is not set (ctest sets it)";
+  testing::Bytes bytes = testing::Bytes::of(testing::read_file(dir + "/exported_batch1.blob"));
+  BlobView view;
+  BlobError error;
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  const PartitionIo io = partition_io(*view.root);
+  ASSERT_EQ(io.inputs.size(), 1u);
+  const IoSpec& x = io.inputs[0];
+  ASSERT_EQ(x.dims.size(), 3u);
+  EXPECT_EQ(x.dims[0].name, "batch");
+  EXPECT_EQ(x.dims[1].name, "tokens");
+  EXPECT_EQ(check_tensor(x, x.dtype, {1, 1, 16}), "");
+  EXPECT_EQ(check_tensor(x, x.dtype, {1, 64, 16}), "");
+  EXPECT_EQ(check_tensor(x, x.dtype, {8, 1, 16}), "");
+  const std::string e = check_tensor(x, x.dtype, {0, 1, 16});
+  EXPECT_NE(e.find("dim 0 is 0 outside the exported range [1, 8] of 'batch'"), std::string::npos) << e;
+  EXPECT_NE(check_tensor(x, x.dtype, {9, 1, 16}), "");
 }
 
 // The delegate call's input arguments against the blob's inputs: Int sizes

@@ -10,6 +10,10 @@
   writer_weights.ptd, written by ExecuTorch's FlatTensorSerializer as an
   export's .ptd is.
 - writer_mlp.blob, writer_mlp.ptd: two such MatMuls, their two weights in the .ptd.
+- ranges/optimization_level_<n>_<accepted|refused>.blob: writer_static with each
+  optimization level from one below to one above options.OPTIMIZATION_LEVELS,
+  written past the Python validation and named by whether the Python schema takes
+  it: the C++ reader must take exactly those (its range is written in C++ once).
 - example_<i>.blob: the delegate blobs of the example policy's .pte
   ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
   that file exists. They carry the records of real kernel images from the
@@ -17,12 +21,17 @@
 - example.pte: a link to that .pte, which the runner must refuse without TensorRT.
 - cpu_mlp.pte: a program with no delegate (ExecuTorch's CPU kernels run it all),
   which the runner runs and times on any machine, under emulation too.
+- exported_batch1.blob: the delegate blob of a small policy exported with
+  Dim("batch", min=1) and Dim("tokens", min=1) through TensorRTPartitioner: its
+  ranges start at 1, as the user exported them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
+import shutil
 import sys
 
 import numpy as np
@@ -30,7 +39,7 @@ import onnx_ir as ir
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from et_trt_backend.options import CompileOptions, ShapeRange
+from et_trt_backend.options import OPTIMIZATION_LEVELS, CompileOptions, ShapeRange
 from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
 from et_trt_backend.serialization.external_data import ALIGNMENT, move_weights_out
 
@@ -81,6 +90,15 @@ def _write(out: pathlib.Path, name: str, contents: BlobContents) -> None:
     (out / f"{name}.expected").write_text(_expected(contents))
 
 
+def _write_ranges(out: pathlib.Path, contents: BlobContents) -> None:
+    out.mkdir()
+    for level in range(OPTIMIZATION_LEVELS[0] - 1, OPTIMIZATION_LEVELS[-1] + 2):
+        options = dataclasses.replace(contents.options, optimization_level=level)  # not validated: a raw value
+        verdict = "accepted" if level in OPTIMIZATION_LEVELS else "refused"
+        (out / f"optimization_level_{level}_{verdict}.blob").write_bytes(
+            serialize(dataclasses.replace(contents, options=options)))
+
+
 def _weights_contents(part: str, shapes: list[tuple[int, int]], data_file: str, seed: int) -> BlobContents:
     """x @ w @ w1 ... with float32 weights of `shapes` (each 1 KiB or more: external), random from `seed`."""
     rng = np.random.default_rng(seed)
@@ -128,6 +146,28 @@ def _cpu_program() -> bytes:
     return to_edge_transform_and_lower(program).to_executorch().buffer
 
 
+def _exported_batch1_blob() -> bytes:
+    from executorch.exir import to_edge_transform_and_lower
+
+    from et_trt_partitioner import TensorRTPartitioner
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.down(torch.nn.functional.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    dims = {0: torch.export.Dim("batch", min=1, max=8), 1: torch.export.Dim("tokens", min=1, max=64)}
+    program = torch.export.export(Mlp().to(torch.bfloat16).eval(), (torch.randn(2, 5, 16, dtype=torch.bfloat16),),
+                                  dynamic_shapes=(dims,))
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner({"default": {"engine_build": "never"}})])
+    (module,) = [m for name, m in edge.exported_program().graph_module.named_children() if name.startswith("lowered")]
+    return module.processed_bytes
+
+
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -142,14 +182,17 @@ def main() -> None:
     mlp = _weights_contents("mlp", [(16, 32), (32, 24)], "writer_mlp.ptd", seed=1)
     _write(out, "writer_mlp", mlp)
     _write_ptd(out / "writer_mlp.ptd", {data.key: data.bytes() for data in mlp.named_data()})
-    _write(out, "writer_static", _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)],
-                                           CompileOptions()))
+    static = _contents("encoder", [DimSpec(4, "x:0", 4, 4, 4), DimSpec(16, "x:1", 16, 16, 16)], CompileOptions())
+    _write(out, "writer_static", static)
+    shutil.rmtree(out / "ranges", ignore_errors=True)
+    _write_ranges(out / "ranges", static)
     dynamic = CompileOptions(precision="fp16", optimization_level=5, workspace_bytes=1 << 30,
                              shape_ranges={"tokens": ShapeRange(2, 64, 512)})
     _write(out, "writer_dynamic", _contents("decoder.layers.0", [DimSpec(None, "tokens", 2, 64, 512),
                                                                  DimSpec(16, "x:1", 16, 16, 16)], dynamic))
 
     (out / "cpu_mlp.pte").write_bytes(_cpu_program())
+    (out / "exported_batch1.blob").write_bytes(_exported_batch1_blob())
 
     pte = pathlib.Path(os.environ.get("ET_TRT_EXAMPLE_PTE", REPO / "out" / "moe_policy.pte"))
     (out / "example.pte").unlink(missing_ok=True)

@@ -142,7 +142,7 @@ TEST_F(MoEExpertsPluginBuild, RefusesBadFieldsSayingWhy) {
   Node bad_layout;
   bad_layout.layout = "rows";
   const std::vector<Case> cases = {
-      {bad_activation, "field activation must be an int of plugin_names.MOE_ACTIVATIONS (0 to 7), got 8"},
+      {bad_activation, "field activation must be one int of plugin_names.MOE_ACTIVATIONS (0 to 7), got INT64 [8]"},
       {bad_layout, "field gate_up_layout must be \"concat\", \"interleaved\" or \"blocked8\", got \"rows\""},
       {no_limit, "fields alpha and limit must be finite floats (every node writes both)"},
   };

@@ -100,9 +100,10 @@ def run_partition_float32(program: torch.export.ExportedProgram, inputs: list[to
     return [out.float() for out in outputs]
 
 
-def concrete_shape(spec: blob.TensorSpec, tokens: int) -> list[int]:
-    """The shape of a blob's input or output at `tokens` tokens."""
-    return [d.size if d.size is not None else int(sympy.sympify(d.name).subs("tokens", tokens)) for d in spec.dims]
+def concrete_shape(spec: blob.TensorSpec, tokens: int | dict[str, int]) -> list[int]:
+    """The input's shape at `tokens` (the token count, or dynamic dimension name -> size)."""
+    sizes = tokens if isinstance(tokens, dict) else {"tokens": tokens}
+    return [d.size if d.size is not None else int(sympy.sympify(d.name).subs(sizes)) for d in spec.dims]
 
 
 def run_reference_evaluator(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -114,7 +115,7 @@ def random_float_input(spec: blob.TensorSpec, shape: list[int]) -> torch.Tensor:
     return torch.randn(shape)
 
 
-def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: int,
+def assert_onnx_matches_partition(program, contents: blob.BlobContents, tokens: int | dict[str, int],
                                   run_onnx=run_reference_evaluator, random_input=random_float_input,
                                   rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """The float32 twin of the partition's ONNX, run by `run_onnx` on fresh `random_input`s, matches

@@ -236,13 +236,41 @@ HF_FAMILIES = {
 }
 
 
+# Families whose whole models need issue 34/35's work (test_transformers_heldout.py exports each whole, once):
+HELD_OUT_FAMILIES = {
+    # rotary embedding in complex numbers (polar, view_as_complex, a complex product), multi-head latent attention
+    "deepseek_v2": ("deepseek_v2", "DeepseekV2", "DeepseekV2Moe",
+                    dict(moe_intermediate_size=32, intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
+                         first_k_dense_replace=0, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                         qk_nope_head_dim=8, v_head_dim=16, num_key_value_heads=4)),
+    # the text model of a VLM: interleaved multimodal rotary sections written with step-3 slices
+    "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeText", "Qwen3VLMoeTextSparseMoeBlock",
+                     dict(moe_intermediate_size=32, intermediate_size=32, num_experts=4, head_dim=16,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                                           "mrope_interleaved": True})),
+    # mamba2 layers (depthwise conv1d, softplus, chunked scan over a padded token count) beside attention
+    "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybrid", "GraniteMoeHybridMoE",
+                         dict(intermediate_size=32, num_local_experts=4, shared_intermediate_size=32,
+                              num_hidden_layers=2, layer_types=["mamba", "attention"], mamba_n_heads=4,
+                              mamba_d_head=16, mamba_d_state=8, mamba_chunk_size=8, mamba_n_groups=1,
+                              position_embedding_type="rope")),
+    # gated delta-net layers (conv1d, l2 norms, a chunked delta rule with torch.eye) beside gated attention
+    "qwen3_next": ("qwen3_next", "Qwen3Next", "Qwen3NextSparseMoeBlock",
+                   dict(moe_intermediate_size=32, shared_expert_intermediate_size=32, intermediate_size=32,
+                        num_experts=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                        linear_num_value_heads=4, num_hidden_layers=2,
+                        layer_types=["linear_attention", "full_attention"])),
+}
+
+
 def _hf_family(name: str):
     """(modeling module, class-name prefix, MoE block class name, config) of a transformers MoE family."""
     import importlib
 
-    if name not in HF_FAMILIES:
-        raise ValueError(f"unknown transformers MoE family {name!r}; known: {sorted(HF_FAMILIES)}")
-    module, prefix, block, extra = HF_FAMILIES[name]
+    families = {**HF_FAMILIES, **HELD_OUT_FAMILIES}
+    if name not in families:
+        raise ValueError(f"unknown transformers MoE family {name!r}; known: {sorted(families)}")
+    module, prefix, block, extra = families[name]
     modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
     return modeling, prefix, block, extra
 
@@ -284,15 +312,18 @@ class HFDecoderLayer(nn.Module):
 
 class HFCausalLM(nn.Module):
     """A whole unmodified transformers *ForCausalLM (embeddings, rotary, attention, MoE, norms, head):
-    token ids [1, tokens] in, logits out."""
+    token ids [1, tokens] in, logits out; for a family without one (a VLM's text model), its *Model: token
+    ids in, last hidden states out."""
 
     def __init__(self, name: str):
         super().__init__()
         modeling, prefix, _, _ = _hf_family(name)
-        self.model = getattr(modeling, f"{prefix}ForCausalLM")(hf_config(name))
+        model = getattr(modeling, f"{prefix}ForCausalLM", None) or getattr(modeling, f"{prefix}Model")
+        self.model = model(hf_config(name))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids).logits
+        out = self.model(input_ids=input_ids)
+        return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
 # ---- partitioning without lowering --------------------------------------------

@@ -9,10 +9,9 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "engine_cache.h"
-#include "grouped_mm_plugin.h"
+#include "gpu_device.h"
 #include "kernel_images.h"
 #include "log.h"
-#include "moe_experts_plugin.h"
 #include "provider_choice.h"
 #include "tensorrt_builder.h"
 #include "tensorrt_executor.h"
@@ -23,36 +22,47 @@ namespace {
 
 EngineError failure(EngineError::Kind kind, std::string message) { return EngineError{kind, std::move(message)}; }
 
+// The messages of TensorRT, of the GroupedMM plugin and of the builder, to ExecuTorch's log: TensorRT's info
+// only with ET_TRT_VERBOSE=1.
+void executorch_log(LogLevel level, const char* message) {
+  static const bool verbose = std::getenv("ET_TRT_VERBOSE") != nullptr;
+  switch (level) {
+    case LogLevel::kError:
+      log_error(std::string("TensorRT: ") + message);
+      break;
+    case LogLevel::kWarning:
+      log_info(std::string("TensorRT warning: ") + message);
+      break;
+    case LogLevel::kInfo:
+      log_info(message);
+      break;
+    case LogLevel::kVerbose:
+      if (verbose) log_info(std::string("TensorRT: ") + message);
+      break;
+  }
+}
+
 // TensorRT, the driver and the GPU this process runs on.
 struct Machine {
   TensorRTLibrary* trt = nullptr;
-  const CudaDriver* cuda = nullptr;
-  CUdevice device = 0;
-  std::string gpu_name;
-  int capability = 0;
+  GpuDevice gpu;
 };
 
 // Picks the provider for `blob` (provider_choice.h) among those installed,
-// logs the choice and why, then opens CUDA and the device. `only_tensorrt`:
-// TensorRT regardless of the blob and $ET_TRT_PROVIDER.
-bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machine* m, EngineError* error) {
+// logs the choice and why, then opens CUDA and the device.
+bool open_machine(const blob::Blob& blob, int ordinal, Machine* m, EngineError* error) {
+  TensorRTLogger::set_sink(&executorch_log);
   std::string message;
   const std::string part = blob.part() ? blob.part()->str() : "";
   ProviderPreference preference;
-  if (!only_tensorrt && !parse_provider_preference(std::getenv("ET_TRT_PROVIDER"), &preference, &message)) {
+  if (!parse_provider_preference(std::getenv("ET_TRT_PROVIDER"), &preference, &message)) {
     *error = failure(EngineError::Kind::kUnavailable, message);
     return false;
   }
   InstalledProviders installed;
   TensorRTLibrary* libraries[2] = {TensorRTLibrary::get(Provider::kTensorRT, &installed.tensorrt_missing),
                                    TensorRTLibrary::get(Provider::kTensorRTRTX, &installed.rtx_missing)};
-  ProviderChoice choice;
-  if (only_tensorrt) {
-    choice.ok = installed.has(Provider::kTensorRT);
-    choice.reason = choice.ok ? "export-time builds use TensorRT" : installed.tensorrt_missing;
-  } else {
-    choice = choose_provider(blob, preference, installed);
-  }
+  const ProviderChoice choice = choose_provider(blob, preference, installed);
   if (!choice.ok) {
     *error = failure(EngineError::Kind::kUnavailable, choice.reason);
     return false;
@@ -60,68 +70,20 @@ bool open_machine(const blob::Blob& blob, int ordinal, bool only_tensorrt, Machi
   m->trt = libraries[choice.provider == Provider::kTensorRT ? 0 : 1];
   log_info("et-trt: '" + part + "' uses " + provider_name(choice.provider) + " " + m->trt->version() + ": " +
            choice.reason);
-  m->cuda = CudaDriver::get(&message);
-  if (m->cuda == nullptr) {
+  if (!open_gpu_device(ordinal, &m->gpu, &message)) {
     *error = failure(EngineError::Kind::kUnavailable,
                      std::string(provider_name(choice.provider)) + " is installed, but " + message);
     return false;
   }
-  nvinfer1::IPluginRegistry* registry = m->trt->plugin_registry();
-  set_grouped_mm_logger(&m->trt->logger());
-  if (registry == nullptr || !register_grouped_mm_plugin(*registry, &message) ||
-      !register_moe_experts_plugin(*registry, &message)) {
-    *error = failure(EngineError::Kind::kFailed, registry ? message : "TensorRT has no plugin registry");
+  // For the engines deserialized here; a build registers them too.
+  if (!m->trt->use_plugins(&message)) {
+    *error = failure(EngineError::Kind::kFailed, message);
     return false;
   }
-  const CUresult r = m->cuda->cuDeviceGet(&m->device, ordinal);
-  if (r != CUDA_SUCCESS) {
-    *error = failure(EngineError::Kind::kUnavailable,
-                     "CUDA device " + std::to_string(ordinal) + ": " + m->cuda->describe("cuDeviceGet", r));
-    return false;
-  }
-  char name[256] = {};
-  int major = 0, minor = 0;
-  m->cuda->cuDeviceGetName(name, sizeof(name) - 1, m->device);
-  m->cuda->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->device);
-  m->cuda->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->device);
-  m->gpu_name = name;
-  m->capability = major * 10 + minor;
   return true;
 }
 
 }  // namespace
-
-bool build_engine_plan(const BlobView& blob, const PartitionIo& io, const PartitionData& data, int device,
-                       const std::string& timing_cache_path, std::vector<uint8_t>* plan, EngineTarget* target,
-                       EngineError* error) {
-  // The C entry builds TensorRT engines (export records them as such);
-  // TensorRT for RTX engines are built at export by its Python builder.
-  Machine m;
-  if (!open_machine(*blob.root, device, /*only_tensorrt=*/true, &m, error)) return false;
-  if (blob.root->onnx() == nullptr || blob.root->onnx()->size() == 0) {
-    *error = failure(EngineError::Kind::kIncompatible, "the blob has no ONNX to build an engine from");
-    return false;
-  }
-  CUcontext context;
-  const CUresult r = m.cuda->cuDevicePrimaryCtxRetain(&context, m.device);
-  if (r != CUDA_SUCCESS) {
-    *error = failure(EngineError::Kind::kFailed, m.cuda->describe("cuDevicePrimaryCtxRetain", r));
-    return false;
-  }
-  std::string message;
-  bool built;
-  {
-    ScopedContext scope(*m.cuda, context);
-    built = build_plan(*m.trt, blob, io, data, timing_cache_path, plan, &message);
-  }
-  m.cuda->cuDevicePrimaryCtxRelease(m.device);
-  if (!built) {
-    *error = failure(EngineError::Kind::kFailed, message);
-    return false;
-  }
-  *target = EngineTarget{m.trt->version(), m.gpu_name, m.capability};
-  return true;
-}
 
 std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& io, const PartitionData& data,
                                       const EngineOptions& options, EngineError* error) {
@@ -129,12 +91,12 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   const std::string part = root.part() ? root.part()->str() : "";
   std::string message;
   Machine m;
-  if (!open_machine(root, options.device, /*only_tensorrt=*/false, &m, error)) return nullptr;
+  if (!open_machine(root, options.device, &m, error)) return nullptr;
   TensorRTLibrary* trt = m.trt;
-  const CudaDriver* cuda = m.cuda;
-  const CUdevice device = m.device;
-  const std::string& gpu_name = m.gpu_name;
-  const int capability = m.capability;
+  const CudaDriver* cuda = m.gpu.cuda;
+  const CUdevice device = m.gpu.device;
+  const std::string& gpu_name = m.gpu.name;
+  const int capability = m.gpu.capability;
   CUcontext context;
   const CUresult r = cuda->cuDevicePrimaryCtxRetain(&context, device);
   if (r != CUDA_SUCCESS) {
@@ -196,8 +158,10 @@ std::unique_ptr<Engine> create_engine(const BlobView& blob, const PartitionIo& i
   // path on the export machine (engines built here are cached whole).
   {
     ScopedContext scope(*cuda, context);
-    if (!build_plan(*trt, blob, io, data, "", &plan, &message)) {
-      *error = failure(EngineError::Kind::kFailed, message);
+    std::vector<std::string> not_applied;
+    BuildFailure build_failure;
+    if (!build_plan(*trt, blob, io, data, BuildRequest{}, &plan, &not_applied, &build_failure)) {
+      *error = failure(EngineError::Kind::kFailed, describe(build_failure));
       return nullptr;
     }
   }

@@ -30,6 +30,8 @@ void log(ILogger::Severity severity, const std::string& message) {
   log_plugin_message(severity, "GroupedMM plugin: " + message);
 }
 
+void refuse(const std::string& message) { refuse_plugin("GroupedMM plugin: " + message); }
+
 // The kernel images' element type for a TensorRT type; UInt8 (no kernel) for any other.
 blob::DType kernel_dtype_of(DataType type) {
   return type == DataType::kBF16 ? blob::DType::BFloat16 : type == DataType::kHALF ? blob::DType::Float16
@@ -320,28 +322,38 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
 
   nvinfer1::IPluginV3* createPlugin(const char*, const PluginFieldCollection* fc,
                                     nvinfer1::TensorRTPhase phase) noexcept override {
-    bool trans_b = false;
-    int64_t activation = kActivationNone;  // absent in engines and ONNX from before the field
+    const PluginField* trans_b_field = nullptr;
+    const PluginField* activation_field = nullptr;  // absent in engines and ONNX from before the field: none
     const PluginField* id_field = nullptr;
     for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i) {
       const PluginField& f = fc->fields[i];
-      if (f.name == nullptr || f.data == nullptr) continue;
-      if (std::strcmp(f.name, kTransBField) == 0 && f.length >= 1) {
-        trans_b = int_field(f, 0) != 0;
-      } else if (std::strcmp(f.name, kActivationField) == 0 && f.length >= 1) {
-        activation = int_field(f, -1);
+      if (f.name == nullptr || f.data == nullptr || f.length < 1) continue;
+      if (std::strcmp(f.name, kTransBField) == 0) {
+        trans_b_field = &f;
+      } else if (std::strcmp(f.name, kActivationField) == 0) {
+        activation_field = &f;
       } else if (std::strcmp(f.name, kKernelImagesIdField) == 0) {
         id_field = &f;
       }
     }
     std::shared_ptr<const KernelPack> images = node_kernel_images(id_field, phase, kGroupedMMName);
     if (images == nullptr) return nullptr;
-    if (activation != kActivationNone && activation != kActivationSwiGLU) {
-      refuse_plugin("GroupedMM plugin: field activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU), got " +
-             std::to_string(activation));
+    if (trans_b_field == nullptr) {
+      refuse(std::string("field ") + kTransBField + " is missing");
       return nullptr;
     }
-    return new (std::nothrow) GroupedMMPlugin(trans_b, static_cast<int32_t>(activation), std::move(images));
+    const int64_t trans_b = one_int_field(*trans_b_field);
+    if (trans_b != 0 && trans_b != 1) {
+      refuse(std::string("field ") + kTransBField + " must be one integer, 0 or 1; got " + field_text(*trans_b_field));
+      return nullptr;
+    }
+    const int64_t activation = activation_field != nullptr ? one_int_field(*activation_field) : kActivationNone;
+    if (activation != kActivationNone && activation != kActivationSwiGLU) {
+      refuse("field activation must be 0 (a holds the activations) or 1 (a gate+up output, its SwiGLU), got " +
+             field_text(*activation_field));
+      return nullptr;
+    }
+    return new (std::nothrow) GroupedMMPlugin(trans_b == 1, static_cast<int32_t>(activation), std::move(images));
   }
 
   const PluginFieldCollection* getFieldNames() noexcept override { return &collection_; }
@@ -372,9 +384,23 @@ bool register_creator_once(nvinfer1::IPluginRegistry& registry, nvinfer1::IPlugi
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   if (registered.count({&registry, &creator}) != 0) return true;
+  const std::string name = std::string(creator.getPluginNamespace()) + "::" + creator.getPluginName() + " v" +
+                           creator.getPluginVersion();
+  // Registered already when this library was loaded as a plugin library (getCreators) into the same registry.
+  nvinfer1::IPluginCreatorInterface* present =
+      registry.getCreator(creator.getPluginName(), creator.getPluginVersion(), creator.getPluginNamespace());
+  if (present == &creator) {
+    registered.insert({&registry, &creator});
+    return true;
+  }
+  if (present != nullptr) {
+    *error = "another library's " + std::string(creator.getPluginName()) + " plugin (" + name +
+             ") is registered with TensorRT in this process; load one et-trt library per process";
+    return false;
+  }
   if (!registry.registerCreator(creator, creator.getPluginNamespace())) {
-    *error = std::string("TensorRT refused to register the ") + creator.getPluginName() + " plugin creator (" +
-             creator.getPluginNamespace() + "::" + creator.getPluginName() + " v" + creator.getPluginVersion() + ")";
+    *error = std::string("TensorRT refused to register the ") + creator.getPluginName() + " plugin creator (" + name +
+             ")";
     return false;
   }
   registered.insert({&registry, &creator});
@@ -400,6 +426,24 @@ int64_t int_field(const PluginField& f, int64_t fallback) {
   if (f.type == PluginFieldType::kINT32) return *static_cast<const int32_t*>(f.data);
   if (f.type == PluginFieldType::kINT64) return *static_cast<const int64_t*>(f.data);
   return fallback;
+}
+
+int64_t one_int_field(const PluginField& f) {
+  if (f.length != 1 || (f.type != PluginFieldType::kINT32 && f.type != PluginFieldType::kINT64)) return -1;
+  return int_field(f, -1);
+}
+
+std::string field_text(const PluginField& f) {
+  if (f.type == PluginFieldType::kINT32 || f.type == PluginFieldType::kINT64) {
+    return std::string(f.type == PluginFieldType::kINT32 ? "INT32 [" : "INT64 [") + std::to_string(int_field(f, 0)) +
+           (f.length > 1 ? ", ...]" : "]");
+  }
+  if (f.type == PluginFieldType::kFLOAT32) {
+    char value[32];
+    std::snprintf(value, sizeof(value), "%g", static_cast<double>(*static_cast<const float*>(f.data)));
+    return std::string("FLOAT32 [") + value + (f.length > 1 ? ", ...]" : "]");
+  }
+  return "a field of type " + std::to_string(static_cast<int>(f.type));
 }
 
 bool is_byte_field(PluginFieldType type) {

@@ -337,15 +337,15 @@ class MoEExpertsCreator final : public nvinfer1::IPluginCreatorV3One {
 
   nvinfer1::IPluginV3* createPlugin(const char*, const PluginFieldCollection* fc,
                                     nvinfer1::TensorRTPhase phase) noexcept override {
-    int64_t activation = -1;
+    const PluginField* activation_field = nullptr;
     std::string layout_name;
     float alpha = NAN, limit = NAN;
     const PluginField* id_field = nullptr;
     for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i) {
       const PluginField& f = fc->fields[i];
       if (f.name == nullptr || f.data == nullptr || f.length < 0) continue;
-      if (std::strcmp(f.name, kMoEActivationField) == 0 && f.length >= 1) {
-        activation = int_field(f, -1);
+      if (std::strcmp(f.name, kMoEActivationField) == 0) {
+        activation_field = &f;
       } else if (std::strcmp(f.name, kMoELayoutField) == 0 && f.type == PluginFieldType::kCHAR) {
         layout_name.assign(static_cast<const char*>(f.data), static_cast<size_t>(f.length));
         layout_name.erase(layout_name.find_last_not_of('\0') + 1);  // a terminating NUL, where counted
@@ -358,9 +358,11 @@ class MoEExpertsCreator final : public nvinfer1::IPluginCreatorV3One {
       }
     }
     GateUpLayout layout{};
+    const int64_t activation = activation_field != nullptr ? one_int_field(*activation_field) : -1;
     if (activation < 0 || activation >= kernels::kMoEActivationCount) {
-      refuse("field activation must be an int of plugin_names.MOE_ACTIVATIONS (0 to " +
-             std::to_string(kernels::kMoEActivationCount - 1) + "), got " + std::to_string(activation));
+      refuse("field activation must be one int of plugin_names.MOE_ACTIVATIONS (0 to " +
+             std::to_string(kernels::kMoEActivationCount - 1) + "), got " +
+             (activation_field != nullptr ? field_text(*activation_field) : std::string("none")));
       return nullptr;
     }
     if (!kernels::parse_gate_up_layout(layout_name, &layout)) {

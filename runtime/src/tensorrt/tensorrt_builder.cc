@@ -13,8 +13,8 @@
 
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
-#include "log.h"
 #include "provider_choice.h"
+#include "rtx_build_target.h"
 
 namespace et_trt {
 namespace {
@@ -34,20 +34,106 @@ Dims profile_dims(const IoSpec& spec, int which) {
 // Logs the builder's phases, so a build of several minutes shows progress.
 class BuildProgress final : public nvinfer1::IProgressMonitor {
  public:
-  explicit BuildProgress(std::string part) : part_(std::move(part)) {}
+  BuildProgress(TensorRTLogger& logger, std::string part) : logger_(logger), part_(std::move(part)) {}
   void phaseStart(const char* phase, const char* parent, int32_t steps) noexcept override {
     if (parent == nullptr) {
-      log_info("et-trt: building '" + part_ + "': " + phase + " (" + std::to_string(steps) + " steps)");
+      logger_.note("et-trt: building '" + part_ + "': " + phase + " (" + std::to_string(steps) + " steps)");
     }
   }
   bool stepComplete(const char*, int32_t) noexcept override { return true; }
   void phaseFinish(const char* phase) noexcept override {
-    log_info("et-trt: building '" + part_ + "': " + phase + " done");
+    logger_.note("et-trt: building '" + part_ + "': " + phase + " done");
   }
 
  private:
+  TensorRTLogger& logger_;
   std::string part_;
 };
+
+// One parser error as the parser states it, with the node it concerns.
+std::string parser_error(const nvonnxparser::IParserError& error) {
+  const char* node = error.nodeName();
+  const std::string where = node != nullptr && node[0] != '\0'
+                                ? std::string("node '") + node + "' (" + error.nodeOperator() + ")"
+                                : std::string("model");
+  return where + ": " + error.desc();
+}
+
+// How the GroupedMM plugin begins its messages (grouped_mm_plugin.cc): its refusals while parsing explain the
+// parser's "could not create the plugin".
+bool from_plugin(const std::string& message) { return message.rfind("GroupedMM plugin: ", 0) == 0; }
+
+// The dtype name of a TensorRT type, as the IO specs name theirs.
+std::string type_name(nvinfer1::DataType type) {
+  for (blob::DType dtype : blob::EnumValuesDType()) {
+    nvinfer1::DataType bound;
+    if (to_trt_dtype(dtype, &bound) && bound == type) return dtype_name(dtype);
+  }
+  return "a type no IO spec has";
+}
+
+// Where a network input or output has another type than its IO spec: the runtime binds each ExecuTorch tensor
+// as its spec says and refuses an engine whose tensor differs (tensorrt_executor.cc), e.g. an int64 input the
+// parser did not keep as INT64.
+std::vector<std::string> io_type_mismatches(const nvinfer1::INetworkDefinition& network, const PartitionIo& io) {
+  std::vector<std::string> mismatches;
+  const auto check = [&](const nvinfer1::ITensor& tensor, const std::vector<IoSpec>& specs) {
+    for (const IoSpec& spec : specs) {
+      nvinfer1::DataType bound;
+      if (spec.name != tensor.getName()) continue;
+      if (!to_trt_dtype(spec.dtype, &bound) || bound != tensor.getType()) {
+        mismatches.push_back("'" + spec.name + "': the network's is " + type_name(tensor.getType()) +
+                             ", the IO spec's " + dtype_name(spec.dtype));
+      }
+    }
+  };
+  for (int32_t i = 0; i < network.getNbInputs(); ++i) check(*network.getInput(i), io.inputs);
+  for (int32_t i = 0; i < network.getNbOutputs(); ++i) check(*network.getOutput(i), io.outputs);
+  return mismatches;
+}
+
+// The config of the blob's BuildOptions for `request`, with one profile from the IO specs' ranges.
+bool configure(nvinfer1::IBuilder& builder, const nvinfer1::INetworkDefinition& network, const blob::Blob& root,
+               const PartitionIo& io, const BuildRequest& request, nvinfer1::IBuilderConfig& config,
+               std::string* error) {
+  const blob::BuildOptions& options = *root.build_options();
+  if (options.workspace_bytes() > 0) {
+    config.setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, options.workspace_bytes());
+  }
+  config.setBuilderOptimizationLevel(options.optimization_level());
+  if (options.tf32()) {
+    config.setFlag(nvinfer1::BuilderFlag::kTF32);
+  } else {
+    config.clearFlag(nvinfer1::BuilderFlag::kTF32);
+  }
+  nvinfer1::IOptimizationProfile* profile = builder.createOptimizationProfile();
+  for (int32_t i = 0; i < network.getNbInputs(); ++i) {
+    const char* name = network.getInput(i)->getName();
+    const IoSpec* spec = nullptr;
+    for (const IoSpec& s : io.inputs) {
+      if (s.name == name) spec = &s;
+    }
+    if (spec == nullptr) {
+      *error = std::string("the ONNX input '") + name + "' is not among the blob's inputs";
+      return false;
+    }
+    for (int which = 0; which < 3; ++which) {
+      const auto selector = static_cast<nvinfer1::OptProfileSelector>(which);
+      if (!profile->setDimensions(name, selector, profile_dims(*spec, which))) {
+        *error = "TensorRT refused the optimization profile of input '" + spec->name + "' " + spec_string(*spec);
+        return false;
+      }
+    }
+  }
+  config.addOptimizationProfile(profile);
+  if (request.ahead_of_time_target == 0) return true;
+#if NV_TENSORRT_MAJOR >= 11
+  return rtx::set_build_target(config, request.ahead_of_time_target, error);
+#else
+  *error = "builds ahead of time need TensorRT for RTX, which needs et-trt built against TensorRT 11 headers";
+  return false;
+#endif
+}
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -108,14 +194,23 @@ bool parse_onnx(nvonnxparser::IParser& parser, const blob::Blob& root, const Par
 }  // namespace
 
 bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& io, const PartitionData& data,
-                const std::string& timing_cache_path, std::vector<uint8_t>* plan, std::string* error) {
+                const BuildRequest& request, std::vector<uint8_t>* plan, std::vector<std::string>* not_applied,
+                BuildFailure* failure) {
   const blob::Blob& root = *blob.root;
   const std::string part = root.part() ? root.part()->str() : "";
-  auto builder = trt.create_builder();
-  if (builder == nullptr) {
-    *error = "TensorRT could not create a builder";
+  const std::string provider = std::string(provider_name(trt.provider())) + " " + trt.version();
+  const std::string target =
+      request.ahead_of_time_target != 0 ? "sm_" + std::to_string(request.ahead_of_time_target) : "this GPU";
+  const auto fail = [&](std::string summary) {
+    failure->summary = std::move(summary);
     return false;
-  }
+  };
+  std::string message;
+  if (!trt.use_plugins(&message)) return fail(message);
+  std::vector<std::string>& logged = failure->errors;
+  TensorRTLogger::Capture capture(&logged);
+  auto builder = trt.create_builder();
+  if (builder == nullptr) return fail(provider + " could not create a builder");
   // Strongly typed on every TensorRT: the lowering wrote the recipe's precision
   // into the ONNX's tensor types (lowering/precision.py), float32 islands
   // included, and TensorRT 11 networks are strongly typed only. TensorRT 10
@@ -129,88 +224,71 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
   const nvinfer1::NetworkDefinitionCreationFlags flags = 0;
 #endif
   std::unique_ptr<nvinfer1::INetworkDefinition> network(builder->createNetworkV2(flags));
-  if (network == nullptr) {
-    *error = "TensorRT could not create a network";
-    return false;
-  }
+  if (network == nullptr) return fail(provider + " could not create a network");
   auto parser = trt.create_parser(*network);
-  if (parser == nullptr) {
-    *error = "TensorRT could not create its ONNX parser";
-    return false;
-  }
+  if (parser == nullptr) return fail(provider + " could not create its ONNX parser");
   {
     KernelImagesForParsing images(register_kernel_images(root, data.kernel_images));
-    std::string parse_error;
-    if (!parse_onnx(*parser, root, data, &parse_error)) {
-      *error = parse_error.empty() ? "TensorRT's ONNX parser refused the partition:" : parse_error;
-      for (int i = 0; i < parser->getNbErrors(); ++i) *error += std::string(" [") + parser->getError(i)->desc() + "]";
-      return false;
-    }
-  }
-
-  std::unique_ptr<nvinfer1::IBuilderConfig> config(builder->createBuilderConfig());
-  const blob::BuildOptions& options = *root.build_options();
-  if (options.workspace_bytes() > 0) {
-    config->setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, options.workspace_bytes());
-  }
-  config->setBuilderOptimizationLevel(options.optimization_level());
-  if (options.tf32()) {
-    config->setFlag(nvinfer1::BuilderFlag::kTF32);
-  } else {
-    config->clearFlag(nvinfer1::BuilderFlag::kTF32);
-  }
-  nvinfer1::IOptimizationProfile* profile = builder->createOptimizationProfile();
-  for (int32_t i = 0; i < network->getNbInputs(); ++i) {
-    const char* name = network->getInput(i)->getName();
-    const IoSpec* spec = nullptr;
-    for (const IoSpec& s : io.inputs) {
-      if (s.name == name) spec = &s;
-    }
-    if (spec == nullptr) {
-      *error = std::string("the ONNX input '") + name + "' is not among the blob's inputs";
-      return false;
-    }
-    for (int which = 0; which < 3; ++which) {
-      const auto selector = static_cast<nvinfer1::OptProfileSelector>(which);
-      if (!profile->setDimensions(name, selector, profile_dims(*spec, which))) {
-        *error = "TensorRT refused the optimization profile of input '" + spec->name + "' " + spec_string(*spec);
-        return false;
+    if (!parse_onnx(*parser, root, data, &message)) {
+      std::vector<std::string> errors;
+      if (!message.empty()) errors.push_back(message);
+      for (int i = 0; i < parser->getNbErrors(); ++i) errors.push_back(parser_error(*parser->getError(i)));
+      for (const std::string& m : logged) {
+        if (from_plugin(m)) errors.push_back(m);
       }
+      logged.swap(errors);
+      failure->parsed = false;
+      return fail(std::string(provider_name(trt.provider())) + "'s ONNX parser refused the partition");
     }
   }
-  config->addOptimizationProfile(profile);
+  std::vector<std::string> mismatches = io_type_mismatches(*network, io);
+  if (!mismatches.empty()) {
+    logged.swap(mismatches);
+    return fail("the parsed network's IO types are not the blob's IO specs, by which the runtime binds "
+                "ExecuTorch's tensors (it would refuse the engine)");
+  }
+  std::unique_ptr<nvinfer1::IBuilderConfig> config(builder->createBuilderConfig());
+  if (config == nullptr) return fail(provider + " could not create a builder config");
+  if (!configure(*builder, *network, root, io, request, *config, &message)) return fail(message);
   std::unique_ptr<nvinfer1::ITimingCache> timing_cache;
-  if (!timing_cache_path.empty()) {
-    const std::vector<uint8_t> bytes = read_file(timing_cache_path);
+  const bool reads_timing_cache = !request.timing_cache_path.empty() && request.ahead_of_time_target == 0;
+  if (reads_timing_cache) {
+    const std::vector<uint8_t> bytes = read_file(request.timing_cache_path);
     timing_cache.reset(config->createTimingCache(bytes.data(), bytes.size()));
     if (timing_cache) config->setTimingCache(*timing_cache, false);
+  } else if (!request.timing_cache_path.empty()) {
+    not_applied->push_back("timing_cache '" + request.timing_cache_path + "': not read by a build ahead of time (" +
+                           provider_name(trt.provider()) + " reads one only with a GPU present)");
   }
-  BuildProgress progress(part);
+  BuildProgress progress(trt.logger(), part);
   config->setProgressMonitor(&progress);
 
-  log_info(std::string("et-trt: building the ") + provider_name(trt.provider()) + " " + trt.version() +
-           " engine of '" + part + "' from its ONNX (" + std::to_string(root.onnx()->size()) +
-           " bytes); this can take minutes");
+  trt.logger().note("et-trt: building the " + provider + " engine of '" + part + "' for " + target +
+                    " from its ONNX (" + std::to_string(root.onnx()->size()) + " bytes); this can take minutes");
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<nvinfer1::IHostMemory> serialized(builder->buildSerializedNetwork(*network, *config));
-  if (serialized == nullptr) {
-    *error = "TensorRT could not build the engine of '" + part + "' (TensorRT's errors are above)";
-    return false;
-  }
+  if (serialized == nullptr) return fail(provider + " could not build the engine of '" + part + "' for " + target);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  char took[32];
-  std::snprintf(took, sizeof(took), "%.1f", seconds);
-  log_info("et-trt: built '" + part + "' in " + took + " s (" + std::to_string(serialized->size()) + " bytes)");
-  if (!timing_cache_path.empty() && config->getTimingCache() != nullptr) {
+  char took[64];
+  std::snprintf(took, sizeof(took), "%.1f s (%zu bytes)", seconds, serialized->size());
+  trt.logger().note("et-trt: built '" + part + "' for " + target + " in " + took);
+  if (reads_timing_cache && config->getTimingCache() != nullptr) {
     std::unique_ptr<nvinfer1::IHostMemory> cache(config->getTimingCache()->serialize());
     if (cache) {
-      std::ofstream(timing_cache_path, std::ios::binary)
+      std::ofstream(request.timing_cache_path, std::ios::binary)
           .write(static_cast<const char*>(cache->data()), static_cast<std::streamsize>(cache->size()));
     }
   }
   const auto* bytes = static_cast<const uint8_t*>(serialized->data());
   plan->assign(bytes, bytes + serialized->size());
+  logged.clear();
   return true;
+}
+
+std::string describe(const BuildFailure& failure) {
+  std::string text = failure.summary;
+  for (size_t i = 0; i < failure.errors.size(); ++i) text += (i == 0 ? ": " : "; ") + failure.errors[i];
+  return text;
 }
 
 }  // namespace et_trt

@@ -13,20 +13,6 @@ namespace {
 using nvinfer1::DataType;
 using nvinfer1::Dims;
 
-bool to_trt_dtype(blob::DType dtype, DataType* out) {
-  switch (dtype) {
-    case blob::DType::Float32: *out = DataType::kFLOAT; return true;
-    case blob::DType::Float16: *out = DataType::kHALF; return true;
-    case blob::DType::BFloat16: *out = DataType::kBF16; return true;
-    case blob::DType::Int8: *out = DataType::kINT8; return true;
-    case blob::DType::Int32: *out = DataType::kINT32; return true;
-    case blob::DType::Int64: *out = DataType::kINT64; return true;
-    case blob::DType::Bool: *out = DataType::kBOOL; return true;
-    case blob::DType::UInt8: *out = DataType::kUINT8; return true;
-    default: return false;
-  }
-}
-
 Dims to_dims(const std::vector<int64_t>& shape) {
   Dims dims{};
   dims.nbDims = static_cast<int32_t>(shape.size());

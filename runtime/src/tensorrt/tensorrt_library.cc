@@ -1,11 +1,16 @@
 #include "tensorrt_library.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
-#include "log.h"
+#include "grouped_mm_plugin.h"
+#include "moe_experts_plugin.h"
 
 namespace et_trt {
 namespace {
@@ -41,23 +46,61 @@ void* open_library(Provider provider, const std::string& name, std::string* erro
   return lib;
 }
 
+void stderr_sink(LogLevel level, const char* message) {
+  if (level != LogLevel::kVerbose) std::fprintf(stderr, "%s\n", message);
+}
+
+std::atomic<LogSink> sink{&stderr_sink};
+thread_local std::vector<std::string>* captured = nullptr;
+
+// The parser of TensorRT for RTX opens its library by the unversioned name
+// libtensorrt_rtx.so when it adds a plugin layer, through its own folder or
+// the loader's path; the pip wheels ship only libtensorrt_rtx.so.1, and the
+// process then aborts. Why that would happen with `parser` loaded, or "".
+std::string rtx_unversioned_library_missing(void* parser) {
+  constexpr char kUnversioned[] = "libtensorrt_rtx.so";
+  char origin[4096] = "the folder of libtensorrt_rtx.so.1";
+  if (dlinfo(parser, RTLD_DI_ORIGIN, origin) == 0) {
+    std::error_code ignored;
+    if (std::filesystem::exists(std::string(origin) + "/" + kUnversioned, ignored)) return "";
+  }
+  if (dlopen(kUnversioned, RTLD_NOW | RTLD_LOCAL) != nullptr) return "";  // kept open, as the parser would
+  return std::string("TensorRT for RTX lacks ") + kUnversioned + " beside libtensorrt_onnxparser_rtx.so.1 (a bug of "
+         "its wheels: its ONNX parser opens that name when it adds a plugin layer, and the process aborts); create "
+         "it with `ln -s libtensorrt_rtx.so.1 " + origin + "/" + kUnversioned + "` (scripts/setup.sh does)";
+}
+
 }  // namespace
 
-void TensorRTLogger::log(Severity severity, const char* message) noexcept {
-  static const bool verbose = std::getenv("ET_TRT_VERBOSE") != nullptr;
-  switch (severity) {
-    case Severity::kINTERNAL_ERROR:
-    case Severity::kERROR:
-      log_error(std::string("TensorRT: ") + message);
-      break;
-    case Severity::kWARNING:
-      log_info(std::string("TensorRT warning: ") + message);
-      break;
-    default:
-      if (verbose) log_info(std::string("TensorRT: ") + message);
-      break;
+bool to_trt_dtype(blob::DType dtype, nvinfer1::DataType* out) {
+  using nvinfer1::DataType;
+  switch (dtype) {
+    case blob::DType::Float32: *out = DataType::kFLOAT; return true;
+    case blob::DType::Float16: *out = DataType::kHALF; return true;
+    case blob::DType::BFloat16: *out = DataType::kBF16; return true;
+    case blob::DType::Int8: *out = DataType::kINT8; return true;
+    case blob::DType::Int32: *out = DataType::kINT32; return true;
+    case blob::DType::Int64: *out = DataType::kINT64; return true;
+    case blob::DType::Bool: *out = DataType::kBOOL; return true;
+    case blob::DType::UInt8: *out = DataType::kUINT8; return true;
+    default: return false;
   }
 }
+
+void TensorRTLogger::log(Severity severity, const char* message) noexcept {
+  const bool error = severity == Severity::kINTERNAL_ERROR || severity == Severity::kERROR;
+  if (error && captured != nullptr) captured->emplace_back(message);
+  sink.load()(error ? LogLevel::kError : severity == Severity::kWARNING ? LogLevel::kWarning : LogLevel::kVerbose,
+              message);
+}
+
+void TensorRTLogger::note(const std::string& message) { sink.load()(LogLevel::kInfo, message.c_str()); }
+
+void TensorRTLogger::set_sink(LogSink new_sink) { sink.store(new_sink != nullptr ? new_sink : &stderr_sink); }
+
+TensorRTLogger::Capture::Capture(std::vector<std::string>* errors) : outer_(captured) { captured = errors; }
+
+TensorRTLogger::Capture::~Capture() { captured = outer_; }
 
 TensorRTLibrary* TensorRTLibrary::get(Provider provider, std::string* error) {
   static TensorRTLibrary libraries[2];
@@ -70,7 +113,7 @@ TensorRTLibrary* TensorRTLibrary::get(Provider provider, std::string* error) {
   std::call_once(once[index], [&] {
     library.provider_ = provider;
     if (provider == Provider::kTensorRTRTX && !kRtxCompatibleHeaders) {
-      load_error = "this libet_trt_runtime.so was built against TensorRT " + kMajor +
+      load_error = "this et-trt library was built against TensorRT " + kMajor +
                    " headers; TensorRT for RTX needs one built against TensorRT 11 headers";
       return;
     }
@@ -80,6 +123,10 @@ TensorRTLibrary* TensorRTLibrary::get(Provider provider, std::string* error) {
     void* parser =
         open_library(provider, rtx ? "libtensorrt_onnxparser_rtx.so.1" : "libnvonnxparser.so." + kMajor, &load_error);
     if (parser == nullptr) return;
+    if (rtx) {
+      load_error = rtx_unversioned_library_missing(parser);
+      if (!load_error.empty()) return;
+    }
     library.create_runtime_ = dlsym(infer, "createInferRuntime_INTERNAL");
     library.create_builder_ = dlsym(infer, "createInferBuilder_INTERNAL");
     library.plugin_registry_ = dlsym(infer, "getPluginRegistry");
@@ -131,6 +178,16 @@ std::unique_ptr<nvonnxparser::IParser> TensorRTLibrary::create_parser(nvinfer1::
 
 nvinfer1::IPluginRegistry* TensorRTLibrary::plugin_registry() {
   return reinterpret_cast<RegistryFn>(plugin_registry_)();
+}
+
+bool TensorRTLibrary::use_plugins(std::string* error) {
+  nvinfer1::IPluginRegistry* registry = plugin_registry();
+  if (registry == nullptr) {
+    *error = std::string(provider_name(provider_)) + " has no plugin registry";
+    return false;
+  }
+  set_grouped_mm_logger(&logger_);
+  return register_grouped_mm_plugin(*registry, error) && register_moe_experts_plugin(*registry, error);
 }
 
 }  // namespace et_trt

@@ -1,0 +1,209 @@
+"""The INT4 gemv kernels' blockings and row limit on a GPU (issue 33): which blocking streams the touched experts
+fastest at 1-64 tokens, and up to how many rows the gemv path beats the tensor-core tiles.
+
+  <blocking>  the MoE block (gate+up, down, combine) through the C++ launcher with one blocking of the gemv
+              kernels (prepare.py's GEMV_SWEEP, label n<rows>_k<K per step>_w<warps>_s<stages>[_paired]; sm_90a
+              cubins, bf16), told max(E, pairs) experts so that it takes the gemv path at every token count (the
+              ids still name only the real experts)
+  shipped     the launcher as shipped (int4_images.json): gemv where pairs <= max(E, 16), the tiles above
+  bf16        our bf16 MoEExperts kernels
+  et_decode   ExecuTorch's fused_moe (its vector-matrix kernel, autotuned; at 1-16 tokens only, where it was the
+              faster of its two in h100_int4/)
+
+Method as int4_experts_bench.py (CUDA graphs, paired rounds, every output checked against the float32 INT4
+reference before it is timed). Shapes run in order until --deadline-s has passed; the tables print last.
+
+    python benchmarks/int4_gemv_sweep.py --images .device/int4_images.json \
+        --sweep .device/int4_sweep_images.json --executorch .device/executorch --out results/ --deadline-s 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import math
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import grouped_mm_bench as bench  # noqa: E402  (benchmarks/, next to this file)
+import int4_experts_bench as int4_bench  # noqa: E402
+import moe_block_bench  # noqa: E402
+
+from et_trt_backend import int4_weights  # noqa: E402
+from et_trt_backend.kernels.images import load_images  # noqa: E402
+from et_trt_backend.kernels.launcher import MoEExpertsLauncher  # noqa: E402
+
+logger = logging.getLogger("int4_gemv_sweep")
+
+TOKENS = [1, 4, 16, 32, 64]
+ET_MAX_TOKENS = 16
+ROUNDS = 7
+
+
+def sweep_contenders(images_path: str, sweep_path: str) -> dict:
+    """label -> block function: shipped, bf16, and one per swept blocking (forced onto the gemv path)."""
+    shipped = int4_bench.load_contenders(images_path)
+    contenders = {"shipped": shipped["int4"], "bf16": shipped["bf16"]}
+    base = [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
+            and i.kernel.startswith("moe_") and i.variant != "gemv"
+            and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]
+    sweep = load_images(sweep_path)
+    groups = json.loads(pathlib.Path(sweep_path).with_suffix(".groups.json").read_text())
+    for label, indices in groups.items():
+        contenders[label] = gemv_block(MoEExpertsLauncher(base + [sweep[i] for i in indices]))
+    return contenders
+
+
+def gemv_block(launcher: MoEExpertsLauncher):
+    """int4_experts_bench.int4_block, told max(E, pairs) experts: the launcher's gemv path at any token count."""
+    buffers = {}
+
+    def block(hidden, ids, weights, gate_up, down):
+        return moe_block_bench.launch_block(
+            launcher, buffers, hidden, ids, weights, gate_up.packed, down.packed, down.k, "concat",
+            experts=ids.numel(), w_gate_up_scale=gate_up.scales.data_ptr(), w_down_scale=down.scales.data_ptr(),
+            group_size=int4_bench.GROUP)
+
+    block.launcher = launcher
+    return block
+
+
+def bench_shape(tokens: int, experts: int, size: int, ffn: int, w, contenders: dict, et) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    hidden = torch.randn(tokens, size, device="cuda", generator=gen).bfloat16()
+    ids, weights = moe_block_bench.routing(tokens, experts, int4_bench.TOP_K, tokens + experts)
+    fns = {label: (lambda block=block: block(hidden, ids, weights, w.q_gate_up, w.q_down))
+           for label, block in contenders.items() if label != "bf16"}
+    fns["bf16"] = lambda: contenders["bf16"](hidden, ids, weights, w.blocked, w.down)
+    if et is not None and tokens <= ET_MAX_TOKENS:
+        fns["et_decode"] = lambda: et.fused_moe(hidden, *w.et, weights, ids.long(), int4_bench.TOP_K, experts,
+                                                int4_bench.GROUP)
+    want = int4_weights.moe_experts_reference(hidden, ids, weights, w.q_gate_up.packed, w.q_gate_up.scales,
+                                              w.q_down.packed, w.q_down.scales, group_size=int4_bench.GROUP)
+    row = {"tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "err": {}}
+    timed = {}
+    for label, fn in fns.items():
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # a contender that fails is reported, the others still timed
+            logger.error("%d tokens %s: %s failed: %s", tokens, (experts, size, ffn), label, e)
+            continue
+        if label == "shipped":
+            row["shipped_kernels"] = contenders["shipped"].launcher.last_kernels
+        if label != "bf16":  # bf16 runs other weights; int4_experts_bench checks it
+            row["err"][label] = bench.rel_err(out, want)
+            if not row["err"][label] < 2e-2:
+                logger.error("%d tokens %s: %s wrong (relative error %.3e); not timed", tokens,
+                             (experts, size, ffn), label, row["err"][label])
+                continue
+        timed[label] = fn
+    row["touched_bytes"] = int(ids.unique().numel()) * w.expert_bytes
+    calls = bench.replay_calls(0.004, max(row["touched_bytes"] / 2e12, 5e-6))
+    graphs = {label: bench.capture(fn, calls) for label, fn in timed.items()}
+    times = bench.time_rounds(graphs, calls, ROUNDS)
+    row["us"] = {label: statistics.median(t) * 1e6 for label, t in times.items()}
+    del graphs
+    return row
+
+
+def gemv_labels(row: dict) -> list[str]:
+    return [label for label in row["us"] if label not in ("shipped", "bf16", "et_decode")]
+
+
+def table(rows: list[dict], copy_bps: float) -> str:
+    lines = [f"copy bandwidth (1 GiB device-to-device, read + write): {copy_bps / 1e9:.0f} GB/s", "",
+             "| E x H x F | tokens | best gemv | us | % copy | 2nd | 3rd | n8_k256 (first gemv) us | shipped us "
+             "(path) | bf16 us | et_decode us | best x bf16 | best x et | best x shipped |", "|---" * 14 + "|"]
+    for r in rows:
+        us = r["us"]
+        ranked = sorted(gemv_labels(r), key=us.get)
+        if not ranked:
+            continue
+        best = ranked[0]
+        share = r["touched_bytes"] / (us[best] * 1e-6) / copy_bps
+        path = "gemv" if "gemv" in r.get("shipped_kernels", "") else "tiles"
+
+        def fmt(label):
+            return f"{us[label]:.1f}" if label in us else "-"
+
+        def ratio(label):
+            return f"{us[label] / us[best]:.2f}x" if label in us else "-"
+
+        others = [f"{label} {us[label]:.1f}" for label in ranked[1:3]] + ["-", "-"]
+        lines.append(f"| {r['experts']}x{r['hidden']}x{r['ffn']} | {r['tokens']} | {best} | {us[best]:.1f} | "
+                     f"{100 * share:.0f}% | {others[0]} | {others[1]} | {fmt('n8_k256_w2_s3')} | "
+                     f"{fmt('shipped')} ({path}) | {fmt('bf16')} | {fmt('et_decode')} | {ratio('bf16')} | "
+                     f"{ratio('et_decode')} | {ratio('shipped')} |")
+    return "\n".join(lines) + "\n\n" + overall(rows)
+
+
+def overall(rows: list[dict]) -> str:
+    """Each blocking's geometric mean of its time over the best one's: on the shapes the shipped launcher runs on the
+    gemv path (what picks the shipped blocking; the ranking's order) and across all shapes timed."""
+    served: dict[str, list[float]] = {}
+    slowdown: dict[str, list[float]] = {}
+    for r in rows:
+        labels = gemv_labels(r)
+        if not labels:
+            continue
+        best = min(r["us"][label] for label in labels)
+        for label in labels:
+            slowdown.setdefault(label, []).append(math.log(r["us"][label] / best))
+            if "gemv" in r.get("shipped_kernels", ""):
+                served.setdefault(label, []).append(math.log(r["us"][label] / best))
+
+    def mean(logs):
+        return math.exp(statistics.mean(logs)) if logs else math.nan
+
+    ranked = sorted(slowdown, key=lambda label: (mean(served.get(label, [])), mean(slowdown[label])))
+    lines = ["| blocking | mean time / best on the gemv path's shapes | shapes | mean time / best, all shapes | "
+             "shapes |", "|---|---|---|---|---|"]
+    lines += [f"| {label} | {mean(served.get(label, [])):.3f} | {len(served.get(label, []))} | "
+              f"{mean(slowdown[label]):.3f} | {len(slowdown[label])} |" for label in ranked]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", required=True, help="int4_images.json from benchmarks/device/prepare.py --int4")
+    parser.add_argument("--sweep", required=True, help="int4_sweep_images.json from prepare.py --int4")
+    parser.add_argument("--executorch", type=pathlib.Path, help="folder holding ExecuTorch's fused_moe.py")
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--deadline-s", type=float, default=300.0, help="start no new shape after this")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    start = time.monotonic()
+    bench.print_device()
+    et = None
+    if args.executorch:
+        sys.path.insert(0, str(args.executorch))
+        et = importlib.import_module("fused_moe")
+    contenders = sweep_contenders(args.images, args.sweep)
+    copy_bps = int4_bench.copy_bandwidth()
+    rows = []
+    for experts, size, ffn in int4_bench.EXPERT_SHAPES:
+        w = int4_bench.Weights(experts, size, ffn)
+        for tokens in TOKENS:
+            if time.monotonic() - start > args.deadline_s:
+                logger.warning("deadline: %dx%dx%d %d tokens and later not timed", experts, size, ffn, tokens)
+                break
+            rows.append(bench_shape(tokens, experts, size, ffn, w, contenders, et))
+            logger.info("%dx%dx%d %d tok (%.0f s): %s us", experts, size, ffn, tokens, time.monotonic() - start,
+                        {label: round(us, 1) for label, us in rows[-1]["us"].items()})
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "int4_gemv_sweep.md").write_text(table(rows, copy_bps) + "\n")
+        del w
+        torch.cuda.empty_cache()
+    bench.save_results(args.out, "int4_gemv_sweep", rows, table(rows, copy_bps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""benchmarks/int4_experts_bench.py on the CPU: ExecuTorch's byte order of our INT4 values (its comparator must get
+the same weights), and the report from the rows a device run makes, contenders that were not timed included."""
+
+import pytest
+import torch
+from support.benchmark_modules import benchmark_module
+
+from et_trt_backend import int4_weights
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with benchmark_module("int4_experts_bench") as module:
+        yield module
+
+
+def test_executorch_byte_order_holds_the_same_values(bench):
+    """ExecuTorch's fused_moe reads element k of a row as (byte[k // 2] >> 4 * (k % 2)) & 0xF, minus 8."""
+    w = int4_weights.quantize(torch.randn(2, 3, 256), 128)
+    packed = bench.et_packed(w)
+    assert packed.dtype == torch.int8 and packed.shape == (2, 3, 128)
+    k = torch.arange(256)
+    values = (packed.to(torch.int16)[..., k // 2] >> (4 * (k % 2))) & 0xF
+    assert torch.equal(values - 8, int4_weights.unpack(w.packed, 256).to(torch.int16))
+
+
+def test_report_names_what_was_not_met_or_not_timed(bench):
+    rows = [
+        {"tokens": 1, "experts": 8, "hidden": 1024, "ffn": 1024, "launches": {"int4": 3},
+         "us": {"int4": 5.0, "int4_sm80": 6.0, "bf16": 13.0, "et_decode": 7.0, "et_batched": 20.0, "et": 7.0},
+         "x": {"bf16": 2.6, "et": 1.2}, "touched_bytes": 3.2e6, "vs_bf16": 0.11, "kernels": "moe_gemv_down"},
+        {"tokens": 256, "experts": 8, "hidden": 1024, "ffn": 1024, "launches": {}, "us": {"bf16": 40.0}, "x": {},
+         "touched_bytes": 1e7},
+    ]
+    text = bench.table(rows, 3e12)
+    assert text.splitlines()[-3:] == [
+        "  NOT MET 8x1024x1024 1 tok: int4 x et 1.20 < 1.3",
+        "  NOT MET 8x1024x1024 1 tok: sm_80 images at 18% of the copy bandwidth < 60%",
+        "  NOT MET 8x1024x1024 256 tok: int4 x bf16 - < 1.5"]
+    assert "Goals: 1 met, 3 not met" in text and "| 8x1024x1024 | 256 | - | - | 40.0 |" in text
+
+
+def test_sweep_report_ranks_the_blockings():
+    """benchmarks/int4_gemv_sweep.py's tables: per shape the fastest blocking and the ratios against it, then each
+    blocking's mean slowdown; a shape where no blocking was timed is left out, not a crash."""
+    with benchmark_module("int4_gemv_sweep") as sweep:
+        rows = [
+            {"tokens": 1, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6, "shipped_kernels":
+             "moe_gemv_gate_up_gated (gemv) + moe_gemv_down (gemv)",
+             "us": {"n8_k256_w2_s3": 10.0, "n4_k512_w2_s3_paired": 5.0, "shipped": 10.0, "bf16": 15.0,
+                    "et_decode": 12.0}},
+            {"tokens": 64, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6,
+             "shipped_kernels": "moe_route (e64)", "us": {"n8_k256_w2_s3": 20.0, "n4_k512_w2_s3_paired": 40.0}},
+            {"tokens": 4, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6, "us": {"bf16": 9.0}},
+        ]
+        text = sweep.table(rows, 2e12)
+    lines = text.splitlines()
+    assert lines[4].startswith("| 8x1024x1024 | 1 | n4_k512_w2_s3_paired | 5.0 | 30% | n8_k256_w2_s3 10.0 | - |")
+    assert lines[4].endswith("| 10.0 (gemv) | 15.0 | 12.0 | 3.00x | 2.40x | 2.00x |")
+    assert "| 8x1024x1024 | 64 | n8_k256_w2_s3 | 20.0 |" in lines[5] and "(tiles)" in lines[5]
+    assert "| 4 |" not in text
+    # Geometric means of time / best, on the shape the launcher runs on the gemv path (ranked by it) and on all:
+    # sqrt(2 * 1) and sqrt(1 * 2).
+    ranking = text.split("| blocking |")[1].splitlines()
+    assert ranking[2] == "| n4_k512_w2_s3_paired | 1.000 | 1 | 1.414 | 2 |"
+    assert ranking[3] == "| n8_k256_w2_s3 | 2.000 | 1 | 1.414 | 2 |"

@@ -1,0 +1,148 @@
+"""The INT4 expert kernels on a GPU, through the C++ launchers (no Triton in the process), against int4_weights'
+references (float32 on the CPU, weights q * scale).
+
+Runs on the device through benchmarks/device/int4_run.sh, which builds the launcher and points ET_TRT_KERNEL_IMAGES
+at images compiled on the CPU machine; skipped where there is no CUDA GPU. The invalid, odd, empty and single-token
+cases also run under `compute-sanitizer --tool memcheck` there.
+"""
+
+import pytest
+import torch
+from support.gpu_launchers import launcher_device
+from support.int4_cases import grouped_case, moe_case, relative_error
+
+from et_trt_backend import int4_weights, moe_experts
+from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="needs an NVIDIA GPU (runs on the device through benchmarks/device/int4_run.sh)"),
+]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Against the float32 reference: bf16 and fp16 rounding of the output (and, in the MoE op, of the gate+up output
+# and the activation, where a flipped rounding moves one element by one unit).
+BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def _grouped(a, w, offs):
+    """GroupedMM with INT4 weights through GroupedMMLauncher into a NaN-poisoned output; (out, kernel)."""
+    from et_trt_backend.kernels import launcher, op
+
+    device = launcher_device()
+    a, packed, scales, offs = (t.to(device).contiguous() for t in (a, w.packed, w.scales, offs))
+    rows, k = a.shape
+    groups, n = packed.shape[:2]
+    out = torch.full((rows, n), float("nan"), dtype=a.dtype, device=device)
+    grouped = op._launcher(device, op._DTYPES[a.dtype], True, "int4")
+    grouped.launch(a.data_ptr(), packed.data_ptr(), offs.data_ptr(), out.data_ptr(), rows, k, n, groups, True,
+                   torch.cuda.current_stream().cuda_stream, int4=launcher.Int4Operands(scales.data_ptr(),
+                                                                                        w.group_size))
+    torch.cuda.synchronize()
+    return out.cpu(), grouped.last_kernel
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("group_size", int4_weights.GROUP_SIZES)
+@pytest.mark.parametrize("rows, k, n, offs", [
+    (3, 256, 64, [1, 1, 3]),  # gemv, an empty group
+    (9, 40, 13, [3, 1, -5, 20, 7, 9]),  # gemv, odd K and N, invalid offsets
+    (300, 200, 96, [100, 100, 250, 290]),  # tiles, odd K, an empty group, rows past the last group
+    (257, 512, 130, [64, 128, 192, 400]),  # tiles, odd N, an offset past the rows
+])
+def test_grouped_mm(dtype, group_size, rows, k, n, offs):
+    a, w, offs_t = grouped_case(rows, k, n, offs, group_size=group_size, dtype=DTYPES[dtype], seed=rows + k)
+    out, kernel = _grouped(a, w, offs_t)
+    want = int4_weights.grouped_mm_reference(a, w.packed, w.scales, offs_t, group_size)
+    assert not out.isnan().any(), f"{kernel}: unwritten (NaN-poisoned) outputs"
+    assert relative_error(out, want) < BOUND[DTYPES[dtype]], kernel
+    assert ("gemv" in kernel) == (rows <= max(len(offs), 16)), kernel
+
+
+def _moe(case, layout=None):
+    """The MoE op with INT4 weights through MoEExpertsLauncher, into a NaN-poisoned output and a 0xff workspace;
+    (out, kernels)."""
+    from et_trt_backend.kernels import moe_op
+    from et_trt_backend.kernels.launcher import MoEExpertsArgs, moe_workspace_bytes
+
+    device = launcher_device()
+    case = case.to(device)
+    tokens, size = case.hidden.shape
+    top_k, experts, ffn = case.ids.shape[1], case.dense_down.shape[0], case.dense_down.shape[2]
+    launcher = moe_op.launcher_for(device, case.hidden.dtype, "int4")
+    out = torch.full((tokens, size), float("nan"), dtype=case.hidden.dtype, device=device)
+    workspace = torch.full((moe_workspace_bytes(tokens, top_k, experts, size, ffn) + 1,), 0xFF, dtype=torch.uint8,
+                           device=device)
+    pointer = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    launcher.launch(MoEExpertsArgs(
+        hidden=case.hidden.data_ptr(), topk_ids=case.ids.data_ptr(), topk_weights=case.weights.data_ptr(),
+        weights_fp32=int(case.weights.dtype == torch.float32), w_gate_up=case.gate_up.packed.data_ptr(),
+        w_down=case.down.packed.data_ptr(), b_gate_up=pointer(case.b_gate_up), b_down=pointer(case.b_down),
+        out=out.data_ptr(), tokens=tokens, top_k=top_k, experts=experts, hidden_size=size, ffn=ffn,
+        activation=MOE_ACTIVATIONS[case.activation], gate_up_layout=MOE_GATE_UP_LAYOUTS.index(case.layout),
+        alpha=moe_experts.GPTOSS_ALPHA, limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(),
+        workspace_bytes=workspace.numel(), w_gate_up_scale=case.gate_up.scales.data_ptr(),
+        w_down_scale=case.down.scales.data_ptr(), group_size=case.group_size),
+        torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    return out.cpu(), launcher.last_kernels
+
+
+def _check_moe(case) -> str:
+    out, kernels = _moe(case)
+    want = case.reference()
+    assert not out.isnan().any(), f"{kernels}: unwritten (NaN-poisoned) outputs"
+    if want.numel():
+        assert relative_error(out, want) < BOUND[case.hidden.dtype], kernels
+        assert (out[(want == 0).all(1)] == 0).all(), f"{kernels}: rows of no valid pair are not zero"
+    return kernels
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens", [1, 16, 200])
+@pytest.mark.parametrize("activation, layout", [("swiglu", "concat"), ("swiglu", "blocked8"),
+                                                ("gptoss_glu", "interleaved"), ("relu2", "concat")])
+def test_moe_paths_activations_and_layouts(dtype, tokens, activation, layout):
+    case = moe_case(tokens, 2, 8, 256, 128, activation=activation, layout=layout, dtype=DTYPES[dtype],
+                    bias=activation == "gptoss_glu", seed=tokens)
+    kernels = _check_moe(case)
+    assert ("gemv" in kernels) == (tokens * 2 <= 16), kernels
+
+
+@pytest.mark.parametrize("group_size", int4_weights.GROUP_SIZES)
+@pytest.mark.parametrize("tokens", [1, 100])
+def test_moe_odd_sizes_every_group_size(group_size, tokens):
+    _check_moe(moe_case(tokens, 2, 4, 200, 72, group_size=group_size, weights_dtype=torch.bfloat16,
+                        seed=group_size + tokens))
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 64])
+def test_moe_invalid_ids_and_empty_experts(tokens):
+    case = moe_case(tokens, 2, 16, 128, 64, invalid=0.3, seed=tokens)
+    case.ids[0] = torch.tensor([-(2**31), 16], dtype=torch.int32)  # both outside [0, E): token 0's row is zero
+    _check_moe(case)
+
+
+def test_moe_single_token_no_tokens_and_robot_size():
+    _check_moe(moe_case(1, 2, 64, 2048, 1024, seed=1))
+    out, _ = _moe(moe_case(0, 2, 8, 64, 32, seed=2))
+    assert out.shape == (0, 64)
+
+
+def test_eager_ops_take_the_int4_form():
+    from et_trt_backend.kernels import moe_op, op  # noqa: F401  (registers the ops)
+
+    device = launcher_device()
+    case = moe_case(5, 2, 4, 128, 64, seed=3).to(device)
+    out = torch.ops.et_trt.moe_experts(
+        case.hidden, case.ids, case.weights, case.gate_up.packed, case.down.packed, None, None, "swiglu", "concat",
+        moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT, case.gate_up.scales, case.down.scales, case.group_size)
+    assert relative_error(out.cpu(), case.to("cpu").reference()) < 1e-2
+    a, w, offs = grouped_case(6, 128, 32, [2, 6], group_size=64, seed=4)
+    out = torch.ops.et_trt.grouped_mm(a.to(device), w.packed.to(device), offs.to(device), True, w.scales.to(device),
+                                      64)
+    assert relative_error(out.cpu(), int4_weights.grouped_mm_reference(a, w.packed, w.scales, offs, 64)) < 1e-2
+    with pytest.raises(ValueError, match="group size must be one of"):
+        torch.ops.et_trt.grouped_mm(a.to(device), w.packed.to(device), offs.to(device), True, w.scales.to(device), 16)
+
