@@ -1,12 +1,12 @@
-"""The names through which TensorRT finds our GroupedMM plugin (contract 4): the one definition.
+"""The names through which TensorRT finds our GroupedMM and MoEExperts plugins (contract 4): the one definition.
 
-TensorRT's ONNX parser turns a node of op type GROUPED_MM_OP into the plugin
+TensorRT's ONNX parser turns a node of op type GROUPED_MM_OP (MOE_EXPERTS_OP) into the plugin
 registered under that name, the node's plugin_version and its
 plugin_namespace (PLUGIN_ATTRIBUTES). The lowering writes such nodes in
-domain GROUPED_MM_DOMAIN, the Python build phase registers its creator under
-these names, and the pre-flight check verifies both. The C++ plugin declares
+domain GROUPED_MM_DOMAIN and the pre-flight check verifies them. The C++ plugins declare
 the same names (kGroupedMMName, kGroupedMMVersion, kGroupedMMNamespace in
-runtime/src/tensorrt/grouped_mm_plugin.h).
+runtime/src/tensorrt/grouped_mm_plugin.h; kMoEExperts* in moe_experts_plugin.h) and register their creators
+under them.
 """
 
 GROUPED_MM_DOMAIN = "et_trt"

@@ -40,7 +40,7 @@ def rtx() -> providers.Builder:
 
 def _lower(recipe_options: dict):
     model = moe_models.bf16(moe_models.GroupedMoE(experts=8, shared=True))
-    # GroupedMM nodes, which the Python plugin builds (MoEExperts has only the C++ one: test_moe_fusion.py)
+    # GroupedMM nodes, this module's subject (test_moe_fusion.py builds the fused MoEExperts form)
     recipe = {"fused_experts": False, **recipe_options}
     (_, contents), = lower_program(moe_models.export(model), TensorRTPartitioner({"default": recipe}))
     return contents
