@@ -10,6 +10,7 @@ carry ExecuTorch's external-constant tag.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -49,6 +50,17 @@ def _kernel_images(lowered, options: CompileOptions):
 
 
 class EtTrtBackend(BackendDetails):
+    @classmethod
+    def copy_exported_program_for_preprocess(cls, edge_program: torch.export.ExportedProgram,
+                                             compile_specs: list[CompileSpec]) -> torch.export.ExportedProgram:
+        """The partition's program for preprocess: its graph copied (the lowering rewrites it), its weights shared
+        with the caller's program. ExecuTorch's default copies them too, which holds every weight of the partition
+        twice while it exports; preprocess never writes a weight in place (passes that transform weights add new
+        constants: lowering/program_weights.py; tests/test_large_weights.py checks the model is unchanged)."""
+        shared = {id(t): t for t in (*edge_program.state_dict.values(), *edge_program.constants.values())
+                  if isinstance(t, torch.Tensor)}
+        return copy.deepcopy(edge_program, shared)
+
     @staticmethod
     def preprocess(edge_program: torch.export.ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
         options, part = CompileOptions.from_compile_specs(compile_specs)

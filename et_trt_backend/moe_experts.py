@@ -138,8 +138,9 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
 def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
             w_down: torch.Tensor, b_gate_up: torch.Tensor | None, b_down: torch.Tensor | None, *, activation: str,
             gate_up_layout: str, alpha: float, limit: float) -> torch.Tensor:
-    """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be float32 (the INT4
-    form's exact q * scale, int4_weights.moe_experts_reference)."""
+    """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be of another float type:
+    float32 (the INT4 form's exact q * scale, int4_weights.moe_experts_reference), or the model's bf16 under float32
+    hidden states (the lowering's check, lowering/moe_fusion.py: each routed expert converted alone)."""
     dtype, device = hidden.dtype, hidden.device
     tokens, size = hidden.shape
     top_k, experts = topk_ids.shape[1], w_down.shape[0]
