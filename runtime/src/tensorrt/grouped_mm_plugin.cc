@@ -99,8 +99,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // ---- IPluginV3OneBuild ----
   int32_t getNbOutputs() const noexcept override { return 1; }
 
-  // The form is refused here, while parsing, saying what is wrong (the Python
-  // build-phase plugin refuses the same forms).
+  // The form is refused here, while parsing, saying what is wrong.
   int32_t getOutputDataTypes(DataType* outputs, int32_t nb_outputs, const DataType* inputs,
                              int32_t nb_inputs) const noexcept override {
     if (nb_outputs != 1) return -1;
