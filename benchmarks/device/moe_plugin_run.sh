@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# One device call for the MoEExperts TensorRT plugin's runtime path (issue 32): builds et-trt's runtime (the delegate,
+# One device call for the MoEExperts TensorRT plugin's runtime path (issue 32), in two parts.
+# 1. Without TensorRT (runs on the device as it is): runtime/tools/moe_plugin_check.py drives the C++ plugin through
+# its IPluginV3 interfaces as TensorRT does (created from each MoEExperts node of the fused example export, its
+# fields serialized and read back, attached, shapes, workspace, enqueue) with the model's expert weights, against
+# the float32 reference, and times the enqueue (table 1).
+# 2. With TensorRT, where it is found: builds et-trt's runtime (the delegate,
 # the GroupedMM and MoEExperts plugins, et_trt_runner) against the TensorRT it finds, runs the example policy exported
 # with fused MoE blocks (one MoEExperts node each) and with GroupedMM blocks and their routing glue
 # (fused_experts = false) through et_trt_runner at 16 and 512 observation tokens (the engines are built at init, as
 # on a robot: the first call), compares each output with the float32 policy's and the two forms with each other, and
-# times them (median and p99 of 200 calls after 20 warm-ups). The table prints last; every log is in $OUT. Within
-# ~6 minutes on an H100 (the build ~3, each of the 4 runs' engine build under a minute).
+# times them (median and p99 of 200 calls after 20 warm-ups; table 2). Tables print last; every log is in $OUT.
+# Expected within ~6 minutes on an H100 (part 1 under a minute, the build ~3, each run's engine build under one).
 #
 # Prepare here first:  python benchmarks/device/prepare_plugin_run.py [--tensorrt DIR]
 # Then on the device:  bash benchmarks/device/moe_plugin_run.sh   (carry .device; results go to $OUT)
@@ -16,8 +21,8 @@
 # 11 for CUDA 13, x86-64: libnvinfer.so.N, its builder resource library and libnvonnxparser.so.N (conda's libnvinfer
 # 10.0.1.6 package for linux-64 is 638 MB compressed), in .device/tensorrt/lib or on the loader's path. A call
 # carries at most 64 MiB, so that means an image with TensorRT, or carrying it in pieces over several calls of one
-# warm machine (files written there stay until it goes back). Without it this script says what is missing and stops
-# with exit status 3, having checked the rest (nvcc, cmake, the carried ExecuTorch, headers and exports).
+# warm machine (files written there stay until it goes back). Without it, part 2 says what is missing and the call
+# ends with exit status 3 (1 where part 1 failed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-out}
@@ -58,16 +63,21 @@ build_runner() {
 
 main() {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-  for need in "$RUN/fused.pte" "$RUN/grouped.pte" .device/executorch/lib/libexecutorch.so .device/flatbuffers/bin/flatc \
-      .device/sysdeps/include/zlib.h; do
+  for need in "$RUN/fused.pte" "$RUN/grouped.pte" "$RUN/check/nodes.json" .device/executorch/lib/libexecutorch.so \
+      .device/flatbuffers/bin/flatc .device/sysdeps/include/zlib.h; do
     [ -e "$need" ] || { echo "missing $need: run python benchmarks/device/prepare_plugin_run.py here first"; exit 2; }
   done
   command -v nvcc cmake ninja || { echo "the device lacks nvcc, cmake or ninja"; exit 2; }
+  timeout 120 python3 runtime/tools/moe_plugin_check.py "$RUN/check/nodes.json" > "$OUT/plugin_check.md" 2>&1
+  local check_rc=$?
+  echo "== plugin check (no TensorRT): rc $check_rc"
   if ! find_tensorrt; then
     echo "NO TENSORRT: neither .device/tensorrt/lib nor the loader's path has libnvinfer.so.10/11 with"
-    echo "libnvonnxparser (see this script's header for what a run needs). The MoEExperts plugin's runtime path is"
-    echo "NOT checked by this call."
-    exit 3
+    echo "libnvonnxparser (see this script's header for what a run needs): part 2 (the plugin inside TensorRT"
+    echo "engines, fused against GroupedMM blocks through et_trt_runner) did not run."
+    echo
+    cat "$OUT/plugin_check.md"
+    [ "$check_rc" = 0 ] && exit 3 || exit 1
   fi
   echo "TensorRT $TRT_MAJOR at $TRT_LIB"
   export LD_LIBRARY_PATH="$TRT_LIB:$PWD/.device/executorch/lib:${LD_LIBRARY_PATH:-}"
@@ -87,7 +97,9 @@ main() {
     done
   done
   echo
-  python3 benchmarks/device/plugin_run_table.py "$OUT" "$RUN" "${TOKENS[@]}"
+  cat "$OUT/plugin_check.md"
+  echo
+  python3 benchmarks/device/plugin_run_table.py "$OUT" "$RUN" "${TOKENS[@]}" && [ "$check_rc" = 0 ]
 }
 
 main 2>&1 | tee "$OUT/moe_plugin_run.log"

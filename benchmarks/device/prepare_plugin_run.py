@@ -4,8 +4,8 @@
 
 .device/plugin_run/fused.pte, grouped.pte   the example policy (examples/moe_policy.py, its recipe) exported twice,
                         its MoE blocks one MoEExperts node each (the default) and GroupedMM nodes with the routing glue
-                        around them (fused_experts = false); engine_build "never": the device's TensorRT builds the
-                        engines at init, as on a robot
+                        around them (fused_experts = false); kernel images for sm_90a only; engine_build "never":
+                        the device's TensorRT builds the engines at init, as on a robot
 .device/plugin_run/t<N>_input_<i>.npy       the policy's inputs at N observation tokens (float32 holding the bf16
                         values: numpy has no bf16; et_trt_runner narrows them)
 .device/plugin_run/t<N>_reference.npy       the policy's output on them in float32 (the model's weights as float32)
@@ -18,11 +18,16 @@
 .device/sysdeps/include zlib's and OpenSSL's headers of this machine (the device has their libraries, not
                         necessarily their headers)
 .device/flatbuffers     flatc and the flatbuffers headers of this machine (prepare.py's copy)
+.device/plugin_run/check/  the fused export's delegate blobs with their named data (runtime/tools/extract_blobs.py),
+                        nodes.json (each MoEExperts node's attributes and weights' named data) and
+                        libet_trt_moe_plugin_check.so (runtime/build-tensorrt-11.1, scripts/build_tensorrt_layers.sh):
+                        runtime/tools/moe_plugin_check.py runs the plugin through its interfaces with no TensorRT
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import pathlib
 import shutil
@@ -31,11 +36,14 @@ import sys
 import tomllib
 
 import numpy as np
+import onnx
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from benchmarks.device.prepare import copy_flatbuffers  # noqa: E402
+from et_trt_backend.plugin_names import MOE_EXPERTS_OP  # noqa: E402
+from et_trt_backend.serialization.pte import read_partitions  # noqa: E402
 from examples import moe_policy  # noqa: E402
 
 OUT = ROOT / ".device"
@@ -44,11 +52,15 @@ TOKENS = (16, 512)  # a robot's observation count and the export's largest
 TENSORRT_HEADERS = ROOT.parent / "shared" / "third_party" / "tensorrt"  # <version>/include
 SYSTEM_HEADERS = ["/usr/include/zlib.h", "/usr/include/zconf.h", "/usr/include/openssl",
                   "/usr/include/x86_64-linux-gnu/openssl"]
-FORMS = {"fused": {}, "grouped": {"fused_experts": False}}
+# Kernel images for the device's H100/H200 alone: a call carries at most 64 MiB, the working tree included.
+DEVICE_ARCHS = {"kernel_archs": ["sm_90a"]}
+FORMS = {"fused": DEVICE_ARCHS, "grouped": {**DEVICE_ARCHS, "fused_experts": False}}
+CHECK_LIBRARY = ROOT / "runtime" / "build-tensorrt-11.1" / "libet_trt_moe_plugin_check.so"
+ONNX_DTYPES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16"}
 
 
 def recipe_text(overrides: dict) -> str:
-    """The example's recipe with engine_build "never" and `overrides` in every part."""
+    """The example's recipe with engine_build "never" and `overrides` in every part (over the part's own)."""
     recipe = tomllib.loads((ROOT / "examples" / "recipe.toml").read_text())
     lines = []
     for name, part in [("default", recipe["default"]), *((f"parts.{k}", v) for k, v in recipe["parts"].items())]:
@@ -90,6 +102,41 @@ def save_inputs_and_references() -> None:
             np.save(RUN / f"t{tokens}_input_{i}.npy", tensor.numpy())
         with torch.no_grad():
             np.save(RUN / f"t{tokens}_reference.npy", policy(*inputs).numpy())
+
+
+def _node_record(node: onnx.NodeProto, initializers: dict) -> dict:
+    """A MoEExperts node's attributes and its weight inputs (w_gate_up, w_down, b_gate_up, b_down) as named data."""
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    weights = []
+    for name in list(node.input[3:7]) + [""] * (7 - len(node.input)):
+        tensor = initializers.get(name)
+        location = {e.key: e.value for e in tensor.external_data}.get("location") if tensor is not None else None
+        if name and location is None:
+            raise SystemExit(f"{node.name}: input {name} is not an initializer in named data")
+        weights.append({"key": location, "shape": list(tensor.dims), "dtype": ONNX_DTYPES[tensor.data_type]}
+                       if name else None)
+    return {"name": node.name, "activation": attributes["activation"],
+            "gate_up_layout": attributes["gate_up_layout"].decode(), "alpha": attributes["alpha"],
+            "limit": attributes["limit"], "weights": weights}
+
+
+def save_plugin_check() -> None:
+    """The fused export's blobs and named data, its MoEExperts nodes (nodes.json) and the check library."""
+    check = RUN / "check"
+    shutil.rmtree(check, ignore_errors=True)
+    pte = RUN / "fused.pte"
+    subprocess.run([sys.executable, str(ROOT / "runtime" / "tools" / "extract_blobs.py"), str(pte), str(check)],
+                   check=True)
+    nodes = {}
+    for i, partition in enumerate(read_partitions(pte.read_bytes(), data_dir=pte.parent)):
+        model = onnx.load_from_string(partition.contents.onnx)
+        initializers = {t.name: t for t in model.graph.initializer}
+        nodes[f"{partition.delegate.plan}_{i}.blob"] = [_node_record(n, initializers) for n in model.graph.node
+                                                        if n.op_type == MOE_EXPERTS_OP]
+    (check / "nodes.json").write_text(json.dumps(nodes, indent=1))
+    if not CHECK_LIBRARY.exists():
+        raise SystemExit(f"{CHECK_LIBRARY} is missing: run scripts/build_tensorrt_layers.sh 11.1 first")
+    shutil.copy2(CHECK_LIBRARY, check)
 
 
 def copy_executorch() -> None:
@@ -140,6 +187,7 @@ def main() -> None:
     copy_system_headers()
     export_forms()
     save_inputs_and_references()
+    save_plugin_check()
     size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     logging.info(".device: %.1f MiB (a device call carries at most 64 MiB with the working tree)", size / 2**20)
 
