@@ -11,11 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "blob_reader.h"
+#include "check_blob.h"
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
 #include "moe_experts_plugin.h"
-#include "named_data.h"
 
 namespace {
 
@@ -39,9 +38,7 @@ struct PluginCheck {
   std::unique_ptr<nvinfer1::IPluginV3> plugin;  // the execution context's, as attachToContext made it
 };
 
-void copy_error(const std::string& message, char* error, size_t error_size) {
-  if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", message.c_str());
-}
+using et_trt::tools::copy_error;
 
 std::string refusal(const std::string& what) {
   std::string logged;
@@ -79,22 +76,10 @@ __attribute__((visibility("default"))) void* et_trt_moe_plugin_check_create(
     const uint8_t* blob_bytes, size_t size, const char* const* keys, const uint8_t* const* data, const size_t* sizes,
     size_t count, int32_t activation, const char* gate_up_layout, float alpha, float limit, char* error,
     size_t error_size) {
-  std::vector<uint64_t> aligned;
-  et_trt::BlobView view;
-  et_trt::BlobError blob_error;
-  if (!et_trt::read_blob_copy(blob_bytes, size, &aligned, &view, &blob_error)) {
-    copy_error("blob refused: " + blob_error.message, error, error_size);
-    return nullptr;
-  }
-  et_trt::PartitionData named;
-  std::string message;
-  if (!et_trt::fetch_named_data(*view.root, et_trt::CallerNamedData(keys, data, sizes, count), &named, &message)) {
-    copy_error(message, error, error_size);
-    return nullptr;
-  }
-  et_trt::set_grouped_mm_logger(&logger());
   auto check = std::make_unique<PluginCheck>();
-  check->images = et_trt::register_kernel_images(*view.root, named.kernel_images);
+  check->images = et_trt::tools::register_blob_images(blob_bytes, size, keys, data, sizes, count, error, error_size);
+  if (check->images == nullptr) return nullptr;
+  et_trt::set_grouped_mm_logger(&logger());
   const std::string layout = gate_up_layout != nullptr ? gate_up_layout : "";
   PluginField node[4] = {PluginField("activation", &activation, PluginFieldType::kINT32, 1),
                          PluginField("gate_up_layout", layout.data(), PluginFieldType::kCHAR,
