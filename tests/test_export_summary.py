@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from et_trt_backend.export_report import is_op
 from et_trt_partitioner import cli
 from et_trt_partitioner.export import UsageError, export, file_safe
+from et_trt_partitioner.log_config import OWN_LOGGERS
 
 FLOAT64_LINE = "z = (y.double() * 2).to(y.dtype)"
 # No engines at export: the summary does not depend on them, and the test stays quick. float64 kept as float64
@@ -62,14 +63,20 @@ def exported(tmp_path_factory):
     recipe = folder / "recipe.toml"
     recipe.write_text(RECIPE)
     root, records = logging.getLogger(), _Records()
+    # Our loggers as a fresh process has them (unset): an in-process `et-trt -q` of another test sets them.
+    own = {name: logging.getLogger(name).level for name in OWN_LOGGERS}
     level = root.level
     root.setLevel(logging.INFO)
     root.addHandler(records)
+    for name in own:
+        logging.getLogger(name).setLevel(logging.NOTSET)
     try:
         result = export(export_head, recipe, folder / "политика_v2.pte", data_dir=folder)
     finally:
         root.removeHandler(records)
         root.setLevel(level)
+        for name, own_level in own.items():
+            logging.getLogger(name).setLevel(own_level)
     return result, folder / "политика_v2.pte", records.records
 
 
