@@ -1,7 +1,7 @@
 """The ExecuTorch backend: preprocess turns one partition into an et-trt blob.
 
 options (compile specs) -> ONNX (lowering) -> pre-flight check -> weights out
-of the ONNX -> grouped-GEMM kernel images (when the ONNX has GroupedMM) ->
+of the ONNX -> kernel images (for its GroupedMM and MoEExperts nodes) ->
 engines (where a provider can build at export) -> one serialized blob
 (serialization/blob.py), and the weights and engines as ExecuTorch named data
 (serialization/external_data.py): in the .pte, or in a .ptd where the weights
@@ -10,6 +10,7 @@ carry ExecuTorch's external-constant tag.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -27,9 +28,12 @@ logger = logging.getLogger(__name__)
 
 
 def _kernel_images(lowered, options: CompileOptions):
-    if not lowered.grouped_mms:
+    """The kernel images the partition's plugin nodes run: per GroupedMM (dtype, layout, weight format) and per
+    MoEExperts dtype, each once, for every architecture of kernel_archs."""
+    if not lowered.grouped_mms and not lowered.fused_blocks:
         return [], {}
     from et_trt_backend.kernels import grouped_mm_images
+    from et_trt_backend.kernels.moe_aot import moe_experts_images
     import triton
 
     # The SwiGLU row quantizations only where a GroupedMM of their dtype takes a gate+up output (~100 KiB an
@@ -40,10 +44,23 @@ def _kernel_images(lowered, options: CompileOptions):
             (use.dtype, use.trans_b, use.weight_format) for use in lowered.grouped_mms):
         images += [image for image in grouped_mm_images(options.kernel_archs, dtype, trans_b, weight_format)
                    if dtype in swiglu or not image.variant.startswith("quantize_rows_swiglu")]
+    for dtype in dict.fromkeys(block.dtype for block in lowered.fused_blocks):
+        images += moe_experts_images(options.kernel_archs, dtype)
     return images, {"triton": triton.__version__}
 
 
 class EtTrtBackend(BackendDetails):
+    @classmethod
+    def copy_exported_program_for_preprocess(cls, edge_program: torch.export.ExportedProgram,
+                                             compile_specs: list[CompileSpec]) -> torch.export.ExportedProgram:
+        """The partition's program for preprocess: its graph copied (the lowering rewrites it), its weights shared
+        with the caller's program. ExecuTorch's default copies them too, which holds every weight of the partition
+        twice while it exports; preprocess never writes a weight in place (passes that transform weights add new
+        constants: lowering/program_weights.py; tests/test_large_weights.py checks the model is unchanged)."""
+        shared = {id(t): t for t in (*edge_program.state_dict.values(), *edge_program.constants.values())
+                  if isinstance(t, torch.Tensor)}
+        return copy.deepcopy(edge_program, shared)
+
     @staticmethod
     def preprocess(edge_program: torch.export.ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
         options, part = CompileOptions.from_compile_specs(compile_specs)
@@ -55,9 +72,9 @@ class EtTrtBackend(BackendDetails):
         preflight.enforce(lowered.onnx, options.preflight, where=f"part {part!r}")
         onnx_bytes = lowered.onnx_bytes
         tag = external_data.external_tag(edge_program, part)
-        logger.info("part %r: ONNX %.1f KiB and %d weights of %.1f MiB%s, %d GroupedMM", part, len(onnx_bytes) / 1024,
-                    len(weights), sum(w.data.size for w in weights) / 2**20, f" (to {tag}.ptd)" if tag else "",
-                    len(lowered.grouped_mms))
+        logger.info("part %r: ONNX %.1f KiB and %d weights of %.1f MiB%s, %d GroupedMM, %d MoEExperts", part,
+                    len(onnx_bytes) / 1024, len(weights), sum(w.data.size for w in weights) / 2**20,
+                    f" (to {tag}.ptd)" if tag else "", len(lowered.grouped_mms), len(lowered.fused_blocks))
 
         kernels, producer_extra = _kernel_images(lowered, options)
         contents = blob.BlobContents(

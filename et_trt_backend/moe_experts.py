@@ -28,7 +28,8 @@ from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS, MO
 
 GPTOSS_ALPHA = 1.702  # GPT-OSS's defaults for gptoss_glu's float attributes
 GPTOSS_LIMIT = 7.0
-_FLOATS = (torch.bfloat16, torch.float16)
+# float32 too: the float32 twins that tests and the lowering's block check compute in (every rounding a no-op).
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def is_gated(activation: str) -> bool:
@@ -95,8 +96,8 @@ def check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b
     """(T, k, E, H, F) of valid inputs; a ValueError naming the input and what it must be otherwise."""
     _check_activation(activation)
     if hidden.dim() != 2 or hidden.dtype not in _FLOATS:
-        raise ValueError(f"moe_experts: hidden must be [T, H] bfloat16 or float16; got {hidden.dtype} "
-                         f"{tuple(hidden.shape)}")
+        raise ValueError(f"moe_experts: hidden must be [T, H] bfloat16 or float16 (float32 for checks); got "
+                         f"{hidden.dtype} {tuple(hidden.shape)}")
     tokens, size = hidden.shape
     if topk_ids.dim() != 2 or topk_ids.shape[0] != tokens or topk_ids.dtype != torch.int32:
         raise ValueError(f"moe_experts: topk_ids must be int32 [T, k] with T = {tokens}; got {topk_ids.dtype} "
@@ -137,8 +138,9 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
 def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
             w_down: torch.Tensor, b_gate_up: torch.Tensor | None, b_down: torch.Tensor | None, *, activation: str,
             gate_up_layout: str, alpha: float, limit: float) -> torch.Tensor:
-    """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be float32 (the INT4
-    form's exact q * scale, int4_weights.moe_experts_reference)."""
+    """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be of another float type:
+    float32 (the INT4 form's exact q * scale, int4_weights.moe_experts_reference), or the model's bf16 under float32
+    hidden states (the lowering's check, lowering/moe_fusion.py: each routed expert converted alone)."""
     dtype, device = hidden.dtype, hidden.device
     tokens, size = hidden.shape
     top_k, experts = topk_ids.shape[1], w_down.shape[0]

@@ -1,9 +1,10 @@
-"""What a partition's ONNX holds, read back from its blob: its ops, the floating types it computes in and
-its FP8 GroupedMMs. `et-trt inspect` prints these; tests check exports with them."""
+"""What a partition's ONNX holds, read back from its blob: its ops, the floating types it computes in, its FP8
+GroupedMMs and how each MoE block was lowered. `et-trt inspect` prints these; tests check exports with them."""
 
 from __future__ import annotations
 
 import collections
+import json
 import math
 
 import onnx
@@ -11,6 +12,11 @@ from onnx import TensorProto
 
 from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE, ACTIVATIONS, GROUPED_MM_DOMAIN, GROUPED_MM_OP
 from et_trt_backend.serialization.blob import BlobError
+
+# The ONNX model's metadata entry listing its MoE blocks, each {"block", "form", "detail", "dtype"} (JSON): form
+# "MoEExperts" (fused; detail: activation, layout, sizes) or "GroupedMM" (detail: why it was not fused). The
+# lowering writes it (lowering/moe_fusion.py, MoEBlockForm).
+MOE_BLOCKS_METADATA_KEY = "et_trt.moe_blocks"
 
 
 def load_onnx(partition) -> onnx.ModelProto:
@@ -67,3 +73,10 @@ def fp8_grouped_mms(model: onnx.ModelProto) -> list[dict]:
                       "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], [])),
                       "swiglu": activation == ACTIVATIONS["swiglu"]})
     return found
+
+
+def moe_blocks(model: onnx.ModelProto) -> list[dict[str, str]]:
+    """The partition's MoE blocks as the lowering recorded them (MOE_BLOCKS_METADATA_KEY); [] for none, or for
+    blobs written before the record."""
+    entry = next((p.value for p in model.metadata_props if p.key == MOE_BLOCKS_METADATA_KEY), None)
+    return json.loads(entry) if entry else []

@@ -81,6 +81,9 @@ class CompileOptions:
     kernel_archs: tuple[str, ...] = DEFAULT_KERNEL_ARCHS
     # Off: aten._grouped_mm lowers densely in TensorRT-native ops instead.
     grouped_gemm_kernel: bool = True
+    # Each MoE block the lowering recognises becomes one fused MoEExperts node (lowering/moe_fusion.py); off (or
+    # where a block is not recognised), its experts are two GroupedMM nodes and the routing ops around them.
+    fused_experts: bool = True
     # "fp8": the GroupedMMs' constant weights become FP8 e4m3 with a scale per expert output channel
     # (lowering/fp8_experts.py); None: they stay in `precision`.
     expert_precision: str | None = None
@@ -214,6 +217,7 @@ _VALIDATORS = {
     "timing_cache": _optional_str,
     "kernel_archs": _kernel_archs,
     "grouped_gemm_kernel": lambda k, v: _expect(k, v, bool, "true or false"),
+    "fused_experts": lambda k, v: _expect(k, v, bool, "true or false"),
     "expert_precision": lambda k, v: None if v in (None, "precision") else _choice(k, v, EXPERT_PRECISIONS),
     "engine_build": lambda k, v: _choice(k, v, ENGINE_BUILD_POLICIES),
     "preflight": lambda k, v: _choice(k, v, PREFLIGHT_POLICIES),

@@ -1,12 +1,12 @@
-"""The names through which TensorRT finds our GroupedMM plugin (contract 4): the one definition.
+"""The names through which TensorRT finds our GroupedMM and MoEExperts plugins (contract 4): the one definition.
 
-TensorRT's ONNX parser turns a node of op type GROUPED_MM_OP into the plugin
+TensorRT's ONNX parser turns a node of op type GROUPED_MM_OP (MOE_EXPERTS_OP) into the plugin
 registered under that name, the node's plugin_version and its
 plugin_namespace (PLUGIN_ATTRIBUTES). The lowering writes such nodes in
-domain GROUPED_MM_DOMAIN, the Python build phase registers its creator under
-these names, and the pre-flight check verifies both. The C++ plugin declares
+domain GROUPED_MM_DOMAIN and the pre-flight check verifies them. The C++ plugins declare
 the same names (kGroupedMMName, kGroupedMMVersion, kGroupedMMNamespace in
-runtime/src/tensorrt/grouped_mm_plugin.h).
+runtime/src/tensorrt/grouped_mm_plugin.h; kMoEExperts* in moe_experts_plugin.h) and register their creators
+under them.
 """
 
 GROUPED_MM_DOMAIN = "et_trt"
@@ -56,3 +56,12 @@ MOE_GATED_ACTIVATIONS = ("swiglu", "geglu_tanh", "geglu_erf", "gptoss_glu")
 # reorders the rows at export and records it. Each is a block size B (moe_experts.layout_block): gate row
 # (f // B) * 2B + f % B, up row that + B; concat's B is F, interleaved's 1.
 MOE_GATE_UP_LAYOUTS = ("concat", "interleaved", "blocked8")
+# The MoEExperts node's attributes, each written on every node (NVIDIA's parser warns of a plugin field a node
+# lacks), which the plugin reads as its fields (kMoEActivationField, kMoELayoutField, kMoEAlphaField and
+# kMoELimitField in runtime/src/tensorrt/moe_experts_plugin.h): activation, an int of MOE_ACTIVATIONS;
+# gate_up_layout, a string of MOE_GATE_UP_LAYOUTS; alpha and limit, gptoss_glu's floats. Plus PLUGIN_ATTRIBUTES:
+# the plugin is et_trt::MoEExperts, version PLUGIN_VERSION, like GroupedMM, in GROUPED_MM_DOMAIN.
+MOE_ACTIVATION_ATTRIBUTE = "activation"
+MOE_LAYOUT_ATTRIBUTE = "gate_up_layout"
+MOE_ALPHA_ATTRIBUTE = "alpha"
+MOE_LIMIT_ATTRIBUTE = "limit"

@@ -161,13 +161,15 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         f"{kind} " + ", ".join(f"{t} {n}" for t, n in counts.items())
         for kind, counts in onnx_precision(model).items() if counts))
     print("    " + _fp8_line(model))
+    for line in _moe_block_lines(model):
+        print("    " + line)
     options = c.options.to_json()
     if detail:
         print(f"    options: {json.dumps(options, sort_keys=True)}")
     else:
         print(f"    options: precision {options['precision']}, engine_build {options['engine_build']}")
     if not c.kernels:
-        print("    kernel images: none (no GroupedMM, or the grouped-GEMM kernel is off)")
+        print("    kernel images: none (no GroupedMM or MoEExperts, or the grouped-GEMM kernel is off)")
     elif detail:
         print(f"    kernel images ({len(c.kernels)}):")
         for k in c.kernels:
@@ -177,7 +179,9 @@ def _print_partition(i: int, partition, detail: bool) -> None:
     else:
         archs = {fmt: sorted({k.arch for k in c.kernels if k.format == fmt}, key=_arch_number)
                  for fmt in ("cubin", "ptx")}
-        print(f"    kernel images: {len(c.kernels)}, {_size(sum(k.image.size for k in c.kernels))}; "
+        moe = sum(k.kernel.startswith("moe_") for k in c.kernels)
+        print(f"    kernel images: {len(c.kernels)}{f' ({moe} for MoEExperts)' if moe else ''}, "
+              f"{_size(sum(k.image.size for k in c.kernels))}; "
               + "; ".join(f"{fmt} {', '.join(a)}" for fmt, a in archs.items() if a))
     print(f"    robot GPUs: {robot_gpus_line(c.kernels)}")
     if not c.engines:
@@ -204,6 +208,21 @@ def _fp8_line(model) -> str:
             f"e4m3 + {_size(sum(e['scales_bytes'] for e in fp8))} scales: "
             + ", ".join(f"{e['node']} ({e['weights']} {e['shape']}{', SwiGLU of its input fused' * e['swiglu']})"
                         for e in fp8))
+
+
+def _moe_block_lines(model) -> list[str]:
+    """Each MoE block's form, as the lowering recorded it: fused (one MoEExperts node) or GroupedMM, and why."""
+    from et_trt_backend.onnx_analysis import moe_blocks
+
+    blocks = moe_blocks(model)
+    if not blocks:
+        return []
+    lines = [f"MoE blocks: {sum(b['form'] == 'MoEExperts' for b in blocks)} of {len(blocks)} fused"]
+    for b in blocks:
+        how = f"one MoEExperts node ({b['dtype']}, {b['detail']})" if b["form"] == "MoEExperts" else \
+            f"GroupedMM: {b['detail']}"
+        lines.append(f"  {b['block'] or '(the partition itself)'}: {how}")
+    return lines
 
 
 def _arch_number(arch: str) -> int:

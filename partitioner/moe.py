@@ -14,11 +14,11 @@ must be delegated whole.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
 
 import torch
 from torch.fx import Graph, Node
 
+from et_trt_backend.module_paths import common_prefix, module_path
 from et_trt_backend.op_support import aten_overload
 from et_trt_backend.op_support.routing import ROUTER_OPS
 
@@ -31,25 +31,6 @@ class MoEBlock:
     grouped_mms: list[Node]
     routers: list[Node]
     nodes: set[Node]  # the region that must stay in one delegate
-
-
-def module_path(node: Node) -> str | None:
-    """Path of the innermost module that created `node` ("" for the root), None if unknown."""
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return None
-    path, _ = list(stack.values())[-1]
-    return path
-
-
-def _common_prefix(paths: Iterable[str]) -> str:
-    split = [p.split(".") if p else [] for p in paths]
-    common = []
-    for segments in zip(*split):
-        if len(set(segments)) != 1:
-            break
-        common.append(segments[0])
-    return ".".join(common)
 
 
 def _inside(path: str | None, module: str) -> bool:
@@ -84,7 +65,7 @@ def find_moe_blocks(graph: Graph) -> list[MoEBlock]:
     for offs, gemms in by_offs.items():
         routers = _routers_behind(offs) if isinstance(offs, Node) else []
         paths = [module_path(n) for n in gemms + routers]
-        module = _common_prefix(p for p in paths if p is not None)
+        module = common_prefix(p for p in paths if p is not None)
         nodes = {n for n in graph.nodes if n.op == "call_function" and _inside(module_path(n), module)}
         nodes.update(gemms + routers)
         blocks.append(MoEBlock(module, gemms, routers, nodes))
@@ -100,7 +81,7 @@ def _merge_overlapping(blocks: list[MoEBlock]) -> list[MoEBlock]:
                 other.grouped_mms += block.grouped_mms
                 other.routers += block.routers
                 other.nodes |= block.nodes
-                other.module = _common_prefix([other.module, block.module])
+                other.module = common_prefix([other.module, block.module])
                 break
         else:
             merged.append(block)

@@ -52,9 +52,11 @@ def test_inspect_reports_partitions_ops_options_kernels_engine(example_pte, caps
     assert out.startswith("2 TensorRT partition(s)")
     for part in ("decoder", "velocity"):
         assert re.search(rf"\[\d\] part '{part}': plan 'forward' delegate \d, blob", out)
-    assert "et_trt::GroupedMM" in out and "TopK" in out
+    assert "et_trt::MoEExperts 2" in out and "et_trt::MoEExperts 1" in out and "TopK" in out
+    assert "    MoE blocks: 2 of 2 fused\n      decoder.layers.0.moe: one MoEExperts node (bf16, swiglu, " in out
+    assert "velocity.block.moe: one MoEExperts node (fp16, swiglu, blocked8, 8 experts, top-2, hidden 64" in out
     assert '"precision": "fp16"' in out and '"kernel_archs": ["sm_87", "sm_90a", "sm_110a"]' in out
-    assert re.search(r"sm_90a\s+cubin grouped_mm_\w+ bf16", out)
+    assert re.search(r"sm_90a\s+cubin moe_gate_up_gated bf16", out)
     # No TensorRT here. TensorRT for RTX, where installed, builds the velocity part's engines for its targets in
     # kernel_archs (sm_80, sm_120a); the decoder's (sm_87, sm_90a, sm_110a) are built on the robot.
     try:

@@ -4,7 +4,9 @@ through ExecuTorch's runtime as far as this machine allows: the delegate fetches
 weight from the .ptd, and TensorRT's absence is the only refusal.
 
 The export runs in a fresh process whose peak resident memory is measured (getrusage): it must stay
-within 2.5x the weights' size, everything included (the model itself, torch, ExecuTorch).
+within 2.5x the weights' size, everything included (the model itself, torch, ExecuTorch). Its MoE block takes the
+fused form (one MoEExperts node, its gate+up weights laid out anew), and the model's weights, which the backend
+shares with its program instead of copying them, are unchanged after it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ import subprocess
 import sys
 import textwrap
 
+import onnx
 import pytest
 
+from et_trt_backend.lowering.moe_fusion import FUSED
+from et_trt_backend.onnx_analysis import moe_blocks
+from et_trt_backend.serialization.pte import read_partitions
 from support.runtime_runs import NOT_BUILT
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -24,7 +30,7 @@ EXPERTS, HIDDEN, FFN = 40, 3072, 3072
 WEIGHT_BYTES = (EXPERTS * 3 * HIDDEN * FFN + HIDDEN * EXPERTS) * 2  # gate+up [E, 2F, H], down [E, H, F], router; bf16
 
 EXPORT = textwrap.dedent(f"""
-    import json, resource, sys, time
+    import hashlib, json, resource, sys, time
     import torch
     sys.path.insert(0, {str(REPO / "tests")!r})
     from support import moe_models
@@ -41,6 +47,11 @@ EXPORT = textwrap.dedent(f"""
         for param in model.parameters():
             param.normal_(0, 0.02, generator=generator)
     weights = sum(p.nbytes for p in model.parameters())
+
+    def digest():
+        return [hashlib.sha256(p.detach().view(torch.int16).numpy()).hexdigest() for p in model.parameters()]
+
+    before = digest()
     start = time.perf_counter()
     exported = moe_models.export(model, hidden={HIDDEN})
     external_data.tag_weights(exported, "big")
@@ -51,7 +62,8 @@ EXPORT = textwrap.dedent(f"""
     with open(out + "/big.pte", "wb") as f:
         program.write_to_file(f)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({{"weights": weights, "peak_rss": peak, "seconds": time.perf_counter() - start}}))
+    seconds = time.perf_counter() - start
+    print(json.dumps({{"weights": weights, "peak_rss": peak, "seconds": seconds, "unchanged": digest() == before}}))
 """)
 
 LOAD = textwrap.dedent("""
@@ -77,8 +89,11 @@ def test_a_partition_of_more_than_2_gib_exports_and_loads(built_runtime, tmp_pat
           f"({measured['peak_rss'] / measured['weights']:.2f}x), {measured['seconds']:.0f} s")
     assert measured["weights"] == WEIGHT_BYTES > 2**31
     assert measured["peak_rss"] <= 2.5 * measured["weights"], measured
+    assert measured["unchanged"], "the export wrote into the model's weights"
     ptd, pte = tmp_path / "big.ptd", tmp_path / "big.pte"
     assert ptd.stat().st_size >= WEIGHT_BYTES and pte.stat().st_size < 2**20
+    (partition,) = read_partitions(pte.read_bytes(), missing_data_ok=True)
+    assert [b["form"] for b in moe_blocks(onnx.load_from_string(partition.contents.onnx))] == [FUSED]
 
     load = subprocess.run([sys.executable, "-c", LOAD, str(tmp_path)], capture_output=True, text=True,
                           errors="replace", timeout=1200)

@@ -174,5 +174,8 @@ def test_example_policy_exports_with_fp8_decoder_experts(tmp_path, capsys):
     pte.write_bytes(edge.to_executorch().buffer)
     assert cli.main(["-q", "inspect", str(pte)]) == 0
     out = capsys.readouterr().out
-    assert "FP8 experts: 4 of 4 GroupedMM" in out and "FP8 experts: none (2 GroupedMM" in out
+    # The velocity part's block is fused (MoEExperts); the decoder's stay FP8 GroupedMMs, and inspect says why.
+    assert "FP8 experts: 4 of 4 GroupedMM" in out and "FP8 experts: none (0 GroupedMM" in out
+    assert "MoE blocks: 0 of 2 fused" in out and "MoE blocks: 1 of 1 fused" in out
+    assert out.count('GroupedMM: expert_precision = "fp8": MoEExperts has no FP8 weights yet') == 2
     assert out.count("SwiGLU of its input fused") == 2

@@ -102,7 +102,7 @@ def test_moe_stack_shares_the_dynamic_token_count():
 
 
 def test_static_tokens_and_the_kernel_form():
-    recipe = {"default": {"grouped_gemm_kernel": True, "kernel_archs": ["sm_90a"]}}
+    recipe = {"default": {"grouped_gemm_kernel": True, "fused_experts": False, "kernel_archs": ["sm_90a"]}}
     model = moe_models.bf16(moe_models.GroupedMoE(combine="index_add"))
     (_, contents), = _check(_export(model, tokens=7, dynamic=False), recipe=recipe, tokens=(7,))
     assert all(d.size is not None for spec in contents.inputs + contents.outputs for d in spec.dims)

@@ -130,7 +130,7 @@ def test_matches_pytorch_bf16_moe_block():
 
 
 @pytest.mark.parametrize("mutate, match", [
-    (lambda a: a.update(hidden=a["hidden"].float()), "hidden must be"),
+    (lambda a: a.update(hidden=a["hidden"].double()), "hidden must be"),
     (lambda a: a.update(topk_ids=a["topk_ids"].long()), "topk_ids must be int32"),
     (lambda a: a.update(topk_weights=a["topk_weights"][:, :1]), "topk_weights must be"),
     (lambda a: a.update(w_gate_up=a["w_gate_up"][:, :8]), r"w_gate_up must be \[E, N1, H\] = \[4, 16, 16\]"),

@@ -36,7 +36,8 @@ def test_every_field_round_trips():
     }
     # FP8 experts need the grouped-GEMM kernel: the two kernel settings are set apart.
     fp8 = parse_options({**common, "kernel_archs": ["sm_90a", "sm_89"], "expert_precision": "fp8"})
-    dense = parse_options({**common, "kernel_archs": ["sm_90a", "sm_87"], "grouped_gemm_kernel": False})
+    dense = parse_options({**common, "kernel_archs": ["sm_90a", "sm_87"], "grouped_gemm_kernel": False,
+                           "fused_experts": False})
     assert fp8.workspace_bytes == 512 << 20
     assert fp8.shape_ranges["tokens"] == ShapeRange(1, 32, 256)
     for options in (fp8, dense):

@@ -86,10 +86,10 @@ def test_fp16_converts_the_bf16_model_and_keeps_its_float32_islands():
     assert "bf16" not in precision["weights"] and "bf16" not in precision["computed"]
     assert {k.dtype for k in contents.kernels} == {"fp16"}
     ops = _ops_by_input_type(onnx_model)
-    assert ops[("GroupedMM", "fp16")] == 2
+    assert ops[("MoEExperts", "fp16")] == 1  # the routed experts, fused (their SwiGLU inside)
     assert ops[("Gemm", "fp16")] + ops[("MatMul", "fp16")] == 3  # router linear + shared expert, in fp16
     assert ops[("Softmax", "fp32")] == 1  # the router's .float() softmax stays float32
-    assert ops[("Sigmoid", "fp32")] == 2  # SiLU's float32 math, as eager PyTorch does it
+    assert ops[("Sigmoid", "fp32")] == 1  # the shared expert's SiLU in float32 math, as eager PyTorch does it
     for tokens in (2, 7, 100):
         x = torch.randn(tokens, 32).to(torch.bfloat16)
         got = _run_fp16(onnx_model, {contents.inputs[0].name: x})
@@ -170,7 +170,7 @@ def test_example_velocity_is_fp16_throughout(example_parts):
     precision = onnx_precision(model)
     assert "bf16" not in precision["weights"] and "bf16" not in precision["computed"]
     ops = _ops_by_input_type(model)
-    assert ops[("GroupedMM", "fp16")] == 2
+    assert ops[("MoEExperts", "fp16")] == 1  # its MoE block, fused
     assert ops[("Gemm", "fp16")] + ops[("MatMul", "fp16")] == 11
     assert ops[("MatMul", "fp32")] == 1 and ops[("Gemm", "fp32")] == 0  # only the router's .float() linear
     assert {k.dtype for k in velocity.kernels} == {"fp16"}

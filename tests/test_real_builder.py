@@ -50,8 +50,9 @@ from support.nvidia_builders import built_target, serialized_plugin_fields, tens
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
-# Kernel images for the RTX targets only (fewer to compile); no engine at export: the test builds them.
-RECIPE = {"kernel_archs": TARGETS, "engine_build": "never"}
+# Kernel images for the RTX targets only (fewer to compile); no engine at export: the test builds them. The MoE
+# blocks stay GroupedMMs, this module's subject (test_moe_fusion.py builds the fused MoEExperts form).
+RECIPE = {"kernel_archs": TARGETS, "engine_build": "never", "fused_experts": False}
 FP8_TARGETS = ["sm_89", "sm_120a"]  # the RTX targets with FP8 tensor cores
 
 

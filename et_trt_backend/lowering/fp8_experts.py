@@ -22,59 +22,18 @@ from __future__ import annotations
 import logging
 
 import torch
-from torch._guards import detect_fake_mode
-from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+from torch.export.graph_signature import InputSpec
 
 from et_trt_backend import quantization
 from et_trt_backend.source_lines import source_line
 
 from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError
+from .program_weights import ProgramWeights
 from .translations import FP8_WEIGHTS_TORCH_DTYPE, KERNEL_DTYPES
 
 logger = logging.getLogger(__name__)
 lowering_ops = torch.ops.et_trt_lowering
-_WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-
-
-class _Program:
-    """The program's weights by placeholder, and the lifted constants this pass adds."""
-
-    def __init__(self, program: torch.export.ExportedProgram):
-        self.program = program
-        self.graph = program.graph
-        self.fake_mode = detect_fake_mode([n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"])
-        self.spec_of = {spec.arg.name: spec for spec in program.graph_signature.input_specs
-                        if spec.kind in _WEIGHT_KINDS}
-
-    def weight(self, node) -> tuple[InputSpec, torch.Tensor] | None:
-        """(spec, value) when `node` is a weight placeholder of the program."""
-        spec = self.spec_of.get(node.name) if isinstance(node, torch.fx.Node) and node.op == "placeholder" else None
-        if spec is None:
-            return None
-        store = self.program.state_dict if spec.target in self.program.state_dict else self.program.constants
-        value = store.get(spec.target)
-        return (spec, value) if isinstance(value, torch.Tensor) else None
-
-    def add_constant(self, after: torch.fx.Node, name: str, value: torch.Tensor) -> torch.fx.Node:
-        """A lifted constant placeholder holding `value`, right after the placeholder `after`."""
-        specs = self.program.graph_signature.input_specs
-        with self.graph.inserting_after(after):
-            node = self.graph.placeholder(name)
-        node.meta = {**after.meta, "val": self.fake_mode.from_tensor(value, static_shapes=True)}
-        self.program.constants[node.name] = value
-        index = next(i for i, spec in enumerate(specs) if spec.arg.name == after.name)
-        specs.insert(index + 1, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(node.name), node.name))
-        return node
-
-    def drop_if_unused(self, node: torch.fx.Node, spec: InputSpec) -> None:
-        if node.users:
-            return
-        signature = self.program.graph_signature
-        signature.input_specs.remove(spec)
-        self.program.state_dict.pop(spec.target, None)
-        self.program.constants.pop(spec.target, None)
-        self.graph.erase_node(node)
 
 
 def _quantized(spec: InputSpec, value: torch.Tensor, trans_b: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +48,7 @@ def _quantized(spec: InputSpec, value: torch.Tensor, trans_b: bool) -> tuple[tor
 def quantize_experts(program: torch.export.ExportedProgram) -> int:
     """Turns every GroupedMM of `program` (in place) whose weights are constant into an FP8 GroupedMM;
     returns how many."""
-    state = _Program(program)
+    state = ProgramWeights(program)
     quantized: dict[tuple[str, bool], tuple[torch.fx.Node, torch.fx.Node]] = {}  # a weight feeding several once
     count = 0
     for node in list(state.graph.nodes):
@@ -123,7 +82,7 @@ def quantize_experts(program: torch.export.ExportedProgram) -> int:
                                                                   scale_node.meta["val"])
         node.replace_all_uses_with(fp8)
         state.graph.erase_node(node)
-        state.drop_if_unused(b, spec)
+        state.drop_if_unused(b)
         count += 1
     program.graph_module.recompile()
     return count

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import re
 
@@ -26,6 +27,7 @@ import torch
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from et_trt_backend.onnx_analysis import MOE_BLOCKS_METADATA_KEY
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.program_inputs import user_input_nodes
@@ -37,6 +39,7 @@ from . import routing_rewrites, translations
 from .errors import LoweringError
 from .fp8_experts import quantize_experts
 from .fp8_swiglu import fuse_swiglu
+from .moe_fusion import FUSED, MoEBlockForm, fuse_moe_blocks
 from .precision import apply_precision, truncate_double
 from .size_inputs import inline_size_inputs
 from .to_aten import aten_target, to_aten_program
@@ -69,6 +72,12 @@ class LoweredPartition:
     outputs: list[TensorSpec]
     grouped_mms: list[GroupedMMUse]  # kernel-form GroupedMM nodes (none when lowered densely)
     weights: list[WeightRecord]  # the external initializers, their bytes in files (external_data.py)
+    moe_blocks: list[MoEBlockForm] = dataclasses.field(default_factory=list)  # each MoE block's form, and why
+
+    @property
+    def fused_blocks(self) -> list[MoEBlockForm]:
+        """The MoE blocks lowered to one MoEExperts node each."""
+        return [form for form in self.moe_blocks if form.form == FUSED]
 
     @property
     def onnx_bytes(self) -> bytes:
@@ -260,6 +269,7 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     if options.truncate_double:
         truncate_double(program)
     apply_precision(program, options.precision)
+    moe_blocks = fuse_moe_blocks(program, options)
     if options.expert_precision == "fp8":
         logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
         logger.info("expert_precision fp8: %d of them compute their input's SwiGLU", fuse_swiglu(program))
@@ -288,4 +298,7 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     inputs = _tensor_specs(model.graph.input, ranges)
     outputs = _tensor_specs(model.graph.output, ranges)
     _rename_dims(model, ranges)
-    return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms, weights=weights)
+    if moe_blocks:  # for `et-trt inspect` (onnx_analysis.moe_blocks)
+        model.metadata_props.add(key=MOE_BLOCKS_METADATA_KEY, value=json.dumps([b.to_json() for b in moe_blocks]))
+    return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms, weights=weights,
+                            moe_blocks=moe_blocks)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from et_trt_backend import moe_experts as moe_semantics
 from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.quantization import FP8_DTYPE, grouped_mm_fp8_reference, swiglu_rows
 
@@ -94,3 +95,20 @@ def bounded_bincount(ids: torch.Tensor, num_bins: int, row_width: int) -> torch.
 @bounded_bincount.register_fake
 def _(ids, num_bins, row_width):
     return ids.new_empty(num_bins, dtype=torch.long)
+
+
+@torch.library.custom_op("et_trt_lowering::moe_experts", mutates_args=())
+def moe_experts(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                w_down: torch.Tensor, b_gate_up: torch.Tensor | None, b_down: torch.Tensor | None, activation: str,
+                gate_up_layout: str, alpha: float, limit: float) -> torch.Tensor:
+    """The fused MoE experts (issue 32's MoEExperts, et_trt_backend/moe_experts.py): hidden [T, H], top-k ids
+    [T, k] int32 and weights [T, k] -> the combined output [T, H]; weights as [E, out, in], activation and
+    gate_up_layout by name (plugin_names.MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS)."""
+    return moe_semantics.reference(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                   activation=activation, gate_up_layout=gate_up_layout, alpha=alpha, limit=limit)
+
+
+@moe_experts.register_fake
+def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout, alpha,
+      limit):
+    return hidden.new_empty(hidden.shape)

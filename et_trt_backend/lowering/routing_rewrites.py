@@ -307,6 +307,7 @@ def rewrite_grouped_mms(ctx: RewriteContext) -> None:
         trans_b = weight is not None
         with ctx.graph.inserting_before(node):
             new = ctx.call(lowering_ops.grouped_mm.default, (a, weight if trans_b else b, offs, trans_b))
+        new.meta = {**node.meta, "val": new.meta["val"]}  # the model's module path and source line stay
         node.replace_all_uses_with(new)
         ctx.graph.erase_node(node)
 

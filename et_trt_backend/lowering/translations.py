@@ -24,6 +24,12 @@ from et_trt_backend.plugin_names import (
     FP8_WEIGHT_ONNX_TYPE,
     GROUPED_MM_DOMAIN,
     GROUPED_MM_OP,
+    MOE_ACTIVATION_ATTRIBUTE,
+    MOE_ACTIVATIONS,
+    MOE_ALPHA_ATTRIBUTE,
+    MOE_EXPERTS_OP,
+    MOE_LAYOUT_ATTRIBUTE,
+    MOE_LIMIT_ATTRIBUTE,
     PLUGIN_ATTRIBUTES,
 )
 
@@ -71,7 +77,42 @@ def _register_grouped_mm_schema() -> None:
     onnx.defs.register_schema(schema)
 
 
+def _register_moe_experts_schema() -> None:
+    if onnx.defs.has(MOE_EXPERTS_OP, GROUPED_MM_DOMAIN):
+        return
+    param = onnx.defs.OpSchema.FormalParameter
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    attribute = onnx.defs.OpSchema.Attribute
+    kind = onnx.defs.OpSchema.AttrType
+    schema = onnx.defs.OpSchema(
+        MOE_EXPERTS_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
+        doc="The fused MoE experts of et-trt (issue 32, et_trt_backend/moe_experts.py): out[t] = sum over j of "
+            "topk_weights[t, j] * down_e(act(gate_up_e(hidden[t]))), e = topk_ids[t, j]; weights as [E, out, in].",
+        inputs=[
+            param("hidden", "T"),
+            param("topk_ids", "tensor(int32)"),
+            param("topk_weights", "TW"),
+            param("w_gate_up", "T"),
+            param("w_down", "T"),
+            param("b_gate_up", "T", param_option=optional),
+            param("b_down", "T", param_option=optional),
+        ],
+        outputs=[param("out", "T")],
+        type_constraints=[("T", ["tensor(bfloat16)", "tensor(float16)"], "bf16 or fp16"),
+                          ("TW", ["tensor(float)", "tensor(bfloat16)", "tensor(float16)"], "float32 or hidden's")],
+        attributes=[
+            attribute(MOE_ACTIVATION_ATTRIBUTE, kind.INT, "plugin_names.MOE_ACTIVATIONS"),
+            attribute(MOE_LAYOUT_ATTRIBUTE, kind.STRING, "plugin_names.MOE_GATE_UP_LAYOUTS"),
+            attribute(MOE_ALPHA_ATTRIBUTE, kind.FLOAT, "gptoss_glu's alpha"),
+            attribute(MOE_LIMIT_ATTRIBUTE, kind.FLOAT, "gptoss_glu's limit"),
+            *(attribute(name, kind.STRING, "") for name in PLUGIN_ATTRIBUTES),
+        ],
+    )
+    onnx.defs.register_schema(schema)
+
+
 _register_grouped_mm_schema()
+_register_moe_experts_schema()
 et_trt = values.Opset(GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION)
 
 
@@ -87,6 +128,21 @@ def grouped_mm_fp8_kernel(a, b_q, offs, b_scale, activation: int = ACTIVATIONS["
     """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op."""
     return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **{ACTIVATION_ATTRIBUTE: activation},
                             **PLUGIN_ATTRIBUTES)
+
+
+def moe_experts_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None,
+                       activation: str = "swiglu", gate_up_layout: str = "concat", alpha: float = 1.702,
+                       limit: float = 7.0):
+    """The lowering op moe_experts as the MoEExperts custom op, every attribute written. Absent trailing
+    biases are left out (ONNX's optional inputs); the lowering never leaves out b_gate_up alone."""
+    if b_gate_up is None and b_down is not None:
+        raise ValueError("moe_experts with b_down but no b_gate_up: the lowering writes zeros for the missing one")
+    biases = [bias for bias in (b_gate_up, b_down) if bias is not None]
+    return et_trt.MoEExperts(hidden, topk_ids, topk_weights, w_gate_up, w_down, *biases,
+                             **{MOE_ACTIVATION_ATTRIBUTE: MOE_ACTIVATIONS[activation],
+                                MOE_LAYOUT_ATTRIBUTE: gate_up_layout, MOE_ALPHA_ATTRIBUTE: float(alpha),
+                                MOE_LIMIT_ATTRIBUTE: float(limit)},
+                             **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):
@@ -340,6 +396,7 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
     return {
         lowering_ops.grouped_mm.default: grouped_mm,
         lowering_ops.grouped_mm_fp8.default: grouped_mm_fp8_kernel,
+        lowering_ops.moe_experts.default: moe_experts_kernel,
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,

@@ -12,7 +12,7 @@ import onnx
 import onnx.inliner
 from onnx import numpy_helper, shape_inference
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, MOE_EXPERTS_OP
 from et_trt_backend.source_lines import innermost_frame
 
 # Node metadata naming the PyTorch source a node came from. The lowering may
@@ -151,7 +151,7 @@ def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
-    # ONNX cannot infer our custom op; give its output a's type and re-infer
+    # ONNX cannot infer our custom ops; give each output its first input's type and re-infer
     # until nothing changes, so types flow past it.
     for _ in range(8):
         try:
@@ -164,7 +164,7 @@ def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:
         types.update({t.name: t.data_type for t in model.graph.initializer})
         added = False
         for node in model.graph.node:
-            if (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP) and node.output:
+            if node.domain == GROUPED_MM_DOMAIN and node.op_type in (GROUPED_MM_OP, MOE_EXPERTS_OP) and node.output:
                 out, a = node.output[0], node.input[0] if node.input else ""
                 if out not in known and types.get(a):
                     model.graph.value_info.append(onnx.helper.make_tensor_value_info(out, types[a], None))

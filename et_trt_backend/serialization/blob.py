@@ -89,6 +89,7 @@ EXPORT_ONLY_OPTIONS = {
     "shape_ranges": "carried by the IO specs (Dim.min/opt/max)",
     "kernel_archs": "the embedded kernel images are the result",
     "grouped_gemm_kernel": "the ONNX has GroupedMM nodes or their dense form",
+    "fused_experts": "the ONNX has MoEExperts nodes or the GroupedMM form",
     "expert_precision": "the ONNX's GroupedMM nodes carry FP8 weights and their scales",
     "engine_build": "decides what is embedded at export",
     "preflight": "applies at export only",

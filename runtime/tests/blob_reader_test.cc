@@ -221,6 +221,7 @@ struct Knobs {
   int rank = 2;
   bool kernel = true;
   blob::DType kernel_dtype = blob::DType::BFloat16;
+  const char* kernel_name = "grouped_mm_tma_nk";
   const char* kernel_entry = "grouped_mm_tma_nk";
   const char* kernel_variant = "tma";
   int32_t block_m = 128;
@@ -243,7 +244,7 @@ std::vector<uint8_t> build(const Knobs& k) {
   std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
   if (k.kernel) {
     auto image = blob::CreateNamedDataDirect(fbb, "et_trt/0c", 3, &image_sha256);
-    kernels.push_back(blob::CreateKernelImageDirect(fbb, "grouped_mm_tma_nk", k.kernel_variant, true, "sm_90a",
+    kernels.push_back(blob::CreateKernelImageDirect(fbb, k.kernel_name, k.kernel_variant, true, "sm_90a",
                                                     blob::ImageFormat::Cubin, image, k.kernel_entry, k.kernel_dtype,
                                                     8, 1024, 384, k.scratch_align, 0, k.block_m, 256, 64, false,
                                                     "8.6"));
@@ -405,6 +406,21 @@ TEST(BlobReader, RefusesBadKernelImages) {
   k = Knobs{};
   k.scratch_align = 96;
   EXPECT_NE(refusal(k).find("power of two"), std::string::npos);
+}
+
+// The MoE experts kernels' images use a block size 0 where a size does not apply (moe_route holds no rows,
+// moe_combine no K: et_trt_backend/kernels/moe_aot.py); negative sizes stay refused.
+TEST(BlobReader, TakesMoEImagesWithUnusedBlockSizes) {
+  Knobs k;
+  k.kernel_name = k.kernel_entry = "moe_route";
+  k.kernel_variant = "e64";
+  k.block_m = 0;
+  Bytes bytes = Bytes::of(build(k));
+  BlobView view;
+  BlobError error;
+  EXPECT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  k.block_m = -1;
+  EXPECT_NE(refusal(k).find("kernels[0]: num_warps must be positive and block sizes must not be negative"), std::string::npos);
 }
 
 }  // namespace

@@ -10,10 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "blob_reader.h"
+#include "check_blob.h"
 #include "grouped_mm_launcher.h"
 #include "kernel_images.h"
-#include "named_data.h"
 
 namespace {
 
@@ -22,9 +21,7 @@ struct LaunchCheck {
   std::unique_ptr<et_trt::kernels::GroupedMMLauncher> launcher;
 };
 
-void copy_error(const std::string& message, char* error, size_t error_size) {
-  if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", message.c_str());
-}
+using et_trt::tools::copy_error;
 
 }  // namespace
 
@@ -38,21 +35,10 @@ __attribute__((visibility("default"))) void* et_trt_launch_check_create(const ui
                                                                          const size_t* sizes, size_t count,
                                                                          const char* dtype, int32_t trans_b,
                                                                          int32_t fp8, char* error, size_t error_size) {
-  std::vector<uint64_t> aligned;
-  et_trt::BlobView view;
-  et_trt::BlobError blob_error;
-  if (!et_trt::read_blob_copy(blob_bytes, size, &aligned, &view, &blob_error)) {
-    copy_error("blob refused: " + blob_error.message, error, error_size);
-    return nullptr;
-  }
-  et_trt::PartitionData named;
-  std::string message;
-  if (!et_trt::fetch_named_data(*view.root, et_trt::CallerNamedData(keys, data, sizes, count), &named, &message)) {
-    copy_error(message, error, error_size);
-    return nullptr;
-  }
   auto check = std::make_unique<LaunchCheck>();
-  check->images = et_trt::register_kernel_images(*view.root, named.kernel_images);
+  check->images = et_trt::tools::register_blob_images(blob_bytes, size, keys, data, sizes, count, error, error_size);
+  if (check->images == nullptr) return nullptr;
+  std::string message;
   const std::string name = dtype != nullptr ? dtype : "";
   const auto dtype_code = name == "bf16" ? et_trt::blob::DType::BFloat16 : et_trt::blob::DType::Float16;
   const auto format = fp8 ? et_trt::blob::WeightFormat::Float8RowScaled : et_trt::blob::WeightFormat::Dense;

@@ -28,9 +28,9 @@ class PluginFields(NamedTuple):
 # type and element count, then its data: trans_b (INT32 = 5, one element), kernel_images_id (UNKNOWN = 8,
 # 32 bytes), activation (INT32). The rest of a plan is not comparable: the same network builds different plans
 # from one build to the next (kernel choices), whichever plugin serves it.
+_IMAGES_ID_FIELD = rb"\x11\x00\x00\x00kernel_images_id\x00\x08\x00\x00\x00\x20\x00\x00\x00(.{32})"
 _PLUGIN_FIELDS = re.compile(
-    rb"\x08\x00\x00\x00trans_b\x00\x05\x00\x00\x00\x01\x00\x00\x00(.{4})"
-    rb"\x11\x00\x00\x00kernel_images_id\x00\x08\x00\x00\x00\x20\x00\x00\x00(.{32})"
+    rb"\x08\x00\x00\x00trans_b\x00\x05\x00\x00\x00\x01\x00\x00\x00(.{4})" + _IMAGES_ID_FIELD +
     rb"\x0b\x00\x00\x00activation\x00\x05\x00\x00\x00\x01\x00\x00\x00(.{4})", re.S)
 
 
@@ -38,6 +38,11 @@ def serialized_plugin_fields(plan: bytes) -> list[PluginFields]:
     """Every GroupedMM plugin's serialized fields in `plan`, in plan order."""
     return [PluginFields(int.from_bytes(trans_b, "little"), images_id, int.from_bytes(activation, "little"))
             for trans_b, images_id, activation in _PLUGIN_FIELDS.findall(plan)]
+
+
+def serialized_kernel_images_ids(plan: bytes) -> list[bytes]:
+    """The kernel_images_id field of every plugin in `plan` (GroupedMM's and MoEExperts' alike), in plan order."""
+    return re.compile(_IMAGES_ID_FIELD, re.S).findall(plan)
 
 
 # What a TensorRT for RTX 1.7 plan records of the compute capability it was built for: its compiler's header

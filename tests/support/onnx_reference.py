@@ -4,12 +4,16 @@ onnx's ReferenceEvaluator runs every standard op; `GroupedMM` gets the
 implementation below, which follows contract 4 exactly (clamped offsets,
 uncovered rows zero, float32 accumulation), its FP8 form (a 4th input b_scale)
 too (with activation 1, of a gate+up output's SwiGLU): written here with numpy and ml_dtypes' e4m3, independently of
-et_trt_backend.quantization, so the two check each other. `to_float32` makes a float32 twin
+et_trt_backend.quantization, so the two check each other. `MoEExperts` (issue 32) gets one written from its
+definition in float64 with numpy, independently of et_trt_backend.moe_experts, rounding where the definition
+rounds (a no-op in a float32 twin). `to_float32` makes a float32 twin
 of a bf16/fp16 model, so it can be compared with the PyTorch partition run in
 float32 (numpy and the reference evaluator have no bf16 arithmetic).
 """
 
 from __future__ import annotations
+
+import math
 
 import ml_dtypes
 import numpy as np
@@ -18,7 +22,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, MOE_ACTIVATIONS, MOE_EXPERTS_OP
 
 _LOW_PRECISION = (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16)
 
@@ -86,6 +90,59 @@ class GroupedMM(OpRun):
 assert GroupedMM.__name__ == GROUPED_MM_OP
 
 
+def _moe_activation(y: np.ndarray, activation: str, layout: str, alpha: float, limit: float) -> np.ndarray:
+    """An MoEExperts activation of gate+up rows y [rows, N1] (float64): gated ones read feature f's gate row
+    (f // B) * 2B + f % B and its up row that + B, B the layout's block."""
+    erf = np.vectorize(math.erf)
+    gelu = lambda g: 0.5 * g * (1 + erf(g / math.sqrt(2)))  # noqa: E731
+    gelu_tanh = lambda g: 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))  # noqa: E731
+    silu = lambda g: g / (1 + np.exp(-g))  # noqa: E731
+    plain = {"silu": silu, "gelu_erf": gelu, "gelu_tanh": gelu_tanh, "relu2": lambda g: np.maximum(g, 0) ** 2}
+    if activation in plain:
+        return plain[activation](y)
+    ffn = y.shape[1] // 2
+    block = {"concat": ffn, "interleaved": 1, "blocked8": 8}[layout]
+    gate_rows = np.arange(ffn) // block * 2 * block + np.arange(ffn) % block
+    g, u = y[:, gate_rows], y[:, gate_rows + block]
+    if activation == "gptoss_glu":
+        g, u = np.minimum(g, limit), np.clip(u, -limit, limit)
+        return (u + 1) * g / (1 + np.exp(-alpha * g))
+    return {"swiglu": silu, "geglu_erf": gelu, "geglu_tanh": gelu_tanh}[activation](g) * u
+
+
+def moe_experts_reference(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation: str, layout: str,
+                          alpha: float, limit: float) -> np.ndarray:
+    """out[t] = sum over j of weights[t, j] * down_e(act(gate_up_e(hidden[t]))), e = ids[t, j] in [0, E) (other
+    ids add nothing); the gate+up output and the activation rounded to hidden's dtype, the sum rounded once."""
+    dtype = hidden.dtype
+    rounded = lambda v: v.astype(dtype).astype(np.float64)  # noqa: E731
+    x, out = hidden.astype(np.float64), np.zeros(hidden.shape, np.float64)
+    for e in range(w_down.shape[0]):
+        tokens, slots = np.nonzero(ids == e)
+        if not len(tokens):
+            continue
+        y = x[tokens] @ w_gate_up[e].astype(np.float64).T
+        y = rounded(y if b_gate_up is None else y + b_gate_up[e].astype(np.float64))
+        z = rounded(_moe_activation(y, activation, layout, alpha, limit)) @ w_down[e].astype(np.float64).T
+        z = z if b_down is None else z + b_down[e].astype(np.float64)
+        np.add.at(out, tokens, weights[tokens, slots].astype(np.float64)[:, None] * z)
+    return out.astype(dtype)
+
+
+class MoEExperts(OpRun):
+    op_domain = GROUPED_MM_DOMAIN
+
+    def _run(self, hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None, activation=None,
+             gate_up_layout=None, alpha=None, limit=None, plugin_version=None, plugin_namespace=None):
+        names = {value: name for name, value in MOE_ACTIVATIONS.items()}
+        layout = gate_up_layout.decode() if isinstance(gate_up_layout, bytes) else gate_up_layout
+        return (moe_experts_reference(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                      names[activation], layout, alpha, limit),)
+
+
+assert MoEExperts.__name__ == MOE_EXPERTS_OP
+
+
 class GatherElements(OpRun):
     """ONNX GatherElements via np.take_along_axis. onnx 1.23's reference version goes through
     np.choose, which takes at most 64 entries along the axis (the counting sort gathers along
@@ -97,7 +154,7 @@ class GatherElements(OpRun):
 
 
 def evaluator(model: onnx.ModelProto) -> ReferenceEvaluator:
-    return ReferenceEvaluator(model, new_ops=[GroupedMM, GatherElements])
+    return ReferenceEvaluator(model, new_ops=[GroupedMM, MoEExperts, GatherElements])
 
 
 def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -7,6 +7,7 @@ from et_trt_backend.preflight.rules import (
     dtypes,
     graph_order,
     grouped_mm,
+    moe_experts,
     opset,
     scatter,
     static_inputs,
@@ -25,4 +26,5 @@ RULES = {
     "scatter": scatter.check,
     "data_dependent": data_dependent.check,
     "grouped_mm": grouped_mm.check,
+    "moe_experts": moe_experts.check,
 }

@@ -36,12 +36,17 @@ def check(view: ModelView) -> Iterator[Violation]:
                 yield Violation.at(RULE, ref, problem)
 
 
-def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
-    node = ref.node
-    attrs = attributes_of(node)
+def plugin_attribute_problems(attrs: dict) -> Iterator[str]:
+    """The attributes through which TensorRT's parser finds our plugins (PLUGIN_ATTRIBUTES), where wrong."""
     for name, expected in PLUGIN_ATTRIBUTES.items():
         if attrs.get(name) != expected.encode():
             yield f"attribute {name} must be the string {expected!r} (the plugin's registration), got {attrs.get(name)!r}"
+
+
+def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
+    node = ref.node
+    attrs = attributes_of(node)
+    yield from plugin_attribute_problems(attrs)
     trans_b = attrs.get("trans_b")
     if trans_b not in (0, 1):
         yield f"attribute trans_b must be the int 0 or 1, got {trans_b!r}"

@@ -1,10 +1,10 @@
-"""Every node must be an operator TensorRT's parser supports, or our GroupedMM plugin op."""
+"""Every node must be an operator TensorRT's parser supports, or one of our plugin ops (GroupedMM, MoEExperts)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, MOE_EXPERTS_OP
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, is_standard_op
 from et_trt_backend.preflight.violation import Violation
@@ -25,9 +25,10 @@ def check(view: ModelView) -> Iterator[Violation]:
             yield Violation.at(
                 RULE, ref, f"{why} ({trt.FACTS_FROM}); rewrite it in supported ops or keep it out of the partition"
             )
-        elif (node.domain, node.op_type) != (GROUPED_MM_DOMAIN, GROUPED_MM_OP):
+        elif node.domain != GROUPED_MM_DOMAIN or node.op_type not in (GROUPED_MM_OP, MOE_EXPERTS_OP):
             yield Violation.at(
                 RULE, ref,
                 f"custom op {node.domain}::{node.op_type} has no TensorRT plugin in et-trt (only "
-                f"{GROUPED_MM_DOMAIN}::{GROUPED_MM_OP}); lower it to standard ONNX ops",
+                f"{GROUPED_MM_DOMAIN}::{GROUPED_MM_OP} and {GROUPED_MM_DOMAIN}::{MOE_EXPERTS_OP}); lower it to "
+                "standard ONNX ops",
             )

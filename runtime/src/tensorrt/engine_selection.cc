@@ -75,8 +75,8 @@ bool open_machine(const blob::Blob& blob, int ordinal, Machine* m, EngineError* 
                      std::string(provider_name(choice.provider)) + " is installed, but " + message);
     return false;
   }
-  // For the engines deserialized here; a build registers it too.
-  if (!m->trt->use_grouped_mm_plugin(&message)) {
+  // For the engines deserialized here; a build registers them too.
+  if (!m->trt->use_plugins(&message)) {
     *error = failure(EngineError::Kind::kFailed, message);
     return false;
   }

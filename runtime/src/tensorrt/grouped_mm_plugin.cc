@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "grouped_mm_launcher.h"
 
@@ -26,18 +27,10 @@ thread_local std::shared_ptr<const KernelPack> parsing_images;
 thread_local std::string last_error;
 
 void log(ILogger::Severity severity, const std::string& message) {
-  const std::string text = "GroupedMM plugin: " + message;
-  if (ILogger* logger = plugin_logger.load()) {
-    logger->log(severity, text.c_str());
-  } else {
-    std::fprintf(stderr, "%s\n", text.c_str());
-  }
+  log_plugin_message(severity, "GroupedMM plugin: " + message);
 }
 
-void refuse(const std::string& message) {
-  last_error = message;
-  log(ILogger::Severity::kERROR, message);
-}
+void refuse(const std::string& message) { refuse_plugin("GroupedMM plugin: " + message); }
 
 // The kernel images' element type for a TensorRT type; UInt8 (no kernel) for any other.
 blob::DType kernel_dtype_of(DataType type) {
@@ -106,8 +99,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // ---- IPluginV3OneBuild ----
   int32_t getNbOutputs() const noexcept override { return 1; }
 
-  // The form is refused here, while parsing, saying what is wrong (the Python
-  // build-phase plugin refuses the same forms).
+  // The form is refused here, while parsing, saying what is wrong.
   int32_t getOutputDataTypes(DataType* outputs, int32_t nb_outputs, const DataType* inputs,
                              int32_t nb_inputs) const noexcept override {
     if (nb_outputs != 1) return -1;
@@ -315,39 +307,6 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   PluginFieldCollection collection_{};
 };
 
-// An int field's value (ONNX attributes arrive as kINT32 or kINT64); `fallback` for another type.
-int64_t int_field(const PluginField& f, int64_t fallback) {
-  if (f.type == PluginFieldType::kINT32) return *static_cast<const int32_t*>(f.data);
-  if (f.type == PluginFieldType::kINT64) return *static_cast<const int64_t*>(f.data);
-  return fallback;
-}
-
-// A field as a refusal names it: "INT32 [2]", "FLOAT32 [1.5]".
-std::string field_text(const PluginField& f) {
-  if (f.type == PluginFieldType::kINT32 || f.type == PluginFieldType::kINT64) {
-    return std::string(f.type == PluginFieldType::kINT32 ? "INT32 [" : "INT64 [") + std::to_string(int_field(f, 0)) +
-           (f.length > 1 ? ", ...]" : "]");
-  }
-  if (f.type == PluginFieldType::kFLOAT32) {
-    char value[32];
-    std::snprintf(value, sizeof(value), "%g", static_cast<double>(*static_cast<const float*>(f.data)));
-    return std::string("FLOAT32 [") + value + (f.length > 1 ? ", ...]" : "]");
-  }
-  return "a field of type " + std::to_string(static_cast<int>(f.type));
-}
-
-// The value of a field that must hold one integer; -1 (never a valid value here) otherwise.
-int64_t one_int_field(const PluginField& f) {
-  if (f.length != 1 || (f.type != PluginFieldType::kINT32 && f.type != PluginFieldType::kINT64)) return -1;
-  return int_field(f, -1);
-}
-
-// The 1-byte field types a 32-byte id may arrive as: kUNKNOWN (our engines)
-// or, from an ONNX attribute, kINT8 / kCHAR.
-bool is_byte_field(PluginFieldType type) {
-  return type == PluginFieldType::kUNKNOWN || type == PluginFieldType::kINT8 || type == PluginFieldType::kCHAR;
-}
-
 class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
  public:
   // The ONNX node's attributes: trans_b and activation. kernel_images_id comes from a
@@ -376,34 +335,8 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
         id_field = &f;
       }
     }
-    const char* where = phase == nvinfer1::TensorRTPhase::kBUILD ? "building" : "loading an engine";
-    std::shared_ptr<const KernelPack> images;
-    if (id_field != nullptr) {
-      KernelImagesId id{};
-      if (!is_byte_field(id_field->type) || id_field->length != static_cast<int32_t>(id.size())) {
-        refuse(std::string("field ") + kKernelImagesIdField + " must be 32 bytes (a sha256), got " +
-               std::to_string(id_field->length) + " elements of field type " +
-               std::to_string(static_cast<int>(id_field->type)));
-        return nullptr;
-      }
-      std::memcpy(id.data(), id_field->data, id.size());
-      images = find_kernel_images(id);
-      if (images == nullptr) {
-        refuse(std::string(where) + ": the engine's kernel images " + to_hex(id) +
-               " are not loaded: no et-trt blob with these images was registered in this process. Load the "
-               "engine through the et-trt runtime together with the .pte it was exported in (or, with "
-               "libet_trt_plugin.so, pass that blob to et_trt_plugin_use_kernel_images first)");
-        return nullptr;
-      }
-    } else {
-      images = parsing_images;
-      if (images == nullptr) {
-        refuse(std::string(where) + ": no kernel images: a GroupedMM node from ONNX takes the images of the "
-               "blob being parsed, and none was given (the et-trt runtime gives its blob's; with "
-               "libet_trt_plugin.so call et_trt_plugin_use_kernel_images before parsing)");
-        return nullptr;
-      }
-    }
+    std::shared_ptr<const KernelPack> images = node_kernel_images(id_field, phase, kGroupedMMName);
+    if (images == nullptr) return nullptr;
     if (trans_b_field == nullptr) {
       refuse(std::string("field ") + kTransBField + " is missing");
       return nullptr;
@@ -440,32 +373,111 @@ nvinfer1::IPluginCreatorV3One& grouped_mm_creator() {
 }
 
 bool register_grouped_mm_plugin(nvinfer1::IPluginRegistry& registry, std::string* error) {
-  // One registry per provider library (TensorRT, TensorRT for RTX).
-  static std::set<nvinfer1::IPluginRegistry*> registered;
+  return register_creator_once(registry, grouped_mm_creator(), error);
+}
+
+bool register_creator_once(nvinfer1::IPluginRegistry& registry, nvinfer1::IPluginCreatorV3One& creator,
+                           std::string* error) {
+  // One registry per provider library (TensorRT, TensorRT for RTX), each creator once in each.
+  static std::set<std::pair<nvinfer1::IPluginRegistry*, nvinfer1::IPluginCreatorV3One*>> registered;
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  if (registered.count(&registry) != 0) return true;
+  if (registered.count({&registry, &creator}) != 0) return true;
+  const std::string name = std::string(creator.getPluginNamespace()) + "::" + creator.getPluginName() + " v" +
+                           creator.getPluginVersion();
   // Registered already when this library was loaded as a plugin library (getCreators) into the same registry.
-  nvinfer1::IPluginCreatorInterface* present = registry.getCreator(kGroupedMMName, kGroupedMMVersion,
-                                                                    kGroupedMMNamespace);
-  if (present == &grouped_mm_creator()) {
-    registered.insert(&registry);
+  nvinfer1::IPluginCreatorInterface* present =
+      registry.getCreator(creator.getPluginName(), creator.getPluginVersion(), creator.getPluginNamespace());
+  if (present == &creator) {
+    registered.insert({&registry, &creator});
     return true;
   }
   if (present != nullptr) {
-    *error = "another library's GroupedMM plugin (et_trt::GroupedMM v1) is registered with TensorRT in this process; "
-             "load one et-trt library per process";
+    *error = "another library's " + std::string(creator.getPluginName()) + " plugin (" + name +
+             ") is registered with TensorRT in this process; load one et-trt library per process";
     return false;
   }
-  if (!registry.registerCreator(grouped_mm_creator(), kGroupedMMNamespace)) {
-    *error = "TensorRT refused to register the GroupedMM plugin creator (et_trt::GroupedMM v1)";
+  if (!registry.registerCreator(creator, creator.getPluginNamespace())) {
+    *error = std::string("TensorRT refused to register the ") + creator.getPluginName() + " plugin creator (" + name +
+             ")";
     return false;
   }
-  registered.insert(&registry);
+  registered.insert({&registry, &creator});
   return true;
 }
 
 void set_grouped_mm_logger(nvinfer1::ILogger* logger) { plugin_logger.store(logger); }
+
+void log_plugin_message(ILogger::Severity severity, const std::string& text) {
+  if (ILogger* logger = plugin_logger.load()) {
+    logger->log(severity, text.c_str());
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+}
+
+void refuse_plugin(const std::string& text) {
+  last_error = text;
+  log_plugin_message(ILogger::Severity::kERROR, text);
+}
+
+int64_t int_field(const PluginField& f, int64_t fallback) {
+  if (f.type == PluginFieldType::kINT32) return *static_cast<const int32_t*>(f.data);
+  if (f.type == PluginFieldType::kINT64) return *static_cast<const int64_t*>(f.data);
+  return fallback;
+}
+
+int64_t one_int_field(const PluginField& f) {
+  if (f.length != 1 || (f.type != PluginFieldType::kINT32 && f.type != PluginFieldType::kINT64)) return -1;
+  return int_field(f, -1);
+}
+
+std::string field_text(const PluginField& f) {
+  if (f.type == PluginFieldType::kINT32 || f.type == PluginFieldType::kINT64) {
+    return std::string(f.type == PluginFieldType::kINT32 ? "INT32 [" : "INT64 [") + std::to_string(int_field(f, 0)) +
+           (f.length > 1 ? ", ...]" : "]");
+  }
+  if (f.type == PluginFieldType::kFLOAT32) {
+    char value[32];
+    std::snprintf(value, sizeof(value), "%g", static_cast<double>(*static_cast<const float*>(f.data)));
+    return std::string("FLOAT32 [") + value + (f.length > 1 ? ", ...]" : "]");
+  }
+  return "a field of type " + std::to_string(static_cast<int>(f.type));
+}
+
+bool is_byte_field(PluginFieldType type) {
+  return type == PluginFieldType::kUNKNOWN || type == PluginFieldType::kINT8 || type == PluginFieldType::kCHAR;
+}
+
+std::shared_ptr<const KernelPack> node_kernel_images(const PluginField* id_field, nvinfer1::TensorRTPhase phase,
+                                                     const char* plugin) {
+  const std::string where =
+      std::string(plugin) + " plugin: " + (phase == nvinfer1::TensorRTPhase::kBUILD ? "building" : "loading an engine");
+  if (id_field == nullptr) {
+    if (parsing_images == nullptr) {
+      refuse_plugin(where + ": no kernel images: a " + plugin + " node from ONNX takes the images of the blob being "
+                    "parsed, and none was given (the et-trt runtime gives its blob's; with libet_trt_plugin.so call "
+                    "et_trt_plugin_use_kernel_images before parsing)");
+    }
+    return parsing_images;
+  }
+  KernelImagesId id{};
+  if (!is_byte_field(id_field->type) || id_field->length != static_cast<int32_t>(id.size())) {
+    refuse_plugin(where + ": field " + kKernelImagesIdField + " must be 32 bytes (a sha256), got " +
+                  std::to_string(id_field->length) + " elements of field type " +
+                  std::to_string(static_cast<int>(id_field->type)));
+    return nullptr;
+  }
+  std::memcpy(id.data(), id_field->data, id.size());
+  std::shared_ptr<const KernelPack> images = find_kernel_images(id);
+  if (images == nullptr) {
+    refuse_plugin(where + ": the engine's kernel images " + to_hex(id) +
+                  " are not loaded: no et-trt blob with these images was registered in this process. Load the "
+                  "engine through the et-trt runtime together with the .pte it was exported in (or, with "
+                  "libet_trt_plugin.so, pass that blob to et_trt_plugin_use_kernel_images first)");
+  }
+  return images;
+}
 
 std::string take_grouped_mm_error() {
   std::string error;

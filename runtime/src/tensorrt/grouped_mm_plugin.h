@@ -71,4 +71,28 @@ class KernelImagesForParsing {
 // The images plugins created from ONNX on this thread take (nullptr: none).
 void set_parsing_kernel_images(std::shared_ptr<const KernelPack> images);
 
+// What the MoEExperts plugin (moe_experts_plugin.cc) shares with this one: the logger set above, the refusal
+// take_grouped_mm_error returns, the int fields ONNX attributes arrive as, and where a new node's images come
+// from.
+void log_plugin_message(nvinfer1::ILogger::Severity severity, const std::string& text);
+void refuse_plugin(const std::string& text);  // logged as an error and kept for take_grouped_mm_error
+// An int field's value (ONNX attributes arrive as kINT32 or kINT64); `fallback` for another type.
+int64_t int_field(const nvinfer1::PluginField& field, int64_t fallback);
+// The value of a field that must hold one integer; -1 (never a valid value here) otherwise.
+int64_t one_int_field(const nvinfer1::PluginField& field);
+// A field as a refusal names it: "INT32 [2]", "FLOAT32 [1.5]".
+std::string field_text(const nvinfer1::PluginField& field);
+// The images a plugin created now takes: those its serialized kernel_images_id field names (`id_field`, from an
+// engine), else the blob's being parsed on this thread. nullptr, the refusal logged (naming `plugin`), otherwise.
+std::shared_ptr<const KernelPack> node_kernel_images(const nvinfer1::PluginField* id_field,
+                                                     nvinfer1::TensorRTPhase phase, const char* plugin);
+// Registers `creator` with `registry`, once per registry (a second call is a no-op; so is a first where this
+// library, loaded as a plugin library, registered it already); false and *error where another library's creator of
+// the same name is registered.
+bool register_creator_once(nvinfer1::IPluginRegistry& registry, nvinfer1::IPluginCreatorV3One& creator,
+                           std::string* error);
+// The 1-byte field types a 32-byte id may arrive as: kUNKNOWN (our engines) or, from an ONNX attribute, kINT8 /
+// kCHAR.
+bool is_byte_field(nvinfer1::PluginFieldType type);
+
 }  // namespace et_trt

@@ -1,5 +1,5 @@
-// libet_trt_plugin.so: the GroupedMM plugin alone, as a TensorRT plugin
-// library, so a TensorRT or TensorRT for RTX builder process (e.g. Python:
+// libet_trt_plugin.so: the GroupedMM and MoEExperts plugins alone, as a TensorRT
+// plugin library, so a TensorRT or TensorRT for RTX builder process (e.g. Python:
 // builder.get_plugin_registry().load_library(path)) runs our real C++ plugin.
 // Entry points: getCreators and setLoggerFinder (TensorRT's plugin-library
 // convention), and et_trt_plugin_use_kernel_images, which hands the plugin a
@@ -16,6 +16,7 @@
 #include "blob_reader.h"
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
+#include "moe_experts_plugin.h"
 #include "named_data.h"
 
 #define ET_TRT_EXPORT extern "C" __attribute__((visibility("default")))
@@ -25,15 +26,16 @@ ET_TRT_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) {
 }
 
 ET_TRT_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nb_creators) {
-  static nvinfer1::IPluginCreatorInterface* const creators[] = {&et_trt::grouped_mm_creator()};
-  nb_creators = 1;
+  static nvinfer1::IPluginCreatorInterface* const creators[] = {&et_trt::grouped_mm_creator(),
+                                                                 &et_trt::moe_experts_creator()};
+  nb_creators = 2;
   return creators;
 }
 
 // Verifies `blob` (a whole et-trt delegate blob) and its named data, passed as
 // `count` (key, bytes, size) entries (at least its kernel images), registers
 // its kernel images for the life of the process and makes them the images
-// GroupedMM nodes parsed from ONNX on the calling thread take, until the next
+// GroupedMM and MoEExperts nodes parsed from ONNX on the calling thread take, until the next
 // call. Deserialized engines find them by their kernel_images_id. Writes that
 // id (32 bytes) to `id` if not null. Returns 0, or 1 with `error` filled.
 ET_TRT_EXPORT int32_t et_trt_plugin_use_kernel_images(const uint8_t* blob, size_t size, const char* const* keys,

@@ -206,7 +206,7 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
     return false;
   };
   std::string message;
-  if (!trt.use_grouped_mm_plugin(&message)) return fail(message);
+  if (!trt.use_plugins(&message)) return fail(message);
   std::vector<std::string>& logged = failure->errors;
   TensorRTLogger::Capture capture(&logged);
   auto builder = trt.create_builder();

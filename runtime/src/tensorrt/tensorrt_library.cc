@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "grouped_mm_plugin.h"
+#include "moe_experts_plugin.h"
 
 namespace et_trt {
 namespace {
@@ -179,14 +180,14 @@ nvinfer1::IPluginRegistry* TensorRTLibrary::plugin_registry() {
   return reinterpret_cast<RegistryFn>(plugin_registry_)();
 }
 
-bool TensorRTLibrary::use_grouped_mm_plugin(std::string* error) {
+bool TensorRTLibrary::use_plugins(std::string* error) {
   nvinfer1::IPluginRegistry* registry = plugin_registry();
   if (registry == nullptr) {
     *error = std::string(provider_name(provider_)) + " has no plugin registry";
     return false;
   }
   set_grouped_mm_logger(&logger_);
-  return register_grouped_mm_plugin(*registry, error);
+  return register_grouped_mm_plugin(*registry, error) && register_moe_experts_plugin(*registry, error);
 }
 
 }  // namespace et_trt

@@ -69,9 +69,10 @@ class TensorRTLibrary {
   std::unique_ptr<nvinfer1::IBuilder> create_builder();
   std::unique_ptr<nvonnxparser::IParser> create_parser(nvinfer1::INetworkDefinition& network);
   nvinfer1::IPluginRegistry* plugin_registry();
-  // Registers the GroupedMM plugin with this library's registry (once) and
-  // points its messages at this library's logger; false and *error if refused.
-  bool use_grouped_mm_plugin(std::string* error);
+  // Registers the GroupedMM and MoEExperts plugins with this library's registry
+  // (once) and points their messages at this library's logger; false and *error
+  // if refused.
+  bool use_plugins(std::string* error);
 
   // Version of the loaded library, e.g. "10.13.0.35" (with the build number), "1.7.1.116".
   const std::string& version() const { return version_; }

@@ -1,0 +1,196 @@
+// The MoEExperts plugin's build phase, as TensorRT calls it (no TensorRT library: its interfaces are
+// header-only): the fields it takes from an ONNX node, what it refuses and says, the types and shapes it
+// offers, and the fields it serializes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grouped_mm_plugin.h"
+#include "kernel_images.h"
+#include "moe_experts_plugin.h"
+
+namespace et_trt {
+namespace {
+
+using nvinfer1::DataType;
+using nvinfer1::PluginField;
+using nvinfer1::PluginFieldType;
+
+class Messages final : public nvinfer1::ILogger {
+ public:
+  void log(Severity, const char* message) noexcept override { text += std::string(message) + "\n"; }
+  std::string text;
+};
+
+// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them) and one GroupedMM image,
+// which the MoEExperts plugin ignores.
+std::vector<uint8_t> moe_blob() {
+  flatbuffers::FlatBufferBuilder fbb;
+  const std::vector<uint8_t> sha256(32, 0);
+  std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
+  for (const char* name : {"moe_route", "moe_gate_up_gated", "moe_down", "moe_combine", "grouped_mm_tile_nk"}) {
+    auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 1, &sha256);
+    kernels.push_back(blob::CreateKernelImageDirect(fbb, name, "any", true, "sm_89", blob::ImageFormat::Cubin, image,
+                                                    name, blob::DType::BFloat16, 4, 0, 0, 1, 0, 0, 64, 64, false,
+                                                    "8.4"));
+  }
+  fbb.Finish(blob::CreateBlobDirect(fbb, "experts", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
+             blob::BlobIdentifier());
+  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+}
+
+// The fields of an ONNX MoEExperts node, each settable.
+struct Node {
+  int64_t activation = 0;  // swiglu
+  std::string layout = "blocked8";
+  float alpha = 1.702f, limit = 7.0f;
+  bool with_limit = true;
+};
+
+class MoEExpertsPluginBuild : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::vector<uint8_t> bytes = moe_blob();
+    const std::vector<uint8_t> image{1};
+    std::vector<NamedBytes> images(5, NamedBytes{image.data(), image.size(), nullptr});
+    pack_ = std::make_shared<KernelPack>(*blob::GetBlob(bytes.data()), images);
+    set_grouped_mm_logger(&messages_);
+  }
+  void TearDown() override { set_grouped_mm_logger(nullptr); }
+
+  std::unique_ptr<nvinfer1::IPluginV3> plugin(const Node& n) {
+    KernelImagesForParsing parsing(pack_);
+    PluginField fields[4] = {
+        PluginField("activation", &n.activation, PluginFieldType::kINT64, 1),
+        PluginField("gate_up_layout", n.layout.data(), PluginFieldType::kCHAR, static_cast<int32_t>(n.layout.size())),
+        PluginField("alpha", &n.alpha, PluginFieldType::kFLOAT32, 1),
+        PluginField("limit", &n.limit, PluginFieldType::kFLOAT32, 1)};
+    nvinfer1::PluginFieldCollection collection{n.with_limit ? 4 : 3, fields};
+    return std::unique_ptr<nvinfer1::IPluginV3>(
+        moe_experts_creator().createPlugin("experts", &collection, nvinfer1::TensorRTPhase::kBUILD));
+  }
+
+  static nvinfer1::IPluginV3OneBuild* build(nvinfer1::IPluginV3& p) {
+    return static_cast<nvinfer1::IPluginV3OneBuild*>(p.getCapabilityInterface(nvinfer1::PluginCapabilityType::kBUILD));
+  }
+
+  static int32_t output_type(nvinfer1::IPluginV3& p, std::vector<DataType> inputs, DataType* out) {
+    return build(p)->getOutputDataTypes(out, 1, inputs.data(), static_cast<int32_t>(inputs.size()));
+  }
+
+  std::shared_ptr<const KernelPack> pack_;
+  Messages messages_;
+};
+
+const std::vector<DataType> kBf16Node = {DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16,
+                                         DataType::kBF16};
+
+TEST_F(MoEExpertsPluginBuild, TakesANodeOfItsImagesType) {
+  auto p = plugin(Node{});
+  ASSERT_NE(p, nullptr) << messages_.text;
+  DataType out = DataType::kFLOAT;
+  EXPECT_EQ(output_type(*p, kBf16Node, &out), 0);
+  EXPECT_EQ(out, DataType::kBF16);
+  std::vector<DataType> biased = kBf16Node;
+  biased.insert(biased.end(), {DataType::kBF16, DataType::kBF16});
+  biased[2] = DataType::kBF16;  // routing weights in hidden's type
+  EXPECT_EQ(output_type(*p, biased, &out), 0);
+  EXPECT_EQ(messages_.text, "");
+}
+
+TEST_F(MoEExpertsPluginBuild, RefusesTypesSayingWhy) {
+  struct Case {
+    std::vector<DataType> inputs;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {{DataType::kHALF, DataType::kINT32, DataType::kFLOAT, DataType::kHALF, DataType::kHALF},
+       "the blob has no MoE experts kernel image for hidden's kHALF (it has bf16)"},
+      {{DataType::kBF16, DataType::kINT64, DataType::kFLOAT, DataType::kBF16, DataType::kBF16},
+       "topk_ids must be kINT32; it is kINT64"},
+      {{DataType::kBF16, DataType::kINT32, DataType::kHALF, DataType::kBF16, DataType::kBF16},
+       "topk_weights must be kFLOAT or hidden's kBF16; it is kHALF"},
+      {{DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16, DataType::kHALF},
+       "w_down must be hidden's kBF16; it is kHALF"},
+      {{DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16},
+       "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases; the "
+       "node has 4"},
+  };
+  for (const Case& c : cases) {
+    messages_.text.clear();
+    auto p = plugin(Node{});
+    ASSERT_NE(p, nullptr);
+    DataType out = DataType::kFLOAT;
+    EXPECT_EQ(output_type(*p, c.inputs, &out), -1) << c.message;
+    EXPECT_NE(messages_.text.find(std::string("MoEExperts plugin: ") + c.message), std::string::npos)
+        << messages_.text;
+  }
+}
+
+TEST_F(MoEExpertsPluginBuild, RefusesBadFieldsSayingWhy) {
+  struct Case {
+    Node node;
+    const char* message;
+  };
+  Node no_limit;
+  no_limit.with_limit = false;
+  Node bad_activation;
+  bad_activation.activation = 8;
+  Node bad_layout;
+  bad_layout.layout = "rows";
+  const std::vector<Case> cases = {
+      {bad_activation, "field activation must be one int of plugin_names.MOE_ACTIVATIONS (0 to 7), got INT64 [8]"},
+      {bad_layout, "field gate_up_layout must be \"concat\", \"interleaved\" or \"blocked8\", got \"rows\""},
+      {no_limit, "fields alpha and limit must be finite floats (every node writes both)"},
+  };
+  for (const Case& c : cases) {
+    messages_.text.clear();
+    EXPECT_EQ(plugin(c.node), nullptr) << c.message;
+    EXPECT_NE(messages_.text.find(c.message), std::string::npos) << messages_.text;
+    EXPECT_NE(take_grouped_mm_error().find(c.message), std::string::npos);
+  }
+}
+
+TEST_F(MoEExpertsPluginBuild, OffersLinearFormatsOfTheNodesTypes) {
+  auto p = plugin(Node{});
+  ASSERT_NE(p, nullptr);
+  std::vector<nvinfer1::DynamicPluginTensorDesc> io(6);
+  const DataType types[] = {DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16, DataType::kBF16,
+                            DataType::kBF16};
+  for (int i = 0; i < 6; ++i) {
+    io[i].desc.type = types[i];
+    io[i].desc.format = nvinfer1::TensorFormat::kLINEAR;
+  }
+  for (int pos = 0; pos < 6; ++pos) EXPECT_TRUE(build(*p)->supportsFormatCombination(pos, io.data(), 5, 1)) << pos;
+  io[1].desc.type = DataType::kINT64;
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(1, io.data(), 5, 1));
+  io[0].desc.type = DataType::kHALF;  // no fp16 images in the blob
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(0, io.data(), 5, 1));
+}
+
+TEST_F(MoEExpertsPluginBuild, SerializesEveryFieldAndTheImagesId) {
+  Node gptoss;
+  gptoss.activation = 3;
+  gptoss.layout = "interleaved";
+  gptoss.alpha = 1.703125f;
+  auto p = plugin(gptoss);
+  ASSERT_NE(p, nullptr);
+  auto* runtime =
+      static_cast<nvinfer1::IPluginV3OneRuntime*>(p->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  const nvinfer1::PluginFieldCollection* fields = runtime->getFieldsToSerialize();
+  ASSERT_EQ(fields->nbFields, 5);
+  EXPECT_STREQ(fields->fields[0].name, "activation");
+  EXPECT_EQ(*static_cast<const int32_t*>(fields->fields[0].data), 3);
+  EXPECT_EQ(std::string(static_cast<const char*>(fields->fields[1].data), fields->fields[1].length), "interleaved");
+  EXPECT_EQ(*static_cast<const float*>(fields->fields[2].data), 1.703125f);
+  EXPECT_EQ(*static_cast<const float*>(fields->fields[3].data), 7.0f);
+  EXPECT_STREQ(fields->fields[4].name, kKernelImagesIdField);
+  ASSERT_EQ(fields->fields[4].length, 32);
+  EXPECT_EQ(std::memcmp(fields->fields[4].data, pack_->id().data(), 32), 0);
+}
+
+}  // namespace
+}  // namespace et_trt

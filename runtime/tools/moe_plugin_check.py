@@ -1,0 +1,167 @@
+"""Device check of the MoEExperts plugin's runtime path, without TensorRT.
+
+Each MoEExperts node of each blob (written by our export; benchmarks/device/prepare_plugin_run.py takes them out of
+a .pte with their named data and writes nodes.json: each node's attributes and its weights' named data) is run
+through libet_trt_moe_plugin_check.so, which drives the C++ plugin through its IPluginV3 interfaces as TensorRT
+does (created from the node's attributes, serialized, created again from its fields, attached, shapes, workspace,
+enqueue), with the model's own expert weights and random tokens, ids (some out of range) and routing weights.
+Each output (poisoned with NaN before the run) is compared with et_trt_backend.moe_experts.reference in float32,
+and the plugin's enqueue is timed (CUDA events, 200 calls after 20). Needs torch with CUDA; no TensorRT, no
+Triton, no ExecuTorch.
+
+    python runtime/tools/moe_plugin_check.py NODES.json [--lib PATH]
+
+Prints one table row per node, top-k and token count; exit status 0 only if every case ran and matched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import pathlib
+import sys
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "runtime" / "tools"))
+from et_trt_backend import moe_experts  # noqa: E402  (torch only)
+from et_trt_backend.plugin_names import MOE_ACTIVATIONS  # noqa: E402
+from launch_check import _named_data  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TRT_TYPES = {torch.float32: 0, torch.float16: 1, torch.int32: 3, torch.bfloat16: 7}  # nvinfer1::DataType
+TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}  # of the output's largest magnitude; float32 accumulation on both sides
+TOKENS = (1, 16, 512)
+TOP_K = (1, 2)
+
+
+def _library(path: pathlib.Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    lib.et_trt_moe_plugin_check_create.restype = ctypes.c_void_p
+    lib.et_trt_moe_plugin_check_create.argtypes = [
+        ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_int32, ctypes.c_char_p, ctypes.c_float,
+        ctypes.c_float, ctypes.c_char_p, ctypes.c_size_t]
+    shape = [ctypes.c_void_p] + [ctypes.c_int64] * 6 + [ctypes.POINTER(ctypes.c_int32), ctypes.c_int32]
+    lib.et_trt_moe_plugin_check_workspace_bytes.restype = ctypes.c_size_t
+    lib.et_trt_moe_plugin_check_workspace_bytes.argtypes = shape
+    lib.et_trt_moe_plugin_check_enqueue.restype = ctypes.c_int32
+    lib.et_trt_moe_plugin_check_enqueue.argtypes = shape + [
+        ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+        ctypes.c_size_t]
+    lib.et_trt_moe_plugin_check_destroy.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def _weights(blob_path: pathlib.Path, node: dict) -> list[torch.Tensor | None]:
+    """The node's weight inputs (w_gate_up, w_down, b_gate_up, b_down; None where absent), on the GPU."""
+    folder = blob_path.with_suffix(".named")
+    out = []
+    for weight in node["weights"]:
+        if weight is None:
+            out.append(None)
+            continue
+        data = bytearray((folder / weight["key"]).read_bytes())
+        out.append(torch.frombuffer(data, dtype=DTYPES[weight["dtype"]]).view(weight["shape"]).cuda())
+    return out
+
+
+def _routing(tokens: int, top_k: int, experts: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [T, k] int32, distinct per token, the first token's last id out of range (it must add nothing);
+    routing weights [T, k] float32."""
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)]).to(torch.int32)
+    ids[0, -1] = experts if top_k > 1 else ids[0, -1]
+    weights = torch.rand(tokens, top_k, generator=gen).softmax(-1)
+    return ids.cuda(), weights.cuda()
+
+
+def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: int, top_k: int) -> dict:
+    dtype = DTYPES[dtype_name]
+    w_gate_up, w_down, b_gate_up, b_down = weights
+    experts, n1, hidden_size = w_gate_up.shape
+    ffn = w_down.shape[2]
+    gen = torch.Generator().manual_seed(tokens * 10 + top_k)
+    hidden = torch.randn(tokens, hidden_size, generator=gen).to(dtype).cuda()
+    ids, routing = _routing(tokens, top_k, experts, gen)
+    inputs = [hidden, ids, routing, w_gate_up, w_down] + [b for b in (b_gate_up, b_down) if b is not None]
+    types = (ctypes.c_int32 * len(inputs))(*(TRT_TYPES[t.dtype] for t in inputs))
+    dims = (tokens, top_k, experts, hidden_size, n1, ffn)
+    workspace = torch.empty(lib.et_trt_moe_plugin_check_workspace_bytes(handle, *dims, types, len(inputs)),
+                            dtype=torch.uint8, device="cuda")
+    out = torch.full((tokens, hidden_size), float("nan"), dtype=dtype, device="cuda")
+    pointers = (ctypes.c_void_p * len(inputs))(*(t.data_ptr() for t in inputs))
+    error = ctypes.create_string_buffer(4096)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def enqueue() -> int:
+        return lib.et_trt_moe_plugin_check_enqueue(handle, *dims, types, len(inputs), pointers, out.data_ptr(),
+                                                   workspace.data_ptr(), stream, error, len(error))
+
+    if enqueue() != 0:
+        return {"error": error.value.decode(errors="replace")}
+    torch.cuda.synchronize()
+    want = moe_experts.reference(hidden, ids, routing, w_gate_up, w_down, b_gate_up, b_down,
+                                 activation=node["activation_name"], gate_up_layout=node["gate_up_layout"],
+                                 alpha=node["alpha"], limit=node["limit"]).float()
+    scale = max(want.abs().max().item(), 1e-6)
+    relative = (out.float() - want).abs().max().item() / scale
+    for _ in range(20):
+        enqueue()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(200):
+        enqueue()
+    end.record()
+    torch.cuda.synchronize()
+    return {"relative": relative, "us": start.elapsed_time(end) * 1000 / 200,
+            "workspace": workspace.numel(), "ok": relative <= TOLERANCE[dtype_name]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("nodes", type=pathlib.Path)
+    parser.add_argument("--lib", type=pathlib.Path)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("moe_plugin_check.py needs torch with a CUDA GPU; this one has none")
+        return 2
+    lib = _library(args.lib or args.nodes.parent / "libet_trt_moe_plugin_check.so")
+    print(f"GPU: {torch.cuda.get_device_name()}")
+    print("| blob | node | dtype | activation, layout | top-k | tokens | error (of max) | enqueue (us) | result |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    failed = False
+    for blob_name, nodes in json.loads(args.nodes.read_text()).items():
+        blob_path = args.nodes.parent / blob_name
+        blob, named = blob_path.read_bytes(), _named_data(blob_path)
+        for node in nodes:
+            node["activation_name"] = next(n for n, v in MOE_ACTIVATIONS.items() if v == node["activation"])
+            error = ctypes.create_string_buffer(4096)
+            handle = lib.et_trt_moe_plugin_check_create(blob, len(blob), *named, node["activation"],
+                                                         node["gate_up_layout"].encode(), node["alpha"],
+                                                         node["limit"], error, len(error))
+            if not handle:
+                print(f"| {blob_name} | {node['name']} | - | - | - | - | - | - | REFUSED: {error.value.decode()} |")
+                failed = True
+                continue
+            weights = _weights(blob_path, node)
+            dtype_name = next(n for n, d in DTYPES.items() if d == weights[0].dtype)
+            try:
+                for top_k in TOP_K:
+                    for tokens in TOKENS:
+                        r = run_case(lib, handle, dtype_name, node, weights, tokens, top_k)
+                        failed |= not r.get("ok", False)
+                        result = r["error"] if "error" in r else ("ok" if r["ok"] else "MISMATCH")
+                        print(f"| {blob_name} | {node['name']} | {dtype_name} | {node['activation_name']}, "
+                              f"{node['gate_up_layout']} | {top_k} | {tokens} | {r.get('relative', float('nan')):.2e} "
+                              f"| {r.get('us', float('nan')):.1f} | {result} |")
+            finally:
+                lib.et_trt_moe_plugin_check_destroy(handle)
+    print(f"every case ran and matched the float32 reference: {'no' if failed else 'yes'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
