@@ -86,6 +86,9 @@ class BuildOption:
 def build_option(default: Any, kind: type, values: range | tuple[str, ...] | None = None) -> Any:
     """A CompileOptions field the blob carries to the C++ builder; a default of None means no entry (the builder's
     own default)."""
+    if (kind is int) != isinstance(values, range) or (kind is str) != isinstance(values, tuple):
+        raise TypeError(f"build_option: an int needs its range, a str its choices, a bool neither; got "
+                        f"{kind.__name__} with {values!r}")
     return dataclasses.field(default=default, metadata={"build": BuildOption(kind, values)})
 
 
@@ -153,7 +156,8 @@ class CompileOptions:
 # ---- validation ---------------------------------------------------------
 FIELDS = {f.name: f for f in dataclasses.fields(CompileOptions)}
 # The options the blob carries to the C++ builder, in declaration order (the runtime's table is in it too).
-BUILD_OPTIONS: dict[str, BuildOption] = {name: f.metadata["build"] for name, f in FIELDS.items() if "build" in f.metadata}
+BUILD_OPTIONS: dict[str, BuildOption] = {
+    name: field.metadata["build"] for name, field in FIELDS.items() if "build" in field.metadata}
 
 
 def parse_size(key: str, value: Any) -> int:

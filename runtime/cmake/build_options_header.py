@@ -41,8 +41,9 @@ def header(options) -> str:
             low, high = (0, 1) if option.kind is bool else (option.values[0], option.values[-1])
             values, default_value = "nullptr, 0", int(default or 0)
         constants.append(f"inline constexpr {constant_type} {name}{{{index}}};")
-        specs.append(f'    {{"{name}", OptionType::{kind}, {str(default is not None).lower()}, INT64_C({default_value}), '
-                     f"INT64_C({low}), INT64_C({high}), {values}}},")
+        has_default = "true" if default is not None else "false"
+        specs.append(f'    {{"{name}", OptionType::{kind}, {has_default}, INT64_C({default_value}), INT64_C({low}), '
+                     f"INT64_C({high}), {values}}},")
     return "\n".join([
         "// Generated from et_trt_backend/options.py by runtime/cmake/build_options_header.py: do not edit.",
         "#pragma once",
