@@ -207,7 +207,9 @@ def test_header_layout_is_the_documented_one():
 def _build_option_entries(data: bytes) -> dict[str, tuple[int, object]]:
     """{name: (union value type, value)} of a blob's build_options entries, read with flatc's object API."""
     root = fb.BlobT.InitFromObj(fb.Blob.GetRootAs(data[HEADER_SIZE:], 0))
-    return {entry.name.decode(): (entry.valueType, entry.value.value) for entry in root.buildOptions}
+    values = {entry.name.decode(): (entry.valueType, entry.value.value) for entry in root.buildOptions}
+    return {name: (kind, value.decode() if isinstance(value, bytes) else value)  # a choice's name
+            for name, (kind, value) in values.items()}
 
 
 def test_build_options_entries_carry_the_options():
