@@ -249,8 +249,8 @@ def _with_build_options(data: bytes, entries: list[tuple[str, int, object]]) -> 
 @pytest.mark.parametrize("entries, error", [
     ([("tactic_sources", fb.OptionValue.IntValue, 1)],
      r"build_options\[0\]: 'tactic_sources' is not a build option of this et-trt \(tf32, .*\); re-export"),
-    ([("optimization_level", fb.OptionValue.ChoiceValue, "5")], "'optimization_level' holds a choice, but the "
-                                                              "option is a int"),
+    ([("optimization_level", fb.OptionValue.ChoiceValue, "5")],
+     "'optimization_level' holds a value of type ChoiceValue; the option's type is int"),
     ([("tf32", fb.OptionValue.BoolValue, True), ("tf32", fb.OptionValue.BoolValue, False)],
      r"build_options\[1\]: 'tf32' is set twice"),
     ([("optimization_level", fb.OptionValue.IntValue, 6)], "option 'optimization_level': must be an integer 0-5"),

@@ -75,11 +75,12 @@ _FB_TO_WEIGHT_FORMAT = {v: k for k, v in _WEIGHT_FORMAT_TO_FB.items()}
 PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
 _PROVIDER_TO_FB = {"tensorrt": fb.Provider.TensorRT, "tensorrt_rtx": fb.Provider.TensorRTRTX}
 _FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
-# A build option's kind (options.BuildOption) -> its entry's value type (schema.fbs, union OptionValue).
-_OPTION_VALUES = {bool: (fb.OptionValue.BoolValue, fb.BoolValueT), int: (fb.OptionValue.IntValue, fb.IntValueT),
-                  str: (fb.OptionValue.ChoiceValue, fb.ChoiceValueT)}
-_OPTION_VALUE_NAMES = {fb.OptionValue.BoolValue: "bool", fb.OptionValue.IntValue: "int",
-                       fb.OptionValue.ChoiceValue: "choice"}
+# A build option's kind (options.BuildOption) -> its entry's value type (schema.fbs, union OptionValue), that
+# type's table and the kind's name in messages (as the C++ reader's, runtime/src/build_options.cc).
+_OPTION_VALUES = {bool: (fb.OptionValue.BoolValue, fb.BoolValueT, "bool"),
+                  int: (fb.OptionValue.IntValue, fb.IntValueT, "int"),
+                  str: (fb.OptionValue.ChoiceValue, fb.ChoiceValueT, "choice")}
+_OPTION_VALUE_NAMES = {code: name for name, code in vars(fb.OptionValue).items() if not name.startswith("_")}
 
 # Every CompileOptions field is either a build option (options.build_option: the
 # runtime reads it from the blob's build_options entries to build the engine as
@@ -325,7 +326,7 @@ def _build_options(builder: flatbuffers.Builder, options: CompileOptions) -> int
             continue
         entry = fb.BuildOptionT()
         entry.name = name
-        entry.valueType, value_table = _OPTION_VALUES[spec.kind]
+        entry.valueType, value_table, _ = _OPTION_VALUES[spec.kind]
         entry.value = value_table()
         entry.value.value = value
         entries.append(entry.Pack(builder))
@@ -551,10 +552,10 @@ def _read_build_options(root: fb.Blob, payload: bytes) -> dict[str, Any]:
                             "re-export the model with this et-trt version")
         if name in values:
             raise BlobError(f"{where}: {name!r} is set twice")
-        value_type, value_table = _OPTION_VALUES[BUILD_OPTIONS[name].kind]
+        value_type, value_table, kind = _OPTION_VALUES[BUILD_OPTIONS[name].kind]
         if entry.ValueType() != value_type:
-            given = _OPTION_VALUE_NAMES.get(entry.ValueType(), f"value type {entry.ValueType()}")
-            raise BlobError(f"{where}: {name!r} holds a {given}, but the option is a {_OPTION_VALUE_NAMES[value_type]}")
+            given = _OPTION_VALUE_NAMES.get(entry.ValueType(), "an unknown one")
+            raise BlobError(f"{where}: {name!r} holds a value of type {given}; the option's type is {kind}")
         value = value_table.InitFromBuf(entry.Value().Bytes, entry.Value().Pos).value
         values[name] = _str(value, f"{where}.value") if value_type == fb.OptionValue.ChoiceValue else value
     return values

@@ -24,8 +24,8 @@ bool entry_value(const blob::BuildOption& entry, const OptionSpec& spec, const s
                                                                      : blob::OptionValue::ChoiceValue;
   if (entry.value_type() != expected || entry.value() == nullptr) {
     const char* given = blob::EnumNameOptionValue(entry.value_type());
-    *error = where + ": '" + spec.name + "' holds " + (given[0] != '\0' ? given : "an unknown value type") +
-             ", but the option is a " + type_name(spec.type);
+    *error = where + ": '" + spec.name + "' holds a value of type " + (given[0] != '\0' ? given : "an unknown one") +
+             "; the option's type is " + type_name(spec.type);
     return false;
   }
   if (spec.type == OptionType::kBool) {

@@ -439,8 +439,8 @@ TEST(BlobReader, ChecksBuildOptionsAgainstTheTableFromOptionsPy) {
       {{{"workspace_bytes", blob::OptionValue::IntValue, 0}}, "'workspace_bytes' must be an integer 1-"},
       {{{"tactic_sources", blob::OptionValue::IntValue, 1}},
        "build_options[0]: 'tactic_sources' is not a build option of this runtime; re-export"},
-      {{{"tf32", blob::OptionValue::IntValue, 1}}, "'tf32' holds IntValue, but the option is a bool"},
-      {{{"tf32", blob::OptionValue::NONE}}, "'tf32' holds NONE, but the option is a bool"},
+      {{{"tf32", blob::OptionValue::IntValue, 1}}, "'tf32' holds a value of type IntValue; the option's type is bool"},
+      {{{"tf32", blob::OptionValue::NONE}}, "'tf32' holds a value of type NONE; the option's type is bool"},
       {{{"tf32", blob::OptionValue::BoolValue, 1}, {"tf32", blob::OptionValue::BoolValue, 0}},
        "build_options[1]: 'tf32' is set twice"},
       {{{"t\xff", blob::OptionValue::BoolValue, 1}}, "build_options[0].name"},  // not UTF-8: never in a message
