@@ -2,7 +2,7 @@
 
 Two providers can build at export (blob.PROVIDERS), both through et-trt's C++ engine
 builder (engines/onnx_build.py), the builder the robot runs at init: same ONNX parser,
-BuildOptions, optimization profile and plugins (GroupedMM, MoEExperts).
+build options, optimization profile and plugins (GroupedMM, MoEExperts).
 - TensorRT, where it and a GPU are present: the engine for this GPU.
 - TensorRT for RTX, where installed (the `tensorrt-rtx` extra): one engine per target
   of kernel_archs it can build for (sm_80, sm_86, sm_89, sm_120a), ahead of time with

@@ -2,8 +2,11 @@
 
 This is the one definition of every option a recipe may set. The partitioner
 validates recipes against it, preprocess reads it back from the partition's
-compile specs, and the serializer copies the fields the runtime needs into the
-blob (see serialization/schema.fbs, table BuildOptions).
+compile specs, and the serializer writes the build options (the fields declared
+with build_option: the C++ builder applies them) into the blob as typed
+name/value entries (serialization/schema.fbs, table BuildOption). The runtime's
+build generates its table of build options, with their types, ranges, choices
+and defaults, from this file (runtime/cmake/build_options_header.py).
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110a", "sm_12
 # FP8 kernel yet), for a recipe here and for a kernel image in kernels/aot.py, both through without_fp8.
 NO_FP8_ARCHS = ("sm_80", "sm_86", "sm_87")
 FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
-# TensorRT's builder optimization levels. The C++ blob reader checks them too (blob_reader.cc): its range is
-# tested against this one by blobs runtime/tests/make_test_blobs.py writes from it.
+# TensorRT's builder optimization levels.
 OPTIMIZATION_LEVELS = range(0, 6)
+# An int64 of the blob: a size in bytes at least 1.
+POSITIVE_INT64 = range(1, 1 << 63)
 
 _SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
@@ -60,13 +64,42 @@ class ShapeRange:
 
 
 @dataclasses.dataclass(frozen=True)
+class BuildOption:
+    """The type of an option the C++ builder applies (runtime/src/tensorrt/tensorrt_builder.cc, `configure`) and
+    the values it may take: checked here when a recipe sets it, and by the runtime when it reads a blob."""
+
+    kind: type  # bool, int, or str: one of `values`
+    values: range | tuple[str, ...] | None = None  # an int's range or a str's choices
+
+    def check(self, key: str, value: Any) -> Any:
+        if self.kind is str:
+            return _choice(key, value, self.values)
+        if self.kind is bool:
+            return _expect(key, value, bool, "true or false")
+        bounds = f"{self.values[0]}-{self.values[-1]}"
+        _expect(key, value, int, f"an integer {bounds}")
+        if value not in self.values:
+            raise OptionsError(f"option '{key}': must be an integer {bounds}, got {value}")
+        return value
+
+
+def build_option(default: Any, kind: type, values: range | tuple[str, ...] | None = None) -> Any:
+    """A CompileOptions field the blob carries to the C++ builder; a default of None means no entry (the builder's
+    own default)."""
+    if (kind is int) != isinstance(values, range) or (kind is str) != isinstance(values, tuple):
+        raise TypeError(f"build_option: an int needs its range, a str its choices, a bool neither; got "
+                        f"{kind.__name__} with {values!r}")
+    return dataclasses.field(default=default, metadata={"build": BuildOption(kind, values)})
+
+
+@dataclasses.dataclass(frozen=True)
 class CompileOptions:
     """Options of one partition (one TensorRT engine)."""
 
     # The dtype the partition computes in, written into its ONNX (lowering/precision.py: the model's
     # bf16/fp16 becomes it, float32 islands stay); tf32 lets fp32 layers use TF32 math.
     precision: str = "bf16"
-    tf32: bool = True
+    tf32: bool = build_option(True, bool)
     # TensorRT has no float64: on (as Torch-TensorRT's truncate_double), the part's float64 computations run in
     # float32 (lowering/precision.py narrows them and logs each op); off, float64 ops stay on ExecuTorch.
     truncate_double: bool = True
@@ -74,8 +107,8 @@ class CompileOptions:
     # Dimensions not named here take the exported program's range constraints.
     shape_ranges: Mapping[str, ShapeRange] = dataclasses.field(default_factory=dict)
     # TensorRT builder workspace limit in bytes; None leaves TensorRT's default.
-    workspace_bytes: int | None = None
-    optimization_level: int = 3
+    workspace_bytes: int | None = build_option(None, int, POSITIVE_INT64)
+    optimization_level: int = build_option(3, int, OPTIMIZATION_LEVELS)
     timing_cache: str | None = None
     # Architectures to compile the grouped-GEMM kernel images for.
     kernel_archs: tuple[str, ...] = DEFAULT_KERNEL_ARCHS
@@ -122,6 +155,9 @@ class CompileOptions:
 
 # ---- validation ---------------------------------------------------------
 FIELDS = {f.name: f for f in dataclasses.fields(CompileOptions)}
+# The options the blob carries to the C++ builder, in declaration order (the runtime's table is in it too).
+BUILD_OPTIONS: dict[str, BuildOption] = {
+    name: field.metadata["build"] for name, field in FIELDS.items() if "build" in field.metadata}
 
 
 def parse_size(key: str, value: Any) -> int:
@@ -199,21 +235,12 @@ def _optional_str(key: str, value: Any) -> str | None:
     return None if value is None else _expect(key, value, str, "a path (string)")
 
 
-def _level(key: str, value: Any) -> int:
-    levels = f"{OPTIMIZATION_LEVELS[0]}-{OPTIMIZATION_LEVELS[-1]}"
-    _expect(key, value, int, f"an integer {levels}")
-    if value not in OPTIMIZATION_LEVELS:
-        raise OptionsError(f"option '{key}': builder optimization level must be {levels}, got {value}")
-    return value
-
-
+# How a recipe's value is read; a build option without an entry here is checked by its BuildOption only.
 _VALIDATORS = {
     "precision": lambda k, v: _choice(k, v, PRECISIONS),
-    "tf32": lambda k, v: _expect(k, v, bool, "true or false"),
     "truncate_double": lambda k, v: _expect(k, v, bool, "true or false"),
     "shape_ranges": _shape_ranges,
     "workspace_bytes": lambda k, v: None if v is None else parse_size(k, v),
-    "optimization_level": _level,
     "timing_cache": _optional_str,
     "kernel_archs": _kernel_archs,
     "grouped_gemm_kernel": lambda k, v: _expect(k, v, bool, "true or false"),
@@ -241,7 +268,7 @@ def parse_options(values: Mapping[str, Any], base: CompileOptions | None = None,
     parsed = {}
     for key, value in values.items():
         try:
-            parsed[key] = _VALIDATORS[key](key, value)
+            parsed[key] = _parse_value(key, value)
         except OptionsError as e:
             raise OptionsError(f"{prefix}{e}") from None
     options = dataclasses.replace(base or CompileOptions(), **parsed)
@@ -250,6 +277,14 @@ def parse_options(values: Mapping[str, Any], base: CompileOptions | None = None,
     except OptionsError as e:
         raise OptionsError(f"{prefix}{e}") from None
     return options
+
+
+def _parse_value(key: str, value: Any) -> Any:
+    if key in _VALIDATORS:
+        value = _VALIDATORS[key](key, value)
+    if key in BUILD_OPTIONS and not (value is None and FIELDS[key].default is None):
+        value = BUILD_OPTIONS[key].check(key, value)
+    return value
 
 
 def without_fp8(archs) -> list[str]:

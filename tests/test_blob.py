@@ -9,11 +9,13 @@ import re
 import struct
 import zlib
 
+import flatbuffers
 import pytest
 import torch
 
 from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.options import (
+    BUILD_OPTIONS,
     ENGINE_BUILD_POLICIES,
     FIELDS,
     KERNEL_ARCHS,
@@ -189,7 +191,7 @@ def test_header_layout_is_the_documented_one():
     payload = data[HEADER_SIZE:]
     assert HEADER_SIZE == 56
     assert data[0:8] == MAGIC == b"ETTRTBLB"
-    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 3
+    assert struct.unpack_from("<I", data, 8)[0] == SCHEMA_VERSION == 4
     assert struct.unpack_from("<I", data, 12)[0] == zlib.crc32(data[16:])
     assert struct.unpack_from("<Q", data, 16)[0] == len(payload)
     assert data[24:56] == hashlib.sha256(payload).digest()
@@ -202,38 +204,81 @@ def test_header_layout_is_the_documented_one():
     assert root.OnnxAsNumpy().tobytes() == contents.onnx
 
 
-def test_build_options_table_carries_the_options():
+def _build_option_entries(data: bytes) -> dict[str, tuple[int, object]]:
+    """{name: (union value type, value)} of a blob's build_options entries, read with flatc's object API."""
+    root = fb.BlobT.InitFromObj(fb.Blob.GetRootAs(data[HEADER_SIZE:], 0))
+    values = {entry.name.decode(): (entry.valueType, entry.value.value) for entry in root.buildOptions}
+    return {name: (kind, value.decode() if isinstance(value, bytes) else value)  # a choice's name
+            for name, (kind, value) in values.items()}
+
+
+def test_build_options_entries_carry_the_options():
+    value_types = {bool: fb.OptionValue.BoolValue, int: fb.OptionValue.IntValue, str: fb.OptionValue.ChoiceValue}
     for _ in range(10):
         seed = fresh_seed()
         options = random_options(random.Random(seed))
         contents = small_contents(seed)
         contents.options = options
-        root = fb.Blob.GetRootAs(serialize(contents)[HEADER_SIZE:], 0)
-        table = root.BuildOptions()
-        assert table.Tf32() == options.tf32
-        assert table.WorkspaceBytes() == (options.workspace_bytes or 0)
-        assert table.OptimizationLevel() == options.optimization_level
+        data = serialize(contents)
+        # One typed entry per build option that is set; one left at None (workspace_bytes) has none.
+        assert _build_option_entries(data) == {
+            name: (value_types[spec.kind], getattr(options, name))
+            for name, spec in BUILD_OPTIONS.items() if getattr(options, name) is not None}
         # Every other option once, in export_options.
+        root = fb.Blob.GetRootAs(data[HEADER_SIZE:], 0)
         assert json.loads(root.ExportOptions()) == {k: v for k, v in options.to_json().items()
-                                                    if k not in blob.BUILD_OPTION_FIELDS}
+                                                    if k not in BUILD_OPTIONS}
+
+
+def _with_build_options(data: bytes, entries: list[tuple[str, int, object]]) -> bytes:
+    """The blob with its build_options entries replaced by (name, union value type, value) ones, resealed."""
+    root = fb.BlobT.InitFromObj(fb.Blob.GetRootAs(data[HEADER_SIZE:], 0))
+    tables = {fb.OptionValue.BoolValue: fb.BoolValueT, fb.OptionValue.IntValue: fb.IntValueT,
+              fb.OptionValue.ChoiceValue: fb.ChoiceValueT}
+    root.buildOptions = []
+    for name, value_type, value in entries:
+        entry = fb.BuildOptionT()
+        entry.name, entry.valueType, entry.value = name, value_type, tables[value_type]()
+        entry.value.value = value
+        root.buildOptions.append(entry)
+    builder = flatbuffers.Builder(len(data))
+    builder.Finish(root.Pack(builder), file_identifier=blob.FILE_IDENTIFIER)
+    return reseal(data[:HEADER_SIZE] + bytes(builder.Output()))
+
+
+@pytest.mark.parametrize("entries, error", [
+    ([("tactic_sources", fb.OptionValue.IntValue, 1)],
+     r"build_options\[0\]: 'tactic_sources' is not a build option of this et-trt \(tf32, .*\); re-export"),
+    ([("optimization_level", fb.OptionValue.ChoiceValue, "5")],
+     "'optimization_level' holds a value of type ChoiceValue; the option's type is int"),
+    ([("tf32", fb.OptionValue.BoolValue, True), ("tf32", fb.OptionValue.BoolValue, False)],
+     r"build_options\[1\]: 'tf32' is set twice"),
+    ([("optimization_level", fb.OptionValue.IntValue, 6)], "option 'optimization_level': must be an integer 0-5"),
+    ([("workspace_bytes", fb.OptionValue.IntValue, 0)], "option 'workspace_bytes': size must be positive"),
+])
+def test_foreign_build_options_are_refused(entries, error):
+    data = serialize(small_contents(fresh_seed()))
+    with pytest.raises(BlobError, match=error):
+        deserialize(_with_build_options(data, entries))
+
+
+def test_a_build_option_without_an_entry_has_its_default():
+    contents = small_contents(fresh_seed())
+    contents.options = dataclasses.replace(contents.options, tf32=False, optimization_level=1)
+    data = _with_build_options(serialize(contents), [("optimization_level", fb.OptionValue.IntValue, 4)])
+    options = deserialize(data).options
+    assert (options.tf32, options.optimization_level) == (CompileOptions.tf32, 4)
 
 
 def test_every_option_is_mapped_or_declared_export_only():
-    build, export_only = blob.BUILD_OPTION_FIELDS, set(blob.EXPORT_ONLY_OPTIONS)
+    build, export_only = set(BUILD_OPTIONS), set(blob.EXPORT_ONLY_OPTIONS)
     assert not build & export_only
     undecided = set(FIELDS) - build - export_only
     assert not undecided, (
-        f"CompileOptions field(s) {sorted(undecided)} are neither in the blob's BuildOptions nor declared "
-        "export-only: add them to schema.fbs (table BuildOptions) and BUILD_OPTION_FIELDS, or to "
-        "EXPORT_ONLY_OPTIONS with the reason"
+        f"CompileOptions field(s) {sorted(undecided)} are neither build options nor declared export-only: "
+        "declare them with options.build_option, or add them to EXPORT_ONLY_OPTIONS with the reason"
     )
-    assert not (build | export_only) - set(FIELDS), "blob.py names options that no longer exist"
-    # BUILD_OPTION_FIELDS is exactly the schema's table BuildOptions.
-    schema_fields = {
-        re.sub(r"(?<!^)(?=[A-Z])", "_", name[len("BuildOptionsAdd"):]).lower()
-        for name in dir(fb) if name.startswith("BuildOptionsAdd")
-    }
-    assert schema_fields == build
+    assert not export_only - set(FIELDS), "blob.py names options that no longer exist"
 
 
 # ---- corruption -----------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_base_options_are_overridden_not_replaced():
         ({"precison": "fp16"}, "unknown option(s) 'precison'; valid keys: precision"),
         ({"precision": "int8"}, "option 'precision': 'int8' is not one of bf16, fp16, fp32"),
         ({"tf32": 1}, "option 'tf32': expected true or false"),
-        ({"optimization_level": 7}, "option 'optimization_level': builder optimization level must be 0-5"),
+        ({"optimization_level": 7}, "option 'optimization_level': must be an integer 0-5"),
         ({"optimization_level": True}, "option 'optimization_level': expected an integer 0-5"),
         ({"workspace_bytes": "2 GB"}, "option 'workspace_bytes': cannot read size '2 GB'"),
         ({"workspace_bytes": 0}, "option 'workspace_bytes': size must be positive"),

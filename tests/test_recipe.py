@@ -107,7 +107,7 @@ def test_ambiguous_parts_are_refused():
         ({"defaults": {}}, "unknown recipe section(s) 'defaults'; a recipe has 'default', 'parts' and 'programs'"),
         ({"parts": {"velocity": {"precison": "fp16"}}}, "[parts.velocity]: unknown option(s) 'precison'; valid keys: precision, tf32"),
         ({"default": {"precision": "int8"}}, "[default]: option 'precision': 'int8' is not one of bf16, fp16, fp32"),
-        ({"default": {"optimization_level": 9}}, "option 'optimization_level': builder optimization level must be 0-5"),
+        ({"default": {"optimization_level": 9}}, "option 'optimization_level': must be an integer 0-5"),
         ({"default": {"optimization_level": "3"}}, "option 'optimization_level': expected an integer 0-5, got str"),
         ({"default": {"tf32": 1}}, "option 'tf32': expected true or false"),
         ({"default": {"workspace_bytes": "lots"}}, "option 'workspace_bytes': cannot read size 'lots'"),

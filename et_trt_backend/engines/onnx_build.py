@@ -2,7 +2,7 @@
 
 et_trt_build_engine (runtime/src/tensorrt/builder_capi.h) takes the blob and builds as init on
 the robot does (runtime/src/tensorrt/tensorrt_builder.cc): a strongly typed network, the C++
-GroupedMM and MoEExperts plugins with the blob's kernel images, the partition's BuildOptions, one optimization
+GroupedMM and MoEExperts plugins with the blob's kernel images, the partition's build options, one optimization
 profile from the blob's IO specs; with TensorRT for this GPU, or with TensorRT for RTX ahead of
 time for a target of RTX_TARGETS. Nothing here configures a builder.
 """

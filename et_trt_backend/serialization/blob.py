@@ -32,14 +32,14 @@ import torch
 from et_trt_backend.serialization.kernel_image import SCHEMA_NAMES as KERNEL_IMAGE_SCHEMA_NAMES
 from et_trt_backend.serialization.kernel_image import KernelImage
 from et_trt_backend.serialization.named_data import NAMED_DATA_PREFIX, NamedData
-from et_trt_backend.options import FIELDS, CompileOptions, OptionsError, parse_options
+from et_trt_backend.options import BUILD_OPTIONS, CompileOptions, OptionsError, parse_options
 from et_trt_backend.serialization import schema_generated as fb
-from et_trt_backend.serialization.schema_fields import schema_fields
 
 MAGIC = b"ETTRTBLB"
 # Bump on any change an older reader cannot read (and in runtime/ too).
 # 3: weights and engines in ExecuTorch's named data; build_options holds only what the runtime reads.
-SCHEMA_VERSION = 3
+# 4: build_options are name/value entries, checked against the table the runtime generates from options.py.
+SCHEMA_VERSION = 4
 FILE_IDENTIFIER = b"ETRT"
 
 # magic, schema version, crc32 of bytes [16:], payload size, sha256 of payload
@@ -75,14 +75,17 @@ _FB_TO_WEIGHT_FORMAT = {v: k for k, v in _WEIGHT_FORMAT_TO_FB.items()}
 PROVIDERS = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
 _PROVIDER_TO_FB = {"tensorrt": fb.Provider.TensorRT, "tensorrt_rtx": fb.Provider.TensorRTRTX}
 _FB_TO_PROVIDER = {v: k for k, v in _PROVIDER_TO_FB.items()}
+# A build option's kind (options.BuildOption) -> its entry's value type (schema.fbs, union OptionValue), that
+# type's table and the kind's name in messages (as the C++ reader's, runtime/src/build_options.cc).
+_OPTION_VALUES = {bool: (fb.OptionValue.BoolValue, fb.BoolValueT, "bool"),
+                  int: (fb.OptionValue.IntValue, fb.IntValueT, "int"),
+                  str: (fb.OptionValue.ChoiceValue, fb.ChoiceValueT, "choice")}
+_OPTION_VALUE_NAMES = {code: name for name, code in vars(fb.OptionValue).items() if not name.startswith("_")}
 
-# Every CompileOptions field is either in the table BuildOptions (the runtime
-# reads it to build the engine as export would; a field there is written and read
-# by its name, as schema.fbs declares it) or export-only, in the blob's
-# export_options JSON (for inspect and check), never both.
-# tests/test_blob.py fails when a new option is in neither set.
-_BUILD_OPTION_NAMES = schema_fields(fb.BuildOptionsT)
-BUILD_OPTION_FIELDS = frozenset(_BUILD_OPTION_NAMES)
+# Every CompileOptions field is either a build option (options.build_option: the
+# runtime reads it from the blob's build_options entries to build the engine as
+# export would) or export-only, in the blob's export_options JSON (for inspect and
+# check), never both. tests/test_blob.py fails when a new option is in neither set.
 EXPORT_ONLY_OPTIONS = {
     "precision": "written into the ONNX's tensor types (the network is strongly typed)",
     "truncate_double": "the ONNX computes the model's float64 in float32",
@@ -316,11 +319,18 @@ def _build_dim(builder: flatbuffers.Builder, dim: DimSpec, where: str) -> int:
 
 
 def _build_options(builder: flatbuffers.Builder, options: CompileOptions) -> int:
-    table = fb.BuildOptionsT()
-    for name, schema_name in _BUILD_OPTION_NAMES.items():
+    entries = []
+    for name, spec in BUILD_OPTIONS.items():
         value = getattr(options, name)
-        setattr(table, schema_name, 0 if value is None else value)  # the schema's 0: the builder's default
-    return table.Pack(builder)
+        if value is None:  # no entry: the builder's own default
+            continue
+        entry = fb.BuildOptionT()
+        entry.name = name
+        entry.valueType, value_table, _ = _OPTION_VALUES[spec.kind]
+        entry.value = value_table()
+        entry.value.value = value
+        entries.append(entry.Pack(builder))
+    return _build_vector(builder, entries, fb.BlobStartBuildOptionsVector)
 
 
 def _export_options(options: CompileOptions) -> dict[str, Any]:
@@ -479,7 +489,7 @@ def _read_blob(payload: bytes) -> BlobContents:
                      "inputs", payload)
     outputs = _vector(root.OutputsLength(), lambda i: _read_tensor(root.Outputs(i), f"outputs[{i}]", payload),
                       "outputs", payload)
-    options = _read_options(root)
+    options = _read_options(root, payload)
     weights = _vector(root.WeightsLength(), lambda i: _read_weight(root.Weights(i), f"weights[{i}]", payload),
                       "weights", payload)
     kernels = _vector(root.KernelsLength(), lambda i: _read_kernel(root.Kernels(i), f"kernels[{i}]", payload),
@@ -518,23 +528,37 @@ def _read_dim(table: fb.Dim, where: str) -> DimSpec:
     return dim
 
 
-def _read_options(root: fb.Blob) -> CompileOptions:
-    """The partition's CompileOptions: export_options with build_options' fields."""
+def _read_options(root: fb.Blob, payload: bytes) -> CompileOptions:
+    """The partition's CompileOptions: export_options with the build_options entries (a build option without one
+    has its default)."""
     text = _str(root.ExportOptions(), "export_options")
-    table = root.BuildOptions()
-    if table is None:
-        raise BlobError("blob lacks build_options")
+    build = _read_build_options(root, payload)
     try:
         values = json.loads(text)
         if not isinstance(values, dict) or set(values) - set(EXPORT_ONLY_OPTIONS):
             raise OptionsError(f"export_options may hold only {', '.join(EXPORT_ONLY_OPTIONS)}")
-        fields = fb.BuildOptionsT.InitFromObj(table)
-        for name, schema_name in _BUILD_OPTION_NAMES.items():
-            value = getattr(fields, schema_name)
-            values[name] = None if value == 0 and FIELDS[name].default is None else value
-        return parse_options(values)
+        return parse_options({**values, **build})
     except (ValueError, OptionsError) as e:
         raise BlobError(f"blob options are not valid compile options: {e}") from None
+
+
+def _read_build_options(root: fb.Blob, payload: bytes) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for i, entry in enumerate(_vector(root.BuildOptionsLength(), root.BuildOptions, "build_options", payload)):
+        where = f"blob build_options[{i}]"
+        name = _str(entry.Name(), f"{where}.name")
+        if name not in BUILD_OPTIONS:
+            raise BlobError(f"{where}: {name!r} is not a build option of this et-trt ({', '.join(BUILD_OPTIONS)}); "
+                            "re-export the model with this et-trt version")
+        if name in values:
+            raise BlobError(f"{where}: {name!r} is set twice")
+        value_type, value_table, kind = _OPTION_VALUES[BUILD_OPTIONS[name].kind]
+        if entry.ValueType() != value_type:
+            given = _OPTION_VALUE_NAMES.get(entry.ValueType(), "an unknown one")
+            raise BlobError(f"{where}: {name!r} holds a value of type {given}; the option's type is {kind}")
+        value = value_table.InitFromBuf(entry.Value().Bytes, entry.Value().Pos).value
+        values[name] = _str(value, f"{where}.value") if value_type == fb.OptionValue.ChoiceValue else value
+    return values
 
 
 def _read_named_data(table: fb.NamedData | None, where: str, payload: bytes) -> NamedData:

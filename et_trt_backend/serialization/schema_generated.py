@@ -19,6 +19,25 @@ class DType(object):
     BFloat16 = 15
 
 
+class OptionValue(object):
+    NONE = 0
+    BoolValue = 1
+    IntValue = 2
+    ChoiceValue = 3
+
+def OptionValueCreator(unionType, table):
+    from flatbuffers.table import Table
+    if not isinstance(table, Table):
+        return None
+    if unionType == OptionValue().BoolValue:
+        return BoolValueT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == OptionValue().IntValue:
+        return IntValueT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == OptionValue().ChoiceValue:
+        return ChoiceValueT.InitFromBuf(table.Bytes, table.Pos)
+    return None
+
+
 class ImageFormat(object):
     Cubin = 0
     Ptx = 1
@@ -413,92 +432,306 @@ class ProducerT(object):
         return producer
 
 
-class BuildOptions(object):
+class BoolValue(object):
     __slots__ = ['_tab']
 
     @classmethod
     def GetRootAs(cls, buf, offset=0):
         n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
-        x = BuildOptions()
+        x = BoolValue()
         x.Init(buf, n + offset)
         return x
 
     @classmethod
-    def GetRootAsBuildOptions(cls, buf, offset=0):
+    def GetRootAsBoolValue(cls, buf, offset=0):
         """This method is deprecated. Please switch to GetRootAs."""
         return cls.GetRootAs(buf, offset)
     @classmethod
-    def BuildOptionsBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+    def BoolValueBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
         return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
 
-    # BuildOptions
+    # BoolValue
     def Init(self, buf, pos):
         self._tab = flatbuffers.table.Table(buf, pos)
 
-    # BuildOptions
-    def Tf32(self):
+    # BoolValue
+    def Value(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         if o != 0:
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
-        return True
+        return False
 
-    # BuildOptions
-    def WorkspaceBytes(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
-        return 0
-
-    # BuildOptions
-    def OptimizationLevel(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
-        if o != 0:
-            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
-        return 3
-
-def BuildOptionsStart(builder): builder.StartObject(3)
-def BuildOptionsAddTf32(builder, tf32): builder.PrependBoolSlot(0, tf32, 1)
-def BuildOptionsAddWorkspaceBytes(builder, workspaceBytes): builder.PrependUint64Slot(1, workspaceBytes, 0)
-def BuildOptionsAddOptimizationLevel(builder, optimizationLevel): builder.PrependInt32Slot(2, optimizationLevel, 3)
-def BuildOptionsEnd(builder): return builder.EndObject()
+def BoolValueStart(builder): builder.StartObject(1)
+def BoolValueAddValue(builder, value): builder.PrependBoolSlot(0, value, 0)
+def BoolValueEnd(builder): return builder.EndObject()
 
 
-class BuildOptionsT(object):
+class BoolValueT(object):
 
-    # BuildOptionsT
+    # BoolValueT
     def __init__(self):
-        self.tf32 = True  # type: bool
-        self.workspaceBytes = 0  # type: int
-        self.optimizationLevel = 3  # type: int
+        self.value = False  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
-        buildOptions = BuildOptions()
-        buildOptions.Init(buf, pos)
-        return cls.InitFromObj(buildOptions)
+        boolValue = BoolValue()
+        boolValue.Init(buf, pos)
+        return cls.InitFromObj(boolValue)
 
     @classmethod
-    def InitFromObj(cls, buildOptions):
-        x = BuildOptionsT()
-        x._UnPack(buildOptions)
+    def InitFromObj(cls, boolValue):
+        x = BoolValueT()
+        x._UnPack(boolValue)
         return x
 
-    # BuildOptionsT
-    def _UnPack(self, buildOptions):
-        if buildOptions is None:
+    # BoolValueT
+    def _UnPack(self, boolValue):
+        if boolValue is None:
             return
-        self.tf32 = buildOptions.Tf32()
-        self.workspaceBytes = buildOptions.WorkspaceBytes()
-        self.optimizationLevel = buildOptions.OptimizationLevel()
+        self.value = boolValue.Value()
 
-    # BuildOptionsT
+    # BoolValueT
     def Pack(self, builder):
-        BuildOptionsStart(builder)
-        BuildOptionsAddTf32(builder, self.tf32)
-        BuildOptionsAddWorkspaceBytes(builder, self.workspaceBytes)
-        BuildOptionsAddOptimizationLevel(builder, self.optimizationLevel)
-        buildOptions = BuildOptionsEnd(builder)
-        return buildOptions
+        BoolValueStart(builder)
+        BoolValueAddValue(builder, self.value)
+        boolValue = BoolValueEnd(builder)
+        return boolValue
+
+
+class IntValue(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = IntValue()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsIntValue(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def IntValueBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
+
+    # IntValue
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # IntValue
+    def Value(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+def IntValueStart(builder): builder.StartObject(1)
+def IntValueAddValue(builder, value): builder.PrependInt64Slot(0, value, 0)
+def IntValueEnd(builder): return builder.EndObject()
+
+
+class IntValueT(object):
+
+    # IntValueT
+    def __init__(self):
+        self.value = 0  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        intValue = IntValue()
+        intValue.Init(buf, pos)
+        return cls.InitFromObj(intValue)
+
+    @classmethod
+    def InitFromObj(cls, intValue):
+        x = IntValueT()
+        x._UnPack(intValue)
+        return x
+
+    # IntValueT
+    def _UnPack(self, intValue):
+        if intValue is None:
+            return
+        self.value = intValue.Value()
+
+    # IntValueT
+    def Pack(self, builder):
+        IntValueStart(builder)
+        IntValueAddValue(builder, self.value)
+        intValue = IntValueEnd(builder)
+        return intValue
+
+
+class ChoiceValue(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = ChoiceValue()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsChoiceValue(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def ChoiceValueBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
+
+    # ChoiceValue
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # ChoiceValue
+    def Value(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def ChoiceValueStart(builder): builder.StartObject(1)
+def ChoiceValueAddValue(builder, value): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(value), 0)
+def ChoiceValueEnd(builder): return builder.EndObject()
+
+
+class ChoiceValueT(object):
+
+    # ChoiceValueT
+    def __init__(self):
+        self.value = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        choiceValue = ChoiceValue()
+        choiceValue.Init(buf, pos)
+        return cls.InitFromObj(choiceValue)
+
+    @classmethod
+    def InitFromObj(cls, choiceValue):
+        x = ChoiceValueT()
+        x._UnPack(choiceValue)
+        return x
+
+    # ChoiceValueT
+    def _UnPack(self, choiceValue):
+        if choiceValue is None:
+            return
+        self.value = choiceValue.Value()
+
+    # ChoiceValueT
+    def Pack(self, builder):
+        if self.value is not None:
+            value = builder.CreateString(self.value)
+        ChoiceValueStart(builder)
+        if self.value is not None:
+            ChoiceValueAddValue(builder, value)
+        choiceValue = ChoiceValueEnd(builder)
+        return choiceValue
+
+
+class BuildOption(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = BuildOption()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsBuildOption(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def BuildOptionBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
+
+    # BuildOption
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # BuildOption
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # BuildOption
+    def ValueType(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # BuildOption
+    def Value(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            from flatbuffers.table import Table
+            obj = Table(bytearray(), 0)
+            self._tab.Union(obj, o)
+            return obj
+        return None
+
+def BuildOptionStart(builder): builder.StartObject(3)
+def BuildOptionAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def BuildOptionAddValueType(builder, valueType): builder.PrependUint8Slot(1, valueType, 0)
+def BuildOptionAddValue(builder, value): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(value), 0)
+def BuildOptionEnd(builder): return builder.EndObject()
+
+try:
+    from typing import Union
+except:
+    pass
+
+class BuildOptionT(object):
+
+    # BuildOptionT
+    def __init__(self):
+        self.name = None  # type: str
+        self.valueType = 0  # type: int
+        self.value = None  # type: Union[None, BoolValueT, IntValueT, ChoiceValueT]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        buildOption = BuildOption()
+        buildOption.Init(buf, pos)
+        return cls.InitFromObj(buildOption)
+
+    @classmethod
+    def InitFromObj(cls, buildOption):
+        x = BuildOptionT()
+        x._UnPack(buildOption)
+        return x
+
+    # BuildOptionT
+    def _UnPack(self, buildOption):
+        if buildOption is None:
+            return
+        self.name = buildOption.Name()
+        self.valueType = buildOption.ValueType()
+        self.value = OptionValueCreator(self.valueType, buildOption.Value())
+
+    # BuildOptionT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.value is not None:
+            value = self.value.Pack(builder)
+        BuildOptionStart(builder)
+        if self.name is not None:
+            BuildOptionAddName(builder, name)
+        BuildOptionAddValueType(builder, self.valueType)
+        if self.value is not None:
+            BuildOptionAddValue(builder, value)
+        buildOption = BuildOptionEnd(builder)
+        return buildOption
 
 
 class KernelImage(object):
@@ -1265,14 +1498,28 @@ class Blob(object):
         return o == 0
 
     # Blob
-    def BuildOptions(self):
+    def BuildOptions(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
-            x = self._tab.Indirect(o + self._tab.Pos)
-            obj = BuildOptions()
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = BuildOption()
             obj.Init(self._tab.Bytes, x)
             return obj
         return None
+
+    # Blob
+    def BuildOptionsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Blob
+    def BuildOptionsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
 
     # Blob
     def ExportOptions(self):
@@ -1395,6 +1642,7 @@ def BlobStartInputsVector(builder, numElems): return builder.StartVector(4, numE
 def BlobAddOutputs(builder, outputs): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
 def BlobStartOutputsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobAddBuildOptions(builder, buildOptions): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(buildOptions), 0)
+def BlobStartBuildOptionsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobAddExportOptions(builder, exportOptions): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(exportOptions), 0)
 def BlobAddOnnx(builder, onnx): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(onnx), 0)
 def BlobStartOnnxVector(builder, numElems): return builder.StartVector(1, numElems, 1)
@@ -1420,7 +1668,7 @@ class BlobT(object):
         self.producer = None  # type: Optional[ProducerT]
         self.inputs = None  # type: List[TensorSpecT]
         self.outputs = None  # type: List[TensorSpecT]
-        self.buildOptions = None  # type: Optional[BuildOptionsT]
+        self.buildOptions = None  # type: List[BuildOptionT]
         self.exportOptions = None  # type: str
         self.onnx = None  # type: List[int]
         self.weights = None  # type: List[WeightT]
@@ -1463,8 +1711,14 @@ class BlobT(object):
                 else:
                     tensorSpec_ = TensorSpecT.InitFromObj(blob.Outputs(i))
                     self.outputs.append(tensorSpec_)
-        if blob.BuildOptions() is not None:
-            self.buildOptions = BuildOptionsT.InitFromObj(blob.BuildOptions())
+        if not blob.BuildOptionsIsNone():
+            self.buildOptions = []
+            for i in range(blob.BuildOptionsLength()):
+                if blob.BuildOptions(i) is None:
+                    self.buildOptions.append(None)
+                else:
+                    buildOption_ = BuildOptionT.InitFromObj(blob.BuildOptions(i))
+                    self.buildOptions.append(buildOption_)
         self.exportOptions = blob.ExportOptions()
         if not blob.OnnxIsNone():
             if np is None:
@@ -1522,7 +1776,13 @@ class BlobT(object):
                 builder.PrependUOffsetTRelative(outputslist[i])
             outputs = builder.EndVector()
         if self.buildOptions is not None:
-            buildOptions = self.buildOptions.Pack(builder)
+            buildOptionslist = []
+            for i in range(len(self.buildOptions)):
+                buildOptionslist.append(self.buildOptions[i].Pack(builder))
+            BlobStartBuildOptionsVector(builder, len(self.buildOptions))
+            for i in reversed(range(len(self.buildOptions))):
+                builder.PrependUOffsetTRelative(buildOptionslist[i])
+            buildOptions = builder.EndVector()
         if self.exportOptions is not None:
             exportOptions = builder.CreateString(self.exportOptions)
         if self.onnx is not None:

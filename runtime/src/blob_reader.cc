@@ -4,11 +4,13 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
 
+#include "build_options_generated.h"
 #include "little_endian.h"
 #include "utf8.h"
 
@@ -69,6 +71,12 @@ bool check_strings(const blob::Blob* root, BlobError* error) {
                                  {where + "arch", k->arch()}, {where + "entry", k->entry()},
                                  {where + "ptx_version", k->ptx_version()}});
     if (k->image()) fields.emplace_back(where + "image.key", k->image()->key());
+  }
+  for (flatbuffers::uoffset_t i = 0; root->build_options() != nullptr && i < root->build_options()->size(); ++i) {
+    const blob::BuildOption* o = root->build_options()->Get(i);
+    const std::string where = "build_options[" + std::to_string(i) + "].";
+    fields.emplace_back(where + "name", o->name());
+    if (o->value_as_ChoiceValue()) fields.emplace_back(where + "value", o->value_as_ChoiceValue()->value());
   }
   for (flatbuffers::uoffset_t i = 0; root->engines() != nullptr && i < root->engines()->size(); ++i) {
     const blob::Engine* e = root->engines()->Get(i);
@@ -301,11 +309,11 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
   if (!check_tensor_specs(root->inputs(), "inputs", &names, error)) return false;
   if (!check_tensor_specs(root->outputs(), "outputs", &names, error)) return false;
   if (root->outputs()->size() == 0) return fail(error, "blob lists no outputs");
-  const blob::BuildOptions* options = root->build_options();
-  if (options == nullptr) return fail(error, "blob has no build_options");
-  if (options->optimization_level() < 0 || options->optimization_level() > 5) {
-    return fail(error, "build_options: optimization_level must be 0-5, got " +
-                           std::to_string(options->optimization_level()));
+  BuildOptions build_options;
+  std::string message;
+  if (!build_options.decode(root->build_options(), build_option::kSpecs, std::size(build_option::kSpecs),
+                                  &message)) {
+    return fail(error, "blob " + message);
   }
   const bool has_engines = root->engines() != nullptr && root->engines()->size() > 0;
   if (has_engines) {
@@ -329,6 +337,7 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
 
   view->header = header;
   view->root = root;
+  view->build_options = std::move(build_options);
   return true;
 }
 

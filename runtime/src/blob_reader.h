@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "build_options.h"
 #include "schema_generated.h"
 
 namespace et_trt {
 
 // Must equal SCHEMA_VERSION in et_trt_backend/serialization/blob.py.
-constexpr uint32_t kSchemaVersion = 3;
+constexpr uint32_t kSchemaVersion = 4;
 // Must equal NAMED_DATA_PREFIX there: every NamedData key starts with it.
 constexpr char kNamedDataPrefix[] = "et_trt/";
 constexpr char kBlobMagic[8] = {'E', 'T', 'T', 'R', 'T', 'B', 'L', 'B'};
@@ -44,6 +45,7 @@ struct BlobHeader {
 struct BlobView {
   BlobHeader header;
   const blob::Blob* root = nullptr;
+  BuildOptions build_options;  // root's, decoded
 
   std::string content_id_hex() const;
 };

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <iterator>
+#include <set>
 #include <sstream>
 
 #include "blob_reader.h"
+#include "build_options_generated.h"
 #include "test_blobs.h"
 
 namespace et_trt {
@@ -31,10 +34,31 @@ std::vector<uint8_t> writer_blob(const std::string& name) {
 
 // ---- blobs written by Python ----
 
+// Option `index` of the generated table as make_test_blobs.py writes it: "none", "true", "false", the number or
+// the choice.
+std::string option_text(const BuildOptions& options, size_t index) {
+  switch (build_option::kSpecs[index].type) {
+    case OptionType::kBool: {
+      const std::optional<bool> value = options.get(BoolOption{index});
+      return value ? (*value ? "true" : "false") : "none";
+    }
+    case OptionType::kInt: {
+      const std::optional<int64_t> value = options.get(IntOption{index});
+      return value ? std::to_string(*value) : "none";
+    }
+    case OptionType::kChoice: {
+      const std::optional<std::string_view> value = options.get(ChoiceOption{index});
+      return value ? std::string(*value) : "none";
+    }
+  }
+  return "?";
+}
+
 void expect_matches_sidecar(const BlobView& view, const std::string& sidecar) {
   std::istringstream lines(sidecar);
   std::string line;
   size_t inputs = 0, outputs = 0;
+  std::set<std::string> options;  // the build options the sidecar names: options.py's
   while (std::getline(lines, line)) {
     std::istringstream words(line);
     std::string key;
@@ -68,16 +92,18 @@ void expect_matches_sidecar(const BlobView& view, const std::string& sidecar) {
       size_t size;
       words >> size;
       EXPECT_EQ(view.root->onnx()->size(), size);
-    } else if (key == "optimization_level") {
-      int level;
-      words >> level;
-      EXPECT_EQ(view.root->build_options()->optimization_level(), level);
-    } else if (key == "workspace_bytes") {
-      uint64_t bytes;
-      words >> bytes;
-      EXPECT_EQ(view.root->build_options()->workspace_bytes(), bytes);
+    } else if (key == "option") {
+      std::string name, value;
+      words >> name >> value;
+      options.insert(name);
+      size_t index = 0;
+      while (index < std::size(build_option::kSpecs) && name != build_option::kSpecs[index].name) ++index;
+      ASSERT_LT(index, std::size(build_option::kSpecs)) << "the runtime's table lacks build option " << name;
+      EXPECT_EQ(option_text(view.build_options, index), value) << name;
     }
   }
+  EXPECT_EQ(options.size(), std::size(build_option::kSpecs)) << "the runtime's table has build options options.py "
+                                                                "lacks";
   EXPECT_EQ(inputs, view.root->inputs()->size());
   EXPECT_EQ(outputs, view.root->outputs()->size());
 }
@@ -113,8 +139,8 @@ TEST(BlobReader, AcceptsTheExampleExportsBlobs) {
   if (examples == 0) GTEST_SKIP() << "no example .pte was exported (scripts/setup.sh writes out/moe_policy.pte)";
 }
 
-TEST(BlobReader, TakesExactlyThePythonSchemasOptimizationLevels) {
-  // make_test_blobs.py names each blob by whether et_trt_backend/options.py takes its level.
+TEST(BlobReader, TakesExactlyThePythonSchemasBuildOptionValues) {
+  // make_test_blobs.py names each blob by whether et_trt_backend/options.py takes its option's value.
   const std::vector<std::string> paths = testing::blob_files(testing::blob_dir() + "/ranges");
   ASSERT_GE(paths.size(), 3u) << "make_test_blobs.py wrote no ranges/ blobs";
   for (const std::string& path : paths) {
@@ -124,7 +150,9 @@ TEST(BlobReader, TakesExactlyThePythonSchemasOptimizationLevels) {
     BlobError error;
     const bool accepted = read_blob(bytes.data(), bytes.size, &view, &error);
     EXPECT_EQ(accepted, path.find("_accepted.blob") != std::string::npos) << error.message;
-    if (!accepted) EXPECT_NE(error.message.find("optimization_level must be"), std::string::npos) << error.message;
+    if (!accepted) {
+      EXPECT_NE(error.message.find("' must be "), std::string::npos) << error.message;
+    }
   }
 }
 
@@ -204,14 +232,36 @@ TEST(BlobReader, RefusesPayloadThatIsNotOurFlatbuffer) {
 
 // ---- checks beyond the verifier, on blobs built with the flatbuffers API ----
 
+// One build_options entry: its name and a value of `type` (a bool's or an int's `number`, or `choice`).
+struct OptionEntry {
+  const char* name;
+  blob::OptionValue type;
+  int64_t number = 0;
+  const char* choice = nullptr;
+};
+
+std::vector<flatbuffers::Offset<blob::BuildOption>> option_entries(flatbuffers::FlatBufferBuilder& fbb,
+                                                                   const std::vector<OptionEntry>& entries) {
+  std::vector<flatbuffers::Offset<blob::BuildOption>> offsets;
+  for (const OptionEntry& e : entries) {
+    flatbuffers::Offset<void> value =
+        e.type == blob::OptionValue::BoolValue  ? blob::CreateBoolValue(fbb, e.number != 0).Union()
+        : e.type == blob::OptionValue::IntValue ? blob::CreateIntValue(fbb, e.number).Union()
+                                                : blob::CreateChoiceValueDirect(fbb, e.choice).Union();
+    offsets.push_back(blob::CreateBuildOptionDirect(fbb, e.name, e.type, value));
+  }
+  return offsets;
+}
+
 struct Knobs {
   int64_t size = -1, min = 1, opt = 8, max = 64;
   blob::DType dtype = blob::DType::BFloat16;
   const char* output_name = "y";
   const char* part = "velocity";
-  bool outputs = true, build_options = true, onnx = true, engine = false, producer = true;
+  bool outputs = true, onnx = true, engine = false, producer = true;
   blob::Provider provider = blob::Provider::TensorRT;
-  int32_t optimization_level = 3;
+  std::vector<OptionEntry> options = {{"tf32", blob::OptionValue::BoolValue, 1},
+                                      {"optimization_level", blob::OptionValue::IntValue, 3}};
   // Named data of the engine plan and of the one weight (when weight_name is set).
   const char* plan_key = "et_trt/0a";
   size_t plan_sha256_size = 32;
@@ -260,9 +310,9 @@ std::vector<uint8_t> build(const Knobs& k) {
     weights.push_back(blob::CreateWeightDirect(fbb, k.weight_name,
                                                blob::CreateNamedDataDirect(fbb, k.weight_key, 2048, &weight_sha256)));
   }
-  auto options = k.build_options ? blob::CreateBuildOptions(fbb, true, 0, k.optimization_level) : 0;
+  const std::vector<flatbuffers::Offset<blob::BuildOption>> options = option_entries(fbb, k.options);
   auto producer = k.producer ? blob::CreateProducerDirect(fbb, "0.1.0", "2.13.0", "1.5.1", 18) : 0;
-  fbb.Finish(blob::CreateBlobDirect(fbb, k.part, producer, &inputs, &outputs, options, "{}",
+  fbb.Finish(blob::CreateBlobDirect(fbb, k.part, producer, &inputs, &outputs, &options, "{}",
                                     k.onnx ? &onnx : nullptr, &weights, &kernels, &engines, "policy.ptd"),
              blob::BlobIdentifier());
   return testing::seal(fbb.GetBufferPointer(), fbb.GetSize());
@@ -356,9 +406,6 @@ TEST(BlobReader, RefusesTextThatIsNotUtf8WithoutEchoingIt) {
 
 TEST(BlobReader, RefusesMissingOrInvalidRecords) {
   Knobs k;
-  k.build_options = false;
-  EXPECT_NE(refusal(k).find("no build_options"), std::string::npos);
-  k = Knobs{};
   k.producer = false;
   EXPECT_NE(refusal(k).find("producer"), std::string::npos);
   k = Knobs{};
@@ -367,9 +414,64 @@ TEST(BlobReader, RefusesMissingOrInvalidRecords) {
   k = Knobs{};
   k.engine = true, k.provider = static_cast<blob::Provider>(5);
   EXPECT_NE(refusal(k).find("engines[0]: unknown provider 5"), std::string::npos);
-  k = Knobs{};
-  k.optimization_level = 9;
-  EXPECT_NE(refusal(k).find("optimization_level must be 0-5"), std::string::npos);
+}
+
+TEST(BlobReader, ChecksBuildOptionsAgainstTheTableFromOptionsPy) {
+  Knobs k;
+  k.options = {{"optimization_level", blob::OptionValue::IntValue, 1},
+               {"workspace_bytes", blob::OptionValue::IntValue, 1 << 20}};
+  Bytes bytes = Bytes::of(build(k));
+  BlobView view;
+  BlobError error;
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  EXPECT_EQ(view.build_options.get(build_option::optimization_level), 1);
+  EXPECT_EQ(view.build_options.get(build_option::workspace_bytes), 1 << 20);
+  EXPECT_EQ(view.build_options.get(build_option::tf32), true);  // no entry: options.py's default
+  k.options = {};
+  bytes = Bytes::of(build(k));
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  EXPECT_EQ(view.build_options.get(build_option::optimization_level), 3);
+  EXPECT_EQ(view.build_options.get(build_option::workspace_bytes), std::nullopt);  // the builder's own default
+
+  const std::vector<std::pair<std::vector<OptionEntry>, std::string>> refused = {
+      {{{"optimization_level", blob::OptionValue::IntValue, 9}},
+       "blob build_options[0]: 'optimization_level' must be an integer 0-5, got 9"},
+      {{{"workspace_bytes", blob::OptionValue::IntValue, 0}}, "'workspace_bytes' must be an integer 1-"},
+      {{{"tactic_sources", blob::OptionValue::IntValue, 1}},
+       "build_options[0]: 'tactic_sources' is not a build option of this runtime; re-export"},
+      {{{"tf32", blob::OptionValue::IntValue, 1}}, "'tf32' holds a value of type IntValue; the option's type is bool"},
+      {{{"tf32", blob::OptionValue::NONE}}, "'tf32' holds a value of type NONE; the option's type is bool"},
+      {{{"tf32", blob::OptionValue::BoolValue, 1}, {"tf32", blob::OptionValue::BoolValue, 0}},
+       "build_options[1]: 'tf32' is set twice"},
+      {{{"t\xff", blob::OptionValue::BoolValue, 1}}, "build_options[0].name"},  // not UTF-8: never in a message
+  };
+  for (const auto& [entries, message] : refused) {
+    k.options = entries;
+    const std::string got = refusal(k);
+    EXPECT_NE(got.find(message), std::string::npos) << got;
+  }
+}
+
+// Choices are decoded by name against their table (options.py declares none yet: a table of the test's own).
+TEST(BuildOptions, DecodesAChoiceByName) {
+  static constexpr const char* kLevels[] = {"none", "fast", "full"};
+  static constexpr OptionSpec kSpecs[] = {{"tiling", OptionType::kChoice, true, 1, 0, 2, kLevels, 3},
+                                          {"fallback", OptionType::kChoice, false, 0, 0, 2, kLevels, 3}};
+  const auto decode = [](const std::vector<OptionEntry>& entries, BuildOptions* options, std::string* error) {
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto offsets = option_entries(fbb, entries);
+    fbb.Finish(blob::CreateBlobDirect(fbb, nullptr, 0, nullptr, nullptr, &offsets));
+    return options->decode(blob::GetBlob(fbb.GetBufferPointer())->build_options(), kSpecs, std::size(kSpecs), error);
+  };
+  BuildOptions options;
+  std::string error;
+  ASSERT_TRUE(decode({{"fallback", blob::OptionValue::ChoiceValue, 0, "full"}}, &options, &error)) << error;
+  EXPECT_EQ(options.get(ChoiceOption{0}), "fast");  // its default
+  EXPECT_EQ(options.get(ChoiceOption{1}), "full");
+  ASSERT_TRUE(decode({}, &options, &error)) << error;
+  EXPECT_EQ(options.get(ChoiceOption{1}), std::nullopt);
+  EXPECT_FALSE(decode({{"tiling", blob::OptionValue::ChoiceValue, 0, "fastest"}}, &options, &error));
+  EXPECT_EQ(error, "build_options[0]: 'tiling' must be one of none, fast, full, got 'fastest'");
 }
 
 TEST(BlobReader, RefusesBadNamedDataRecords) {

@@ -10,10 +10,12 @@
   writer_weights.ptd, written by ExecuTorch's FlatTensorSerializer as an
   export's .ptd is.
 - writer_mlp.blob, writer_mlp.ptd: two such MatMuls, their two weights in the .ptd.
-- ranges/optimization_level_<n>_<accepted|refused>.blob: writer_static with each
-  optimization level from one below to one above options.OPTIMIZATION_LEVELS,
-  written past the Python validation and named by whether the Python schema takes
-  it: the C++ reader must take exactly those (its range is written in C++ once).
+- ranges/<option>_<value>_<accepted|refused>.blob: writer_static with each build
+  option (options.BUILD_OPTIONS) at the ends of its range and one past each (an
+  int), or at each of its choices and one that is not (a choice), written past
+  the Python validation and named by whether the Python schema takes it: the C++
+  reader, whose table the runtime's build generates from options.py, must take
+  exactly those.
 - example_<i>.blob: the delegate blobs of the example policy's .pte
   ($ET_TRT_EXAMPLE_PTE, else out/moe_policy.pte from scripts/setup.sh), when
   that file exists. They carry the records of real kernel images from the
@@ -39,7 +41,7 @@ import onnx_ir as ir
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from et_trt_backend.options import OPTIMIZATION_LEVELS, CompileOptions, ShapeRange
+from et_trt_backend.options import BUILD_OPTIONS, CompileOptions, OptionsError, ShapeRange
 from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
 from et_trt_backend.serialization.external_data import ALIGNMENT, move_weights_out
 
@@ -79,9 +81,12 @@ def _expected(contents: BlobContents) -> str:
     lines += [spec("input", s) for s in contents.inputs] + [spec("output", s) for s in contents.outputs]
     lines += [
         f"onnx_size {len(contents.onnx)}",
-        f"optimization_level {contents.options.optimization_level}",
-        f"workspace_bytes {contents.options.workspace_bytes or 0}",
     ]
+    # Every build option as the C++ reader must read it back ("none": no value, the builder's own default).
+    for name in BUILD_OPTIONS:
+        value = getattr(contents.options, name)
+        text = "none" if value is None else ("true" if value else "false") if isinstance(value, bool) else value
+        lines.append(f"option {name} {text}")
     return "\n".join(lines) + "\n"
 
 
@@ -90,13 +95,26 @@ def _write(out: pathlib.Path, name: str, contents: BlobContents) -> None:
     (out / f"{name}.expected").write_text(_expected(contents))
 
 
+def _edge_values(values: range | tuple[str, ...]) -> list[int | str]:
+    """The ends of an int's range and one past each (those an int64 holds), or a choice's choices and one more."""
+    if isinstance(values, tuple):
+        return [*values, "not_a_choice"]
+    edges = [values[0] - 1, values[0], values[-1], values[-1] + 1]
+    return [value for value in edges if -(1 << 63) <= value < 1 << 63]
+
+
 def _write_ranges(out: pathlib.Path, contents: BlobContents) -> None:
     out.mkdir()
-    for level in range(OPTIMIZATION_LEVELS[0] - 1, OPTIMIZATION_LEVELS[-1] + 2):
-        options = dataclasses.replace(contents.options, optimization_level=level)  # not validated: a raw value
-        verdict = "accepted" if level in OPTIMIZATION_LEVELS else "refused"
-        (out / f"optimization_level_{level}_{verdict}.blob").write_bytes(
-            serialize(dataclasses.replace(contents, options=options)))
+    for name, option in BUILD_OPTIONS.items():
+        for value in [] if option.kind is bool else _edge_values(option.values):
+            options = dataclasses.replace(contents.options, **{name: value})  # not validated: a raw value
+            try:
+                option.check(name, value)
+                verdict = "accepted"
+            except OptionsError:
+                verdict = "refused"
+            (out / f"{name}_{value}_{verdict}.blob").write_bytes(
+                serialize(dataclasses.replace(contents, options=options)))
 
 
 def _weights_contents(part: str, shapes: list[tuple[int, int]], data_file: str, seed: int) -> BlobContents:
@@ -186,7 +204,7 @@ def main() -> None:
     _write(out, "writer_static", static)
     shutil.rmtree(out / "ranges", ignore_errors=True)
     _write_ranges(out / "ranges", static)
-    dynamic = CompileOptions(precision="fp16", optimization_level=5, workspace_bytes=1 << 30,
+    dynamic = CompileOptions(precision="fp16", tf32=False, optimization_level=5, workspace_bytes=1 << 30,
                              shape_ranges={"tokens": ShapeRange(2, 64, 512)})
     _write(out, "writer_dynamic", _contents("decoder.layers.0", [DimSpec(None, "tokens", 2, 64, 512),
                                                                  DimSpec(16, "x:1", 16, 16, 16)], dynamic))

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 
+#include "build_options_generated.h"
 #include "grouped_mm_plugin.h"
 #include "kernel_images.h"
 #include "provider_choice.h"
@@ -92,16 +93,17 @@ std::vector<std::string> io_type_mismatches(const nvinfer1::INetworkDefinition& 
   return mismatches;
 }
 
-// The config of the blob's BuildOptions for `request`, with one profile from the IO specs' ranges.
-bool configure(nvinfer1::IBuilder& builder, const nvinfer1::INetworkDefinition& network, const blob::Blob& root,
-               const PartitionIo& io, const BuildRequest& request, nvinfer1::IBuilderConfig& config,
-               std::string* error) {
-  const blob::BuildOptions& options = *root.build_options();
-  if (options.workspace_bytes() > 0) {
-    config.setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, options.workspace_bytes());
+// The config of the blob's build options for `request`, with one profile from the IO specs' ranges. Each option
+// is declared in et_trt_backend/options.py (build_option) with its type, range and default, which the blob reader
+// has checked; build_option:: names them.
+bool configure(nvinfer1::IBuilder& builder, const nvinfer1::INetworkDefinition& network,
+               const BuildOptions& options, const PartitionIo& io, const BuildRequest& request,
+               nvinfer1::IBuilderConfig& config, std::string* error) {
+  if (const auto bytes = options.get(build_option::workspace_bytes)) {
+    config.setMemoryPoolLimit(nvinfer1::MemoryPoolType::kWORKSPACE, static_cast<size_t>(*bytes));
   }
-  config.setBuilderOptimizationLevel(options.optimization_level());
-  if (options.tf32()) {
+  config.setBuilderOptimizationLevel(static_cast<int32_t>(*options.get(build_option::optimization_level)));
+  if (*options.get(build_option::tf32)) {
     config.setFlag(nvinfer1::BuilderFlag::kTF32);
   } else {
     config.clearFlag(nvinfer1::BuilderFlag::kTF32);
@@ -249,7 +251,7 @@ bool build_plan(TensorRTLibrary& trt, const BlobView& blob, const PartitionIo& i
   }
   std::unique_ptr<nvinfer1::IBuilderConfig> config(builder->createBuilderConfig());
   if (config == nullptr) return fail(provider + " could not create a builder config");
-  if (!configure(*builder, *network, root, io, request, *config, &message)) return fail(message);
+  if (!configure(*builder, *network, blob.build_options, io, request, *config, &message)) return fail(message);
   std::unique_ptr<nvinfer1::ITimingCache> timing_cache;
   const bool reads_timing_cache = !request.timing_cache_path.empty() && request.ahead_of_time_target == 0;
   if (reads_timing_cache) {
