@@ -32,6 +32,15 @@ ACTIVATIONS = {"none": 0, "swiglu": 1}
 # type, and an INT8 tensor is never mistaken for FP8 bits; onnx-tensorrt maps FLOAT8E4M3FN to kFP8 as well.
 FP8_WEIGHT_ONNX_TYPE = "FLOAT8E4M3FN"
 
+# The INT4 form of both ops (expert_precision = "int4", et_trt_backend/int4_weights.py): an int attribute, written on
+# every GroupedMM and MoEExperts node (0 on the others), holding the INT4 scale groups' size along K (32, 64 or 128).
+# Nonzero, the node's weights are packed INT4 (UINT8 [G, N, round_up(K, 32) / 2]) with bfloat16 scales
+# [G, N, ceil(K / group_size)]: GroupedMM's 4th input b_scale; MoEExperts' inputs 7 and 8 (w_gate_up_scale,
+# w_down_scale), after the optional biases ("" where absent). The C++ plugins' kGroupSizeField is the same.
+INT4_GROUP_SIZE_ATTRIBUTE = "group_size"
+# The ONNX element type of packed INT4 weights (a name of onnx.TensorProto.DataType): the bytes as they are.
+INT4_WEIGHT_ONNX_TYPE = "UINT8"
+
 # The fused MoE experts op (issue 32; /work contract "MoEExperts"): one node from top-k ids to the combined output.
 # Domain GROUPED_MM_DOMAIN, plugin attributes PLUGIN_ATTRIBUTES; et_trt_backend/moe_experts.py holds its semantics.
 MOE_EXPERTS_OP = "MoEExperts"
