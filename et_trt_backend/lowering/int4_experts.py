@@ -3,7 +3,10 @@
 Runs on the ATen program after the MoE fusion (moe_fusion.py), so it finds each block in one of its two forms:
 - a fused block, et_trt_lowering.moe_experts with its weights laid out as constants [E, out, in] (gate+up rows
   in the layout written): both weights are quantized and packed, and the node becomes
-  et_trt_lowering.moe_experts_int4 (the MoEExperts node with two scale inputs and its group size);
+  et_trt_lowering.moe_experts_int4 (the MoEExperts node with two scale inputs and its group size). The scales
+  follow the two optional biases in the node's inputs, so a block without biases gets zero ones: every input of
+  the node is then a tensor (an empty optional input is not something a plugin node can rely on TensorRT's parser
+  for), at [E, N1] + [E, H] values of the part's precision, a few KiB;
 - a block left to GroupedMMs: each GroupedMM with constant weights becomes et_trt_lowering.grouped_mm_int4 (the
   4-input GroupedMM with its group size), through the pass the FP8 form shares (expert_weights.py).
 Quantization: symmetric, round-to-nearest, one bfloat16 scale per `group_size` elements along K (the GEMM's inner
@@ -25,6 +28,7 @@ from . import ops as _ops  # noqa: F401  (registers torch.ops.et_trt_lowering)
 from .errors import LoweringError
 from .expert_weights import quantize_grouped_mms, replace_node
 from .program_weights import ProgramWeights
+from .translations import INT4_WEIGHTS_TORCH_DTYPE
 
 logger = logging.getLogger(__name__)
 lowering_ops = torch.ops.et_trt_lowering
@@ -36,7 +40,7 @@ def _quantizer(group_size: int):
             q = int4_weights.quantize(weights, group_size)
         except ValueError as e:
             raise LoweringError(f"expert_precision = \"int4\": weights '{spec.target}': {e}") from None
-        return q.packed, q.scales
+        return q.packed.view(INT4_WEIGHTS_TORCH_DTYPE), q.scales
 
     return quantize
 
@@ -57,6 +61,12 @@ def _quantize_fused_blocks(program: torch.export.ExportedProgram, quantize, grou
         if node.target is not lowering_ops.moe_experts.default:
             continue
         hidden, ids, routing, w_gate_up, w_down, b_gate_up, b_down, *attributes = node.args
+        experts, rows, size = w_gate_up.meta["val"].shape
+        dtype = hidden.meta["val"].dtype
+        if b_gate_up is None:
+            b_gate_up = state.add_constant(w_down, f"{w_gate_up.name}_zero_bias", torch.zeros(experts, rows, dtype=dtype))
+        if b_down is None:
+            b_down = state.add_constant(b_gate_up, f"{w_down.name}_zero_bias", torch.zeros(experts, size, dtype=dtype))
         operands = []
         for weights in (w_gate_up, w_down):
             found = state.weight(weights)

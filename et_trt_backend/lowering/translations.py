@@ -43,6 +43,8 @@ KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 # The torch dtype the lowering stores an FP8 GroupedMM's weights in (fp8_experts.py): the one that the ONNX
 # type plugin_names.FP8_WEIGHT_ONNX_TYPE (the one place deciding it) is written from.
 FP8_WEIGHTS_TORCH_DTYPE = {"FLOAT8E4M3FN": torch.float8_e4m3fn, "INT8": torch.int8}[FP8_WEIGHT_ONNX_TYPE]
+# Likewise the packed INT4 weights' (int4_experts.py), from plugin_names.INT4_WEIGHT_ONNX_TYPE.
+INT4_WEIGHTS_TORCH_DTYPE = {"UINT8": torch.uint8, "INT8": torch.int8}[INT4_WEIGHT_ONNX_TYPE]
 
 
 def _register_grouped_mm_schema() -> None:
@@ -174,8 +176,8 @@ def moe_experts_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate
 def moe_experts_int4_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
                             w_down_scale, activation: str, gate_up_layout: str, alpha: float, limit: float,
                             group_size: int):
-    """The lowering op moe_experts_int4 as the MoEExperts custom op: packed weights, absent biases as "" inputs,
-    then the two scale inputs, and the group size."""
+    """The lowering op moe_experts_int4 as the MoEExperts custom op: packed weights, both biases (int4_experts.py
+    writes zeros for a missing one), the two scale inputs, and the group size."""
     return et_trt.MoEExperts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
                              w_down_scale, **_moe_attributes(activation, gate_up_layout, alpha, limit, group_size))
 

@@ -4,7 +4,7 @@ with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's t
 The FP8 form has a fourth input, b_scale float32 [G, N]: b is then e4m3 weights
 [G, N, K] of the type plugin_names.FP8_WEIGHT_ONNX_TYPE, trans_b=1; with attribute
 activation=1 its a is a gate+up output [rows, 2K] (plugin_names.ACTIVATIONS). The INT4 form (attribute
-group_size 32, 64 or 128) has the fourth input too: b is packed INT4 UINT8 [G, N, round_up(K, 32) / 2] with
+group_size 32, 64 or 128) has the fourth input too: b is packed INT4 bytes typed INT8 [G, N, round_up(K, 32) / 2] with
 trans_b=1 and b_scale BF16 [G, N, ceil(K / group_size)] (et_trt_backend/int4_weights.py)."""
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _fp8_problems(view: ModelView, node, trans_b, types) -> Iterator[str]:
 
 
 def _int4_problems(view: ModelView, node, trans_b, attrs: dict, group_size) -> Iterator[str]:
-    """The INT4 form: a [rows, K] bf16/fp16, b packed [G, N, Kp / 2] UINT8 with trans_b=1, offs INT32 [G], b_scale
+    """The INT4 form: a [rows, K] bf16/fp16, b packed [G, N, Kp / 2] INT8 with trans_b=1, offs INT32 [G], b_scale
     BF16 [G, N, ceil(K / group_size)], the output of a's type; activation 0."""
     if len(node.input) != 4:
         yield f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (the INT4 form) needs inputs (a, b, offs, b_scale)"
@@ -142,7 +142,7 @@ def _int4_problems(view: ModelView, node, trans_b, attrs: dict, group_size) -> I
 
 def int4_weight_problems(view: ModelView, role: str, packed: str, scale_role: str, scale: str, k, group_size) \
         -> Iterator[str]:
-    """Packed INT4 weights `packed` [G, N, round_up(K, 32) / 2] UINT8 with BF16 scales `scale` [G, N, ceil(K / g)]
+    """Packed INT4 weights `packed` [G, N, round_up(K, 32) / 2] INT8 with BF16 scales `scale` [G, N, ceil(K / g)]
     (K checked where it is a known int), g = `group_size` 32, 64 or 128: the problems found."""
     if group_size not in _INT4_GROUP_SIZES:
         yield f"attribute {INT4_GROUP_SIZE_ATTRIBUTE} must be 0 or one of {_INT4_GROUP_SIZES}, got {group_size!r}"

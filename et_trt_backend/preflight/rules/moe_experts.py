@@ -3,7 +3,7 @@ through which the parser finds it, and every attribute the plugin reads; inputs 
 topk_ids int32 [T, k], topk_weights [T, k] float32 or hidden's type, w_gate_up [E, N1, H] and w_down
 [E, H, F] of hidden's type (N1 = 2F for gated activations, else F), optional biases [E, N1] and [E, H]; one
 output [T, H] of hidden's type. The INT4 form (attribute group_size 32, 64 or 128): w_gate_up and w_down packed INT4
-(grouped_mm.int4_weight_problems), their BF16 scales inputs 7 and 8 after the biases ("" where absent)."""
+(grouped_mm.int4_weight_problems), their BF16 scales inputs 7 and 8 after the biases (present: zeros where the model has none)."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
         if not isinstance(attrs.get(name), float):
             yield f"attribute {name} must be a float (every plugin field written), got {attrs.get(name)!r}"
     group_size = attrs.get(INT4_GROUP_SIZE_ATTRIBUTE, 0)
-    if group_size and (len(node.input) != len(_INT4_INPUTS) or not all(node.input[7:])):
-        yield (f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (INT4 weights) needs inputs {', '.join(_INT4_INPUTS)} (the "
-               f"biases \"\" where absent), got {len(node.input)} inputs")
+    if group_size and (len(node.input) != len(_INT4_INPUTS) or not all(node.input)):
+        yield (f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (INT4 weights) needs all inputs {', '.join(_INT4_INPUTS)} "
+               f"(zero biases where the model has none), got {len(node.input)} inputs {list(node.input)}")
         return
     if not 5 <= len(node.input) <= len(_INT4_INPUTS if group_size else _INPUTS) or not all(node.input[:5]) \
             or len(node.output) != 1:
