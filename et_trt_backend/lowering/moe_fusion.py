@@ -77,7 +77,6 @@ class MoEBlockForm:
     form: str  # FUSED or UNFUSED
     detail: str  # fused: activation, layout and sizes; unfused: what did not match
     dtype: str = ""  # fused: the kernel dtype of the MoEExperts node, "bf16" or "fp16"
-    weight_format: str = "dense"  # fused: its expert weights' ("int4": int4_experts.py)
 
     def to_json(self) -> dict[str, str]:
         return dataclasses.asdict(self)

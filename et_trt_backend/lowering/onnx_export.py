@@ -257,7 +257,7 @@ def _int4_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockFor
     fused, grouped = int4_experts.quantize_experts(program, group_size)
     logger.info("expert_precision int4 (group %d): %d MoEExperts node(s) and %d GroupedMM(s) with INT4 weights",
                 group_size, fused, grouped)
-    return [dataclasses.replace(form, weight_format="int4", detail=f"{form.detail}, INT4 weights (group {group_size})")
+    return [dataclasses.replace(form, detail=f"{form.detail}, INT4 weights (group {group_size})")
             if form.form == FUSED else form for form in moe_blocks]
 
 

@@ -181,12 +181,13 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     bool consistent =
         a.nbDims == 2 && b.nbDims == 3 && offs.nbDims == 1 && a.d[1] == a_columns && offs.d[0] == b.d[0];
     if (group_size_ > 0) {
+      if (nb_inputs != kFp8Inputs) return -1;  // refused at parse time (form_refusal); b_scale is in[3]
       const nvinfer1::Dims& scale = in[3].dims;
       consistent = consistent && b.d[2] == packed_row_bytes(k) && scale.nbDims == 3 && scale.d[0] == b.d[0] &&
                    scale.d[1] == b.d[1] && scale.d[2] == (k + group_size_ - 1) / group_size_;
       if (!consistent) {
         log(ILogger::Severity::kERROR, "inconsistent INT4 shapes: a" + dims_text(a) + ", b" + dims_text(b) + ", offs" +
-                                           dims_text(offs) + ", b_scale" + dims_text(in[3].dims) + " (group_size " +
+                                           dims_text(offs) + ", b_scale" + dims_text(scale) + " (group_size " +
                                            std::to_string(group_size_) + "; b must be [G, N, round_up(K, 32) / 2], "
                                            "b_scale [G, N, ceil(K / group_size)])");
         return -1;
