@@ -66,7 +66,7 @@ def is_grouped_mm(node: onnx.NodeProto) -> bool:
     return (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP)
 
 
-def _group_size(node: onnx.NodeProto) -> int:
+def node_group_size(node: onnx.NodeProto) -> int:
     """The node's INT4 group size (INT4_GROUP_SIZE_ATTRIBUTE); 0 for weights not INT4."""
     return next((a.i for a in node.attribute if a.name == INT4_GROUP_SIZE_ATTRIBUTE), 0)
 
@@ -77,7 +77,7 @@ def fp8_grouped_mms(model: onnx.ModelProto) -> list[dict]:
     dims = {t.name: list(t.dims) for t in model.graph.initializer}
     found = []
     for node in model.graph.node:
-        if not is_grouped_mm(node) or len(node.input) != 4 or _group_size(node):
+        if not is_grouped_mm(node) or len(node.input) != 4 or node_group_size(node):
             continue
         shape = dims.get(node.input[1], [])
         activation = next((a.i for a in node.attribute if a.name == ACTIVATION_ATTRIBUTE), ACTIVATIONS["none"])
@@ -93,7 +93,7 @@ def int4_expert_nodes(model: onnx.ModelProto) -> list[dict]:
     dims = {t.name: list(t.dims) for t in model.graph.initializer}
     found = []
     for node in model.graph.node:
-        group_size = _group_size(node)
+        group_size = node_group_size(node)
         if node.domain != GROUPED_MM_DOMAIN or not group_size:
             continue
         # GroupedMM: b (input 1), b_scale (3); MoEExperts: w_gate_up, w_down (3, 4), their scales (7, 8).

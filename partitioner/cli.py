@@ -201,9 +201,9 @@ def _print_partition(i: int, partition, detail: bool) -> None:
 
 def _fp8_line(model) -> str:
     """Which GroupedMMs of the partition have FP8 weights, and their bytes."""
-    from et_trt_backend.onnx_analysis import fp8_grouped_mms, is_grouped_mm
+    from et_trt_backend.onnx_analysis import fp8_grouped_mms, is_grouped_mm, node_group_size
 
-    total = sum(map(is_grouped_mm, model.graph.node))
+    total = sum(is_grouped_mm(node) and not node_group_size(node) for node in model.graph.node)  # INT4: _int4_line
     fp8 = fp8_grouped_mms(model)
     if not fp8:
         return f"FP8 experts: none ({total} GroupedMM in the part's precision)"
