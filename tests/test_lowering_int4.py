@@ -4,8 +4,9 @@ fallback), its weights quantized at export (et_trt_backend/int4_weights.py) and 
 The ONNX, run in float32 by onnx_reference (which unpacks the INT4 weights with numpy, independently of
 int4_weights), is checked against the partition run in float32 with each expert weight replaced by its
 dequantized INT4 value q * scale: the INT4 form must compute exactly the model with those weights. The packed
-weights and scales are checked bit for bit, in the ONNX and after the blob's round trip. The example policy's
-error against bf16 (benchmarks/int4_accuracy.py) is bounded by what that script measured.
+weights and scales are checked bit for bit, in the ONNX and after the blob's round trip; NVIDIA's builder (TensorRT
+for RTX) builds both forms with our plugins. The example policy's error against bf16 (benchmarks/int4_accuracy.py)
+is bounded by what that script measured.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from executorch.exir import to_edge_transform_and_lower
 from onnx import numpy_helper
 
 from et_trt_backend import int4_weights, moe_experts
+from et_trt_backend.engines import onnx_build
 from et_trt_backend.onnx_analysis import int4_expert_nodes, moe_blocks
 from et_trt_backend.plugin_names import GROUPED_MM_OP, INT4_GROUP_SIZE_ATTRIBUTE, MOE_EXPERTS_OP
 from et_trt_backend.serialization import blob, external_data
 from et_trt_partitioner import TensorRTPartitioner, cli
 from support import moe_models, onnx_reference
 from support.lowering import delegated_parts, run_partition_float32
+from support.nvidia_builders import built_target, serialized_group_sizes, tensorrt_rtx_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP = 32
@@ -147,6 +150,18 @@ def test_int4_blob_round_trips(lowered):
     assert (back.options.expert_precision, back.options.int4_group_size) == ("int4", GROUP)
     assert {k.weight_format for k in back.kernels} == {"int4", "dense"}
     assert blob.serialize(back) == data
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["MoEExperts", "GroupedMM"])
+def test_real_builder_builds_the_int4_forms(lowered, fused):
+    """TensorRT for RTX's parser and builder with the C++ plugins (libet_trt_plugin.so) build both INT4 forms for
+    sm_80, each plugin serializing its group size (test_real_builder.py builds the example policy's for every
+    target)."""
+    rtx = tensorrt_rtx_or_skip()
+    _, contents = lowered[1][fused]
+    plan = onnx_build.parse_and_build(rtx, contents, "sm_80").plan
+    assert built_target(plan) == 80
+    assert serialized_group_sizes(plan) == [GROUP] * (1 if fused else 2)
 
 
 def test_inspect_shows_the_int4_form(edges, tmp_path, capsys):

@@ -123,11 +123,10 @@ def test_example_policy(rtx):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fused", [True, False], ids=["MoEExperts", "GroupedMM"])
-def test_example_policy_with_int4_experts(rtx, fused):
+def test_example_policy_with_int4_experts(rtx):
     """The decoder with expert_precision = "int4" (group 128, the default): its two MoE blocks as INT4 MoEExperts
-    nodes (packed INT8 weights, zero biases, bf16 scales), or, unfused, as four INT4 GroupedMMs, parse and build, each
-    plugin serializing its group size."""
+    nodes (packed INT8 weights, zero biases, bf16 scales) build for every RTX target, each plugin serializing its group
+    size. (tests/test_lowering_int4.py builds the INT4 GroupedMM form.)"""
     import tomllib
 
     from examples import moe_policy
@@ -135,18 +134,14 @@ def test_example_policy_with_int4_experts(rtx, fused):
     recipe = tomllib.loads((ROOT / "examples" / "recipe.toml").read_text())
     for table in [recipe["default"], *recipe["parts"].values()]:
         table["engine_build"] = "never"
-    recipe["parts"]["decoder"].update(expert_precision="int4", kernel_archs=TARGETS, fused_experts=fused)
+    recipe["parts"]["decoder"].update(expert_precision="int4", kernel_archs=TARGETS)
     recipe["parts"]["velocity"].update(grouped_gemm_kernel=False, fused_experts=False)  # no images to compile
     decoder = {c.part: c for c in _partitions(moe_policy.export_policy(), recipe)}["decoder"]
-    op, inputs = ("MoEExperts", 9) if fused else ("GroupedMM", 4)
-    nodes = [n for n in onnx.load_from_string(decoder.onnx).graph.node if n.op_type == op]
-    assert [len(n.input) for n in nodes] == [inputs] * (2 if fused else 4)
-    assert {k.weight_format for k in decoder.kernels if "route" not in k.kernel and "combine" not in k.kernel} == \
-        {"int4"}
-    # The fused form on every target; the GroupedMM fallback (the same INT4 GroupedMM plugin per GEMM) on the oldest
-    # and the newest.
-    for plan in _assert_builds_everywhere(rtx, [decoder], TARGETS if fused else ["sm_80", "sm_120a"]):
-        assert serialized_group_sizes(plan) == [128] * len(nodes)
+    nodes = [n for n in onnx.load_from_string(decoder.onnx).graph.node if n.op_type == "MoEExperts"]
+    assert [len(n.input) for n in nodes] == [9, 9]
+    assert {k.weight_format for k in decoder.kernels if k.kernel not in ("moe_route", "moe_combine")} == {"int4"}
+    for plan in _assert_builds_everywhere(rtx, [decoder]):
+        assert serialized_group_sizes(plan) == [128, 128]
 
 
 MODELS = {
