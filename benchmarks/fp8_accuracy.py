@@ -32,9 +32,10 @@ def relative_error(x: torch.Tensor, reference: torch.Tensor) -> float:
     return float((x.double() - reference).norm() / reference.norm().clamp_min(1e-30))
 
 
-class Fp8GroupedMMs(TorchFunctionMode):
-    """Runs torch._grouped_mm(a, w.transpose(-2, -1), offs) in FP8 as the lowering's FP8 GroupedMM does,
-    recording per weight the relative error against the bf16 call (and that call's own, against float64)."""
+class QuantizedGroupedMMs(TorchFunctionMode):
+    """Runs torch._grouped_mm(a, w.transpose(-2, -1), offs) as `quantized` computes it (the lowering's quantized
+    GroupedMM), recording per weight the relative error against the bf16 call (and that call's own, against
+    float64). benchmarks/int4_accuracy.py runs the INT4 form through it too."""
 
     def __init__(self):
         super().__init__()
@@ -42,24 +43,35 @@ class Fp8GroupedMMs(TorchFunctionMode):
         self.errors: dict[str, list[float]] = collections.defaultdict(list)
         self.bf16_errors: dict[str, list[float]] = collections.defaultdict(list)
 
+    def quantized(self, a: torch.Tensor, weights: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        """The quantized GroupedMM of a with the weights as [G, N, K] (the form the lowering quantizes)."""
+        raise NotImplementedError
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is not torch._grouped_mm:
             return func(*args, **kwargs)
-        from et_trt_backend import quantization
-        from et_trt_backend.lowering import ops
-
         a, b = args[:2]
         offs = kwargs.get("offs", args[2] if len(args) > 2 else None)
         name = self.names.get(b.data_ptr(), f"unnamed weight {list(b.shape)}")
         bf16 = func(*args, **kwargs)
-        b_q, b_scale = quantization.quantize_weights_fp8(b.transpose(-2, -1))  # [G, N, K], as the lowering
-        fp8 = ops.grouped_mm_fp8(a, b_q, offs, b_scale)
+        quantized = self.quantized(a, b.transpose(-2, -1), offs)
         float64 = _grouped_mm_float64(a, b, offs)
         covered = slice(0, int(offs[-1].clamp(0, a.shape[0])))  # rows past the last group are not defined in bf16
-        self.errors[name].append(relative_error(fp8[covered], bf16[covered]))
+        self.errors[name].append(relative_error(quantized[covered], bf16[covered]))
         self.bf16_errors[name].append(relative_error(bf16[covered], float64[covered]))
-        return fp8
+        return quantized
+
+
+class Fp8GroupedMMs(QuantizedGroupedMMs):
+    """The FP8 GroupedMM: weights per expert output channel, activations per row."""
+
+    def quantized(self, a, weights, offs):
+        from et_trt_backend import quantization
+        from et_trt_backend.lowering import ops
+
+        b_q, b_scale = quantization.quantize_weights_fp8(weights)
+        return ops.grouped_mm_fp8(a, b_q, offs, b_scale)
 
 
 def _grouped_mm_float64(a, b, offs) -> torch.Tensor:
@@ -72,14 +84,15 @@ def _grouped_mm_float64(a, b, offs) -> torch.Tensor:
     return out
 
 
-def measure(tokens=(2, 16, 64, 512), seeds=(0, 1, 2)) -> dict:
+def measure(tokens=(2, 16, 64, 512), seeds=(0, 1, 2), mode: QuantizedGroupedMMs | None = None) -> dict:
     """{"grouped_mm": {weight: worst relative error}, "grouped_mm_bf16": {weight: bf16's own worst},
-    "policy": [relative error of each (seed, tokens) run]} for the example policy, decoder in FP8."""
+    "policy": [relative error of each (seed, tokens) run]} for the example policy, its decoder's GroupedMMs run by
+    `mode` (FP8 where None)."""
     sys.path.insert(0, str(REPO))
     from examples import moe_policy
 
     policy_errors = []
-    mode = Fp8GroupedMMs()
+    mode = mode or Fp8GroupedMMs()
     for seed in seeds:
         policy = moe_policy.build_policy(seed)
         mode.names = {p.data_ptr(): f"decoder.{n}" for n, p in policy.decoder.named_parameters() if p.dim() == 3}
@@ -89,8 +102,8 @@ def measure(tokens=(2, 16, 64, 512), seeds=(0, 1, 2)) -> dict:
                 bf16 = policy(observations, noisy_actions, timestep)
                 with mode:
                     context = policy.decoder(observations)
-                fp8 = policy.velocity(noisy_actions, timestep, context)
-            policy_errors.append(relative_error(fp8, bf16))
+                quantized = policy.velocity(noisy_actions, timestep, context)
+            policy_errors.append(relative_error(quantized, bf16))
     return {"grouped_mm": {k: max(v) for k, v in mode.errors.items()},
             "grouped_mm_bf16": {k: max(v) for k, v in mode.bf16_errors.items()},
             "policy": policy_errors}

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 def _kernel_images(lowered, options: CompileOptions):
     """The kernel images the partition's plugin nodes run: per GroupedMM (dtype, layout, weight format) and per
-    MoEExperts dtype, each once, for every architecture of kernel_archs."""
+    MoEExperts (dtype, weight format), each once, for every architecture of kernel_archs."""
     if not lowered.grouped_mms and not lowered.fused_blocks:
         return [], {}
     from et_trt_backend.kernels import grouped_mm_images
@@ -44,8 +44,10 @@ def _kernel_images(lowered, options: CompileOptions):
             (use.dtype, use.trans_b, use.weight_format) for use in lowered.grouped_mms):
         images += [image for image in grouped_mm_images(options.kernel_archs, dtype, trans_b, weight_format)
                    if dtype in swiglu or not image.variant.startswith("quantize_rows_swiglu")]
+    # With expert_precision "int4" every fused block has INT4 weights (lowering/int4_experts.py).
+    weight_format = "int4" if options.expert_precision == "int4" else "dense"
     for dtype in dict.fromkeys(block.dtype for block in lowered.fused_blocks):
-        images += moe_experts_images(options.kernel_archs, dtype)
+        images += moe_experts_images(options.kernel_archs, dtype, weight_format)
     return images, {"triton": triton.__version__}
 
 

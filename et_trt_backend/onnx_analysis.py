@@ -1,5 +1,5 @@
 """What a partition's ONNX holds, read back from its blob: its ops, the floating types it computes in, its FP8
-GroupedMMs and how each MoE block was lowered. `et-trt inspect` prints these; tests check exports with them."""
+GroupedMMs, its INT4 expert nodes and how each MoE block was lowered. `et-trt inspect` prints these; tests check exports with them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import math
 import onnx
 from onnx import TensorProto
 
-from et_trt_backend.plugin_names import ACTIVATION_ATTRIBUTE, ACTIVATIONS, GROUPED_MM_DOMAIN, GROUPED_MM_OP
+from et_trt_backend.plugin_names import (
+    ACTIVATION_ATTRIBUTE,
+    ACTIVATIONS,
+    GROUPED_MM_DOMAIN,
+    GROUPED_MM_OP,
+    INT4_GROUP_SIZE_ATTRIBUTE,
+    MOE_EXPERTS_OP,
+)
 from et_trt_backend.serialization.blob import BlobError
 
 # The ONNX model's metadata entry listing its MoE blocks, each {"block", "form", "detail", "dtype"} (JSON): form
@@ -59,19 +66,41 @@ def is_grouped_mm(node: onnx.NodeProto) -> bool:
     return (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, GROUPED_MM_OP)
 
 
+def node_group_size(node: onnx.NodeProto) -> int:
+    """The node's INT4 group size (INT4_GROUP_SIZE_ATTRIBUTE); 0 for weights not INT4."""
+    return next((a.i for a in node.attribute if a.name == INT4_GROUP_SIZE_ATTRIBUTE), 0)
+
+
 def fp8_grouped_mms(model: onnx.ModelProto) -> list[dict]:
-    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale), each with its node name, weights and their bytes, and
-    whether it takes a gate+up output and computes its SwiGLU (activation 1)."""
+    """The ONNX's FP8 GroupedMMs (4 inputs: b_scale, no INT4 group size), each with its node name, weights and their
+    bytes, and whether it takes a gate+up output and computes its SwiGLU (activation 1)."""
     dims = {t.name: list(t.dims) for t in model.graph.initializer}
     found = []
     for node in model.graph.node:
-        if not is_grouped_mm(node) or len(node.input) != 4:
+        if not is_grouped_mm(node) or len(node.input) != 4 or node_group_size(node):
             continue
         shape = dims.get(node.input[1], [])
         activation = next((a.i for a in node.attribute if a.name == ACTIVATION_ATTRIBUTE), ACTIVATIONS["none"])
         found.append({"node": node.name, "weights": node.input[1], "shape": shape,
                       "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], [])),
                       "swiglu": activation == ACTIVATIONS["swiglu"]})
+    return found
+
+
+def int4_expert_nodes(model: onnx.ModelProto) -> list[dict]:
+    """The ONNX's nodes with INT4 weights (GroupedMM and MoEExperts of a nonzero group size), each with its node name,
+    op, group size, and the bytes of its packed weights and of their bfloat16 scales."""
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    found = []
+    for node in model.graph.node:
+        group_size = node_group_size(node)
+        if node.domain != GROUPED_MM_DOMAIN or not group_size:
+            continue
+        # GroupedMM: b (input 1), b_scale (3); MoEExperts: w_gate_up, w_down (3, 4), their scales (7, 8).
+        weights, scales = ((1,), (3,)) if node.op_type == GROUPED_MM_OP else ((3, 4), (7, 8))
+        found.append({"node": node.name, "op": node.op_type, "group_size": group_size,
+                      "weights_bytes": sum(math.prod(dims.get(node.input[i], [])) for i in weights),
+                      "scales_bytes": sum(2 * math.prod(dims.get(node.input[i], [])) for i in scales)})
     return found
 
 

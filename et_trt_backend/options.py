@@ -25,9 +25,14 @@ OPTIONS_SPEC_KEY = "et_trt.options"
 PART_SPEC_KEY = "et_trt.part"
 
 PRECISIONS = ("bf16", "fp16", "fp32")
-# expert_precision: "fp8" quantizes the GroupedMM weights; "precision" (what leaving it out means) keeps them
-# in the part's precision, and lets a part undo a [default] "fp8".
-EXPERT_PRECISIONS = ("fp8", "precision")
+# expert_precision: "fp8" quantizes the GroupedMM weights; "int4" the weights of every MoE block (fused MoEExperts
+# and GroupedMM alike) to INT4 with a bf16 scale per int4_group_size elements along K; "precision" (what leaving it
+# out means) keeps them in the part's precision, and lets a part undo a [default] "fp8" or "int4".
+EXPERT_PRECISIONS = ("fp8", "int4", "precision")
+# int4_group_size: the INT4 scale groups' size along K (int4_weights.GROUP_SIZES; no import: reading a blob's options
+# needs no torch); unset means DEFAULT_INT4_GROUP_SIZE.
+INT4_GROUP_SIZES = (32, 64, 128)
+DEFAULT_INT4_GROUP_SIZE = 128
 ENGINE_BUILD_POLICIES = ("auto", "always", "never")
 PREFLIGHT_POLICIES = ("error", "warn")
 # Architectures the grouped-GEMM kernel can be compiled for, named as the
@@ -39,6 +44,8 @@ DEFAULT_KERNEL_ARCHS = ("sm_80", "sm_87", "sm_90a", "sm_100a", "sm_110a", "sm_12
 # FP8 kernel yet), for a recipe here and for a kernel image in kernels/aot.py, both through without_fp8.
 NO_FP8_ARCHS = ("sm_80", "sm_86", "sm_87")
 FP8_ARCHS = tuple(arch for arch in KERNEL_ARCHS if arch not in NO_FP8_ARCHS)
+# The INT4 rule, here beside it: INT4 experts are weight-only (dequantized to the part's precision in registers for
+# mma.sync or FMA), so every architecture of KERNEL_ARCHS runs them, Orin's sm_87 included; none is refused.
 # TensorRT's builder optimization levels.
 OPTIMIZATION_LEVELS = range(0, 6)
 # An int64 of the blob: a size in bytes at least 1.
@@ -118,8 +125,12 @@ class CompileOptions:
     # where a block is not recognised), its experts are two GroupedMM nodes and the routing ops around them.
     fused_experts: bool = True
     # "fp8": the GroupedMMs' constant weights become FP8 e4m3 with a scale per expert output channel
-    # (lowering/fp8_experts.py); None: they stay in `precision`.
+    # (lowering/fp8_experts.py); "int4": every MoE block's expert weights become INT4 with a bf16 scale per group of
+    # int4_group_size along K (lowering/int4_experts.py), activations and outputs staying in `precision`; None:
+    # they stay in `precision`.
     expert_precision: str | None = None
+    # INT4 only (None: DEFAULT_INT4_GROUP_SIZE); a part whose experts are not INT4 ignores it, with a warning.
+    int4_group_size: int | None = None
     # Build the engine at export: auto (if TensorRT and a GPU are present),
     # always (fail otherwise) or never (the robot builds it from the ONNX).
     engine_build: str = "auto"
@@ -231,6 +242,14 @@ def _kernel_archs(key: str, value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+def _group_size(key: str, value: Any) -> int:
+    _expect(key, value, int, f"an integer, one of {', '.join(map(str, INT4_GROUP_SIZES))}")
+    if value not in INT4_GROUP_SIZES:
+        raise OptionsError(f"option '{key}': INT4 scale groups hold {', '.join(map(str, INT4_GROUP_SIZES))} elements "
+                           f"of K, got {value}; smaller groups are more accurate, larger ones fewer bytes")
+    return value
+
+
 def _optional_str(key: str, value: Any) -> str | None:
     return None if value is None else _expect(key, value, str, "a path (string)")
 
@@ -246,6 +265,7 @@ _VALIDATORS = {
     "grouped_gemm_kernel": lambda k, v: _expect(k, v, bool, "true or false"),
     "fused_experts": lambda k, v: _expect(k, v, bool, "true or false"),
     "expert_precision": lambda k, v: None if v in (None, "precision") else _choice(k, v, EXPERT_PRECISIONS),
+    "int4_group_size": lambda k, v: None if v is None else _group_size(k, v),
     "engine_build": lambda k, v: _choice(k, v, ENGINE_BUILD_POLICIES),
     "preflight": lambda k, v: _choice(k, v, PREFLIGHT_POLICIES),
 }
@@ -292,22 +312,30 @@ def without_fp8(archs) -> list[str]:
     return [arch for arch in archs if arch.removesuffix("a") in NO_FP8_ARCHS]
 
 
+def int4_group_size(options: CompileOptions) -> int:
+    """The INT4 scale groups' size of a part (the default where the recipe leaves it unset)."""
+    return options.int4_group_size or DEFAULT_INT4_GROUP_SIZE
+
+
 def _check_expert_precision(options: CompileOptions) -> None:
-    """expert_precision = "fp8" needs what FP8 experts run on: the grouped-GEMM kernel, a bf16/fp16
-    part (the FP8 GEMM's output dtype) and only architectures with FP8 tensor cores."""
-    if options.expert_precision != "fp8":
+    """expert_precision = "fp8" or "int4" needs what quantized experts run on: the grouped-GEMM kernel and a
+    bf16/fp16 part (the quantized GEMMs' activation and output dtype); "fp8" also only architectures with FP8
+    tensor cores (INT4 runs on every one)."""
+    precision = options.expert_precision
+    if precision is None:
         return
-    unset = ('or leave expert_precision unset for this part (expert_precision = "precision" where [default] '
-             'sets "fp8")')
+    unset = (f'or leave expert_precision unset for this part (expert_precision = "precision" where [default] '
+             f'sets "{precision}")')
     if not options.grouped_gemm_kernel:
         raise OptionsError(
-            'option \'expert_precision\': "fp8" needs the grouped-GEMM kernel, but grouped_gemm_kernel = false '
-            f"(the dense lowering has no FP8 form); set grouped_gemm_kernel = true, {unset}")
+            f'option \'expert_precision\': "{precision}" needs the grouped-GEMM kernel, but grouped_gemm_kernel = '
+            f"false (the dense lowering has no {precision.upper()} form); set grouped_gemm_kernel = true, {unset}")
     if options.precision == "fp32":
         raise OptionsError(
-            'option \'expert_precision\': "fp8" needs precision "bf16" or "fp16" (the FP8 GroupedMM computes '
-            f'its output in the part\'s precision; fp32 GroupedMMs are lowered densely); change precision, {unset}')
-    refused = without_fp8(options.kernel_archs)
+            f'option \'expert_precision\': "{precision}" needs precision "bf16" or "fp16" (the {precision.upper()} '
+            f"experts compute in the part's precision; fp32 GroupedMMs are lowered densely); change precision, "
+            f"{unset}")
+    refused = without_fp8(options.kernel_archs) if precision == "fp8" else []
     if refused:
         kept = [arch for arch in options.kernel_archs if arch not in refused] or ["sm_90a"]
         which = (f"the default kernel_archs ({', '.join(DEFAULT_KERNEL_ARCHS)}) hold"
@@ -315,7 +343,8 @@ def _check_expert_precision(options: CompileOptions) -> None:
         raise OptionsError(
             f"option 'expert_precision': \"fp8\", but {which} {', '.join(refused)}, which lack FP8 tensor "
             f"cores (FP8 experts run on {', '.join(FP8_ARCHS)}); drop {', '.join(refused)} from this part's "
-            f"kernel_archs (e.g. kernel_archs = {_toml_list(kept)}), {unset}")
+            f"kernel_archs (e.g. kernel_archs = {_toml_list(kept)}), use expert_precision = \"int4\" (which runs "
+            f"on every architecture), {unset}")
 
 
 def _toml_list(values: list[str]) -> str:

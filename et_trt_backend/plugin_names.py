@@ -32,6 +32,17 @@ ACTIVATIONS = {"none": 0, "swiglu": 1}
 # type, and an INT8 tensor is never mistaken for FP8 bits; onnx-tensorrt maps FLOAT8E4M3FN to kFP8 as well.
 FP8_WEIGHT_ONNX_TYPE = "FLOAT8E4M3FN"
 
+# The INT4 form of both ops (expert_precision = "int4", et_trt_backend/int4_weights.py): an int attribute, written on
+# every GroupedMM and MoEExperts node (0 on the others), holding the INT4 scale groups' size along K (32, 64 or 128).
+# Nonzero, the node's weights are packed INT4 (INT8 [G, N, round_up(K, 32) / 2]) with bfloat16 scales
+# [G, N, ceil(K / group_size)]: GroupedMM's 4th input b_scale; MoEExperts' inputs 7 and 8 (w_gate_up_scale,
+# w_down_scale), after both biases (zeros where the model has none). The C++ plugins' kGroupSizeField is the same.
+INT4_GROUP_SIZE_ATTRIBUTE = "group_size"
+# The ONNX element type of packed INT4 weights (a name of onnx.TensorProto.DataType): their bytes, typed INT8, which
+# TensorRT for RTX 1.7.1's parser hands a plugin verbatim as kINT8 (as it does FP8 bits typed INT8); a UINT8
+# initializer it converts to INT32 ("UINT8 data ... is being converted to INT32", seen building for sm_80 and sm_120).
+INT4_WEIGHT_ONNX_TYPE = "INT8"
+
 # The fused MoE experts op (issue 32; /work contract "MoEExperts"): one node from top-k ids to the combined output.
 # Domain GROUPED_MM_DOMAIN, plugin attributes PLUGIN_ATTRIBUTES; et_trt_backend/moe_experts.py holds its semantics.
 MOE_EXPERTS_OP = "MoEExperts"

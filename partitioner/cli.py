@@ -161,6 +161,9 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         f"{kind} " + ", ".join(f"{t} {n}" for t, n in counts.items())
         for kind, counts in onnx_precision(model).items() if counts))
     print("    " + _fp8_line(model))
+    int4 = _int4_line(model)
+    if int4:
+        print("    " + int4)
     for line in _moe_block_lines(model):
         print("    " + line)
     options = c.options.to_json()
@@ -198,9 +201,9 @@ def _print_partition(i: int, partition, detail: bool) -> None:
 
 def _fp8_line(model) -> str:
     """Which GroupedMMs of the partition have FP8 weights, and their bytes."""
-    from et_trt_backend.onnx_analysis import fp8_grouped_mms, is_grouped_mm
+    from et_trt_backend.onnx_analysis import fp8_grouped_mms, is_grouped_mm, node_group_size
 
-    total = sum(map(is_grouped_mm, model.graph.node))
+    total = sum(is_grouped_mm(node) and not node_group_size(node) for node in model.graph.node)  # INT4: _int4_line
     fp8 = fp8_grouped_mms(model)
     if not fp8:
         return f"FP8 experts: none ({total} GroupedMM in the part's precision)"
@@ -208,6 +211,19 @@ def _fp8_line(model) -> str:
             f"e4m3 + {_size(sum(e['scales_bytes'] for e in fp8))} scales: "
             + ", ".join(f"{e['node']} ({e['weights']} {e['shape']}{', SwiGLU of its input fused' * e['swiglu']})"
                         for e in fp8))
+
+
+def _int4_line(model) -> str:
+    """The partition's nodes with INT4 expert weights, their group size and bytes; "" where none."""
+    from et_trt_backend.onnx_analysis import int4_expert_nodes
+
+    nodes = int4_expert_nodes(model)
+    if not nodes:
+        return ""
+    counts = ", ".join(f"{sum(n['op'] == op for n in nodes)} {op}" for op in dict.fromkeys(n["op"] for n in nodes))
+    groups = ", ".join(str(g) for g in sorted({n["group_size"] for n in nodes}))
+    return (f"INT4 experts: {counts}, group {groups}, weights {_size(sum(n['weights_bytes'] for n in nodes))} packed "
+            f"+ {_size(sum(n['scales_bytes'] for n in nodes))} bf16 scales: " + ", ".join(n["node"] for n in nodes))
 
 
 def _moe_block_lines(model) -> list[str]:

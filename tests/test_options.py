@@ -10,6 +10,7 @@ from et_trt_backend.options import (
     CompileOptions,
     OptionsError,
     ShapeRange,
+    int4_group_size,
     parse_options,
     parse_size,
 )
@@ -37,7 +38,7 @@ def test_every_field_round_trips():
     # FP8 experts need the grouped-GEMM kernel: the two kernel settings are set apart.
     fp8 = parse_options({**common, "kernel_archs": ["sm_90a", "sm_89"], "expert_precision": "fp8"})
     dense = parse_options({**common, "kernel_archs": ["sm_90a", "sm_87"], "grouped_gemm_kernel": False,
-                           "fused_experts": False})
+                           "fused_experts": False, "int4_group_size": 64})
     assert fp8.workspace_bytes == 512 << 20
     assert fp8.shape_ranges["tokens"] == ShapeRange(1, 32, 256)
     for options in (fp8, dense):
@@ -81,15 +82,23 @@ def test_base_options_are_overridden_not_replaced():
         ({"shape_ranges": {"tokens": {"lo": 1, "max": 4}}}, "option 'shape_ranges.tokens': needs keys min and max"),
         ({"shape_ranges": {"tokens": {"min": 1.5, "max": 4}}}, "option 'shape_ranges.tokens.min': expected an integer"),
         ({"shape_ranges": [1, 2]}, "option 'shape_ranges': expected a table"),
-        ({"expert_precision": "int4"}, "option 'expert_precision': 'int4' is not one of fp8, precision"),
+        ({"expert_precision": "int8"}, "option 'expert_precision': 'int8' is not one of fp8, int4, precision"),
+        ({"int4_group_size": 256}, "option 'int4_group_size': INT4 scale groups hold 32, 64, 128 elements of K, got "
+         "256; smaller groups are more accurate, larger ones fewer bytes"),
+        ({"int4_group_size": "128"}, "option 'int4_group_size': expected an integer, one of 32, 64, 128, got str"),
+        ({"int4_group_size": True}, "option 'int4_group_size': expected an integer, one of 32, 64, 128, got True"),
+        ({"expert_precision": "int4", "grouped_gemm_kernel": False},
+         "\"int4\" needs the grouped-GEMM kernel, but grouped_gemm_kernel = false (the dense lowering has no INT4 "
+         "form)"),
+        ({"expert_precision": "int4", "precision": "fp32"}, "\"int4\" needs precision \"bf16\" or \"fp16\""),
         ({"expert_precision": "fp8", "kernel_archs": ["sm_90a"], "grouped_gemm_kernel": False},
          "\"fp8\" needs the grouped-GEMM kernel, but grouped_gemm_kernel = false"),
         ({"expert_precision": "fp8", "kernel_archs": ["sm_90a"], "precision": "fp32"},
          "\"fp8\" needs precision \"bf16\" or \"fp16\""),
         ({"expert_precision": "fp8", "kernel_archs": ["sm_86", "sm_90a"]},
          "kernel_archs holds sm_86, which lack FP8 tensor cores (FP8 experts run on sm_89, sm_90a, sm_100a, "
-         "sm_110a, sm_120a); drop sm_86 from this part's kernel_archs (e.g. kernel_archs = [\"sm_90a\"]), or "
-         "leave expert_precision unset"),
+         "sm_110a, sm_120a); drop sm_86 from this part's kernel_archs (e.g. kernel_archs = [\"sm_90a\"]), use "
+         "expert_precision = \"int4\" (which runs on every architecture), or leave expert_precision unset"),
         ({"expert_precision": "fp8"}, "the default kernel_archs (sm_80, sm_87, sm_90a, sm_100a, sm_110a, sm_120a) "
          "hold sm_80, sm_87, which lack FP8 tensor cores"),
     ],
@@ -122,6 +131,15 @@ def test_expert_precision_precision_means_unset():
     assert parse_options({"expert_precision": "precision", "kernel_archs": ["sm_87"]}, base=base).expert_precision \
         is None
     assert CompileOptions().expert_precision is None
+
+
+def test_int4_experts_run_on_every_architecture_with_a_group_size_per_part():
+    everywhere = parse_options({"expert_precision": "int4", "kernel_archs": list(KERNEL_ARCHS)})
+    assert everywhere.expert_precision == "int4" and everywhere.int4_group_size is None
+    assert int4_group_size(everywhere) == 128  # the default
+    part = parse_options({"int4_group_size": 32}, base=everywhere)
+    assert (part.expert_precision, int4_group_size(part)) == ("int4", 32)
+    assert parse_options({"expert_precision": "precision"}, base=part).expert_precision is None
 
 
 @pytest.mark.parametrize("arch", KERNEL_ARCHS)

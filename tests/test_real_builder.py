@@ -46,7 +46,12 @@ from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models
 from support.kernel_records import fp8_image_records, image_record
 from support.lowering import delegated_parts
-from support.nvidia_builders import built_target, serialized_plugin_fields, tensorrt_rtx_or_skip
+from support.nvidia_builders import (
+    built_target,
+    serialized_group_sizes,
+    serialized_plugin_fields,
+    tensorrt_rtx_or_skip,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["sm_80", "sm_86", "sm_89", "sm_120a"]
@@ -71,10 +76,11 @@ def _images_id(kernels: list[KernelImage]) -> bytes:
     return hashlib.sha256(b"".join(k.image.bytes() for k in kernels)).digest()
 
 
-def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=TARGETS) -> None:
+def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=TARGETS) -> list[bytes]:
     """Every partition parses and builds for every target, the plan recording that target and, for each GroupedMM
-    node, the reference to the blob's kernel images."""
+    node, the reference to the blob's kernel images; the plans, partition by partition and target by target."""
     assert partitions, "nothing was delegated"
+    plans = []
     for contents in partitions:
         nodes = [n.op_type for n in onnx.load_from_string(contents.onnx).graph.node].count("GroupedMM")
         for target in targets:
@@ -84,6 +90,8 @@ def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=
             fields = serialized_plugin_fields(engine.plan)
             assert len(fields) >= nodes
             assert all(f.kernel_images_id == _images_id(contents.kernels) for f in fields)
+            plans.append(engine.plan)
+    return plans
 
 
 # ---- every partition we produce ---------------------------------------------------------------
@@ -112,6 +120,28 @@ def test_example_policy(rtx):
     # Each layer's down GroupedMM takes its gate+up output (activation 1).
     plan = onnx_build.parse_and_build(rtx, by_part["decoder"], FP8_TARGETS[0]).plan
     assert sorted(f.activation for f in serialized_plugin_fields(plan)) == [0, 0, 1, 1]
+
+
+@pytest.mark.slow
+def test_example_policy_with_int4_experts(rtx):
+    """The decoder with expert_precision = "int4" (group 128, the default): its two MoE blocks as INT4 MoEExperts
+    nodes (packed INT8 weights, zero biases, bf16 scales) build for every RTX target, each plugin serializing its group
+    size. (tests/test_lowering_int4.py builds the INT4 GroupedMM form.)"""
+    import tomllib
+
+    from examples import moe_policy
+
+    recipe = tomllib.loads((ROOT / "examples" / "recipe.toml").read_text())
+    for table in [recipe["default"], *recipe["parts"].values()]:
+        table["engine_build"] = "never"
+    recipe["parts"]["decoder"].update(expert_precision="int4", kernel_archs=TARGETS)
+    recipe["parts"]["velocity"].update(grouped_gemm_kernel=False, fused_experts=False)  # no images to compile
+    decoder = {c.part: c for c in _partitions(moe_policy.export_policy(), recipe)}["decoder"]
+    nodes = [n for n in onnx.load_from_string(decoder.onnx).graph.node if n.op_type == "MoEExperts"]
+    assert [len(n.input) for n in nodes] == [9, 9]
+    assert {k.weight_format for k in decoder.kernels if k.kernel not in ("moe_route", "moe_combine")} == {"int4"}
+    for plan in _assert_builds_everywhere(rtx, [decoder]):
+        assert serialized_group_sizes(plan) == [128, 128]
 
 
 MODELS = {

@@ -3,7 +3,8 @@
 # 1. Without TensorRT (runs on the device as it is): runtime/tools/moe_plugin_check.py drives the C++ plugin through
 # its IPluginV3 interfaces as TensorRT does (created from each MoEExperts node of the fused example export, its
 # fields serialized and read back, attached, shapes, workspace, enqueue) with the model's expert weights, against
-# the float32 reference, and times the enqueue (table 1).
+# the float32 reference, and times the enqueue (table 1); the same for the nodes of the fused export with INT4
+# experts (expert_precision = "int4": packed weights, group scales, the launcher's INT4 kernels; rows "INT4 g128").
 # 2. With TensorRT, where it is found: builds et-trt's runtime (the delegate,
 # the GroupedMM and MoEExperts plugins, et_trt_runner) against the TensorRT it finds, runs the example policy exported
 # with fused MoE blocks (one MoEExperts node each) and with GroupedMM blocks and their routing glue
@@ -68,7 +69,7 @@ main() {
     [ -e "$need" ] || { echo "missing $need: run python benchmarks/device/prepare_plugin_run.py here first"; exit 2; }
   done
   command -v nvcc cmake ninja || { echo "the device lacks nvcc, cmake or ninja"; exit 2; }
-  timeout 120 python3 runtime/tools/moe_plugin_check.py "$RUN/check/nodes.json" > "$OUT/plugin_check.md" 2>&1
+  timeout 180 python3 runtime/tools/moe_plugin_check.py "$RUN/check/nodes.json" > "$OUT/plugin_check.md" 2>&1
   local check_rc=$?
   echo "== plugin check (no TensorRT): rc $check_rc"
   if ! find_tensorrt; then

@@ -19,6 +19,7 @@
                         necessarily their headers)
 .device/flatbuffers     flatc and the flatbuffers headers of this machine (prepare.py's copy)
 .device/plugin_run/check/  the fused export's delegate blobs with their named data (runtime/tools/extract_blobs.py),
+                        in int4/ those of the fused export with INT4 experts (expert_precision = "int4", int4.pte),
                         nodes.json (each MoEExperts node's attributes and weights' named data) and
                         libet_trt_moe_plugin_check.so (runtime/build-tensorrt-11.1, scripts/build_tensorrt_layers.sh):
                         runtime/tools/moe_plugin_check.py runs the plugin through its interfaces with no TensorRT
@@ -55,8 +56,11 @@ SYSTEM_HEADERS = ["/usr/include/zlib.h", "/usr/include/zconf.h", "/usr/include/o
 # Kernel images for the device's H100/H200 alone: a call carries at most 64 MiB, the working tree included.
 DEVICE_ARCHS = {"kernel_archs": ["sm_90a"]}
 FORMS = {"fused": DEVICE_ARCHS, "grouped": {**DEVICE_ARCHS, "fused_experts": False}}
+# The fused form with INT4 experts (every part; fp16's INT4 images too), for the plugin check only.
+CHECK_FORMS = {"fused": "", "int4": "int4"}  # export -> its blobs' folder under check/
+INT4_FORM = {**DEVICE_ARCHS, "expert_precision": "int4"}
 CHECK_LIBRARY = ROOT / "runtime" / "build-tensorrt-11.1" / "libet_trt_moe_plugin_check.so"
-ONNX_DTYPES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16"}
+ONNX_DTYPES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.INT8: "int8"}
 
 
 def recipe_text(overrides: dict) -> str:
@@ -85,7 +89,7 @@ def _toml(value) -> str:
 
 
 def export_forms() -> None:
-    for form, overrides in FORMS.items():
+    for form, overrides in {**FORMS, "int4": INT4_FORM}.items():
         recipe = RUN / f"{form}.toml"
         recipe.write_text(recipe_text(overrides))
         logging.info("exporting the example policy, %s form", form)
@@ -105,10 +109,11 @@ def save_inputs_and_references() -> None:
 
 
 def _node_record(node: onnx.NodeProto, initializers: dict) -> dict:
-    """A MoEExperts node's attributes and its weight inputs (w_gate_up, w_down, b_gate_up, b_down) as named data."""
+    """A MoEExperts node's attributes and its weight inputs (w_gate_up, w_down, b_gate_up, b_down, and with INT4
+    weights w_gate_up_scale, w_down_scale) as named data."""
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     weights = []
-    for name in list(node.input[3:7]) + [""] * (7 - len(node.input)):
+    for name in list(node.input[3:]) + [""] * (7 - len(node.input)):
         tensor = initializers.get(name)
         location = {e.key: e.value for e in tensor.external_data}.get("location") if tensor is not None else None
         if name and location is None:
@@ -117,22 +122,23 @@ def _node_record(node: onnx.NodeProto, initializers: dict) -> dict:
                        if name else None)
     return {"name": node.name, "activation": attributes["activation"],
             "gate_up_layout": attributes["gate_up_layout"].decode(), "alpha": attributes["alpha"],
-            "limit": attributes["limit"], "weights": weights}
+            "limit": attributes["limit"], "group_size": attributes.get("group_size", 0), "weights": weights}
 
 
 def save_plugin_check() -> None:
-    """The fused export's blobs and named data, its MoEExperts nodes (nodes.json) and the check library."""
+    """The fused exports' blobs and named data, their MoEExperts nodes (nodes.json) and the check library."""
     check = RUN / "check"
     shutil.rmtree(check, ignore_errors=True)
-    pte = RUN / "fused.pte"
-    subprocess.run([sys.executable, str(ROOT / "runtime" / "tools" / "extract_blobs.py"), str(pte), str(check)],
-                   check=True)
     nodes = {}
-    for i, partition in enumerate(read_partitions(pte.read_bytes(), data_dir=pte.parent)):
-        model = onnx.load_from_string(partition.contents.onnx)
-        initializers = {t.name: t for t in model.graph.initializer}
-        nodes[f"{partition.delegate.plan}_{i}.blob"] = [_node_record(n, initializers) for n in model.graph.node
-                                                        if n.op_type == MOE_EXPERTS_OP]
+    for form, folder in CHECK_FORMS.items():
+        pte = RUN / f"{form}.pte"
+        subprocess.run([sys.executable, str(ROOT / "runtime" / "tools" / "extract_blobs.py"), str(pte),
+                        str(check / folder)], check=True)
+        for i, partition in enumerate(read_partitions(pte.read_bytes(), data_dir=pte.parent)):
+            model = onnx.load_from_string(partition.contents.onnx)
+            initializers = {t.name: t for t in model.graph.initializer}
+            blob_name = str(pathlib.PurePosixPath(folder, f"{partition.delegate.plan}_{i}.blob"))
+            nodes[blob_name] = [_node_record(n, initializers) for n in model.graph.node if n.op_type == MOE_EXPERTS_OP]
     (check / "nodes.json").write_text(json.dumps(nodes, indent=1))
     if not CHECK_LIBRARY.exists():
         raise SystemExit(f"{CHECK_LIBRARY} is missing: run scripts/build_tensorrt_layers.sh 11.1 first")

@@ -7,7 +7,7 @@ constraints. Integer (SymInt) inputs are recomputed from tensor inputs
 (size_inputs.py). Weights are ONNX initializers, stored once, as the model holds
 them, in the recipe's precision (precision.py; grouped GEMM weights are not transposed:
 GroupedMM takes trans_b), or with expert_precision "fp8" as FP8 weights and their scales
-(fp8_experts.py).
+(fp8_experts.py), with "int4" as packed INT4 weights and their group scales (int4_experts.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from et_trt_backend.onnx_analysis import MOE_BLOCKS_METADATA_KEY
-from et_trt_backend.options import CompileOptions
+from et_trt_backend.options import CompileOptions, int4_group_size
 from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.recipe import dynamic_dims
@@ -37,6 +37,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 
 from . import routing_rewrites, translations
 from .errors import LoweringError
+from . import int4_experts
 from .fp8_experts import quantize_experts
 from .fp8_swiglu import fuse_swiglu
 from .moe_fusion import FUSED, MoEBlockForm, fuse_moe_blocks
@@ -61,7 +62,9 @@ class GroupedMMUse:
 
     dtype: str  # "bf16" | "fp16": the activations' and the output's
     trans_b: bool
-    weight_format: str = "dense"  # "dense" (weights in dtype) | "fp8" (e4m3 [G, N, K], trans_b, per-channel scales)
+    # "dense" (weights in dtype) | "fp8" (e4m3 [G, N, K], trans_b, per-channel scales) | "int4" (packed [G, N, K],
+    # trans_b, bf16 group scales)
+    weight_format: str = "dense"
     swiglu: bool = False  # fp8: its input is a gate+up output (fp8_swiglu.py), quantized by the SwiGLU images
 
 
@@ -214,6 +217,9 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
             swiglu = len(node.args) > 4 and node.args[4] == ACTIVATIONS["swiglu"]
             uses.append(GroupedMMUse(translations.KERNEL_DTYPES[node.args[0].meta["val"].dtype], True, "fp8", swiglu))
             continue
+        if node.target is torch.ops.et_trt_lowering.grouped_mm_int4.default:
+            uses.append(GroupedMMUse(translations.KERNEL_DTYPES[node.args[0].meta["val"].dtype], True, "int4"))
+            continue
         if node.target is not torch.ops.et_trt_lowering.grouped_mm.default:
             continue
         a, b = node.args[0].meta["val"], node.args[1].meta["val"]
@@ -245,6 +251,16 @@ def _onnx_registry():
     return registry, decompositions
 
 
+def _int4_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockForm]) -> list[MoEBlockForm]:
+    """The program's experts made INT4 (int4_experts.py); the fused blocks' forms saying so."""
+    group_size = int4_group_size(options)
+    fused, grouped = int4_experts.quantize_experts(program, group_size)
+    logger.info("expert_precision int4 (group %d): %d MoEExperts node(s) and %d GroupedMM(s) with INT4 weights",
+                group_size, fused, grouped)
+    return [dataclasses.replace(form, detail=f"{form.detail}, INT4 weights (group {group_size})")
+            if form.form == FUSED else form for form in moe_blocks]
+
+
 def has_translation(target) -> bool:
     """Whether the lowering translates `target` (an ATen, edge or dim-order overload) to ONNX:
     by a rewrite, an et-trt translation, torchlib, or a decomposition into those."""
@@ -273,6 +289,12 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     if options.expert_precision == "fp8":
         logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
         logger.info("expert_precision fp8: %d of them compute their input's SwiGLU", fuse_swiglu(program))
+    elif options.expert_precision == "int4":
+        moe_blocks = _int4_experts(program, options, moe_blocks)
+    elif options.int4_group_size is not None:
+        logger.warning("int4_group_size = %d has no effect on this part: its expert_precision is %s, not \"int4\"",
+                       options.int4_group_size, f'"{options.expert_precision}"' if options.expert_precision else
+                       f"unset (its experts stay {options.precision})")
     ranges = _ranges(program, options)
     kernel = options.grouped_gemm_kernel
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from et_trt_backend import int4_weights
 from et_trt_backend import moe_experts as moe_semantics
 from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.quantization import FP8_DTYPE, grouped_mm_fp8_reference, swiglu_rows
@@ -58,6 +59,20 @@ def grouped_mm_fp8(a: torch.Tensor, b_q: torch.Tensor, offs: torch.Tensor, b_sca
 @grouped_mm_fp8.register_fake
 def _(a, b_q, offs, b_scale, activation=0):
     return a.new_empty(a.shape[0], b_q.shape[-2])
+
+
+@torch.library.custom_op("et_trt_lowering::grouped_mm_int4", mutates_args=())
+def grouped_mm_int4(a: torch.Tensor, b_packed: torch.Tensor, offs: torch.Tensor, b_scale: torch.Tensor,
+                    group_size: int) -> torch.Tensor:
+    """The INT4 GroupedMM (int4_weights.py): a [rows, K] bf16/fp16 times the weights [G, N, K] packed uint8
+    [G, N, round_up(K, 32) / 2] with bfloat16 scales b_scale [G, N, ceil(K / group_size)]; float32 sums, out
+    [rows, N] in a's dtype, groups as grouped_mm's."""
+    return int4_weights.grouped_mm_reference(a, b_packed, b_scale, offs, group_size).to(a.dtype)
+
+
+@grouped_mm_int4.register_fake
+def _(a, b_packed, offs, b_scale, group_size):
+    return a.new_empty(a.shape[0], b_packed.shape[-2])
 
 
 @torch.library.custom_op("et_trt_lowering::counting_sort", mutates_args=())
@@ -111,4 +126,23 @@ def moe_experts(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torc
 @moe_experts.register_fake
 def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout, alpha,
       limit):
+    return hidden.new_empty(hidden.shape)
+
+
+@torch.library.custom_op("et_trt_lowering::moe_experts_int4", mutates_args=())
+def moe_experts_int4(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                     w_gate_up: torch.Tensor, w_down: torch.Tensor, b_gate_up: torch.Tensor | None,
+                     b_down: torch.Tensor | None, w_gate_up_scale: torch.Tensor, w_down_scale: torch.Tensor,
+                     activation: str, gate_up_layout: str, alpha: float, limit: float, group_size: int) -> torch.Tensor:
+    """moe_experts with INT4 expert weights (int4_weights.moe_experts_reference): w_gate_up and w_down packed uint8,
+    their bfloat16 group scales after the biases (the ONNX node's input order)."""
+    return int4_weights.moe_experts_reference(
+        hidden, topk_ids, topk_weights, w_gate_up, w_gate_up_scale, w_down, w_down_scale, b_gate_up, b_down,
+        group_size=group_size, activation=activation, gate_up_layout=gate_up_layout, alpha=alpha, limit=limit,
+    ).to(hidden.dtype)
+
+
+@moe_experts_int4.register_fake
+def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale, w_down_scale,
+      activation, gate_up_layout, alpha, limit, group_size):
     return hidden.new_empty(hidden.shape)

@@ -24,6 +24,8 @@ from et_trt_backend.plugin_names import (
     FP8_WEIGHT_ONNX_TYPE,
     GROUPED_MM_DOMAIN,
     GROUPED_MM_OP,
+    INT4_GROUP_SIZE_ATTRIBUTE,
+    INT4_WEIGHT_ONNX_TYPE,
     MOE_ACTIVATION_ATTRIBUTE,
     MOE_ACTIVATIONS,
     MOE_ALPHA_ATTRIBUTE,
@@ -41,28 +43,34 @@ KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 # The torch dtype the lowering stores an FP8 GroupedMM's weights in (fp8_experts.py): the one that the ONNX
 # type plugin_names.FP8_WEIGHT_ONNX_TYPE (the one place deciding it) is written from.
 FP8_WEIGHTS_TORCH_DTYPE = {"FLOAT8E4M3FN": torch.float8_e4m3fn, "INT8": torch.int8}[FP8_WEIGHT_ONNX_TYPE]
+# Likewise the packed INT4 weights' (int4_experts.py), from plugin_names.INT4_WEIGHT_ONNX_TYPE.
+INT4_WEIGHTS_TORCH_DTYPE = {"UINT8": torch.uint8, "INT8": torch.int8}[INT4_WEIGHT_ONNX_TYPE]
 
 
 def _register_grouped_mm_schema() -> None:
     if onnx.defs.has(GROUPED_MM_OP, GROUPED_MM_DOMAIN):
         return
     types = ["tensor(bfloat16)", "tensor(float16)"]
-    weight_types = [*types, f"tensor({FP8_WEIGHT_ONNX_TYPE.lower()})"]
+    weight_types = [*types, f"tensor({FP8_WEIGHT_ONNX_TYPE.lower()})", f"tensor({INT4_WEIGHT_ONNX_TYPE.lower()})"]
     schema = onnx.defs.OpSchema(
         GROUPED_MM_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
         doc="Grouped GEMM of et-trt (contract 4): rows [start_g, end_g) = a @ b[g], uncovered rows zero. With "
             f"b_scale, the FP8 form: b is e4m3 [G, N, K] ({FP8_WEIGHT_ONNX_TYPE}, trans_b = 1), "
-            "b[g, n, :] scaled by b_scale[g, n], a quantized per row at run time (et_trt_backend/quantization.py).",
+            "b[g, n, :] scaled by b_scale[g, n], a quantized per row at run time (et_trt_backend/quantization.py). "
+            f"With {INT4_GROUP_SIZE_ATTRIBUTE} > 0, the INT4 form: b is packed INT4 ({INT4_WEIGHT_ONNX_TYPE} "
+            "[G, N, round_up(K, 32) / 2], trans_b = 1) with bfloat16 b_scale [G, N, ceil(K / group_size)] "
+            "(et_trt_backend/int4_weights.py).",
         inputs=[
             onnx.defs.OpSchema.FormalParameter("a", "T"),
             onnx.defs.OpSchema.FormalParameter("b", "TB"),
             onnx.defs.OpSchema.FormalParameter("offs", "tensor(int32)"),
-            onnx.defs.OpSchema.FormalParameter("b_scale", "tensor(float)",
+            onnx.defs.OpSchema.FormalParameter("b_scale", "TS",
                                                param_option=onnx.defs.OpSchema.FormalParameterOption.Optional),
         ],
         outputs=[onnx.defs.OpSchema.FormalParameter("out", "T")],
         type_constraints=[("T", types, "bf16 or fp16"),
-                          ("TB", weight_types, "a's type, or the FP8 weights with b_scale")],
+                          ("TB", weight_types, "a's type, or the FP8 or INT4 weights with b_scale"),
+                          ("TS", ["tensor(float)", "tensor(bfloat16)"], "FP8: float32 scales; INT4: bfloat16")],
         attributes=[
             onnx.defs.OpSchema.Attribute("trans_b", onnx.defs.OpSchema.AttrType.INT, "1: b is [G, N, K]"),
             onnx.defs.OpSchema.Attribute(ACTIVATION_ATTRIBUTE, onnx.defs.OpSchema.AttrType.INT,
@@ -70,6 +78,9 @@ def _register_grouped_mm_schema() -> None:
                                          "its SwiGLU silu(a[:, :K]) * a[:, K:]; 0: a itself (the default, which "
                                          "blobs written before the attribute omit)",
                                          required=False),
+            onnx.defs.OpSchema.Attribute(INT4_GROUP_SIZE_ATTRIBUTE, onnx.defs.OpSchema.AttrType.INT,
+                                         "INT4 form: the scale groups' size along K (32, 64, 128); 0 otherwise (the "
+                                         "default, which blobs written before the attribute omit)", required=False),
             *(onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.STRING, "")
               for name in PLUGIN_ATTRIBUTES),
         ],
@@ -87,24 +98,32 @@ def _register_moe_experts_schema() -> None:
     schema = onnx.defs.OpSchema(
         MOE_EXPERTS_OP, GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION,
         doc="The fused MoE experts of et-trt (issue 32, et_trt_backend/moe_experts.py): out[t] = sum over j of "
-            "topk_weights[t, j] * down_e(act(gate_up_e(hidden[t]))), e = topk_ids[t, j]; weights as [E, out, in].",
+            "topk_weights[t, j] * down_e(act(gate_up_e(hidden[t]))), e = topk_ids[t, j]; weights as [E, out, in]. "
+            f"With {INT4_GROUP_SIZE_ATTRIBUTE} > 0, w_gate_up and w_down are packed INT4 ({INT4_WEIGHT_ONNX_TYPE}) "
+            "with bfloat16 group scales w_gate_up_scale and w_down_scale (et_trt_backend/int4_weights.py).",
         inputs=[
             param("hidden", "T"),
             param("topk_ids", "tensor(int32)"),
             param("topk_weights", "TW"),
-            param("w_gate_up", "T"),
-            param("w_down", "T"),
+            param("w_gate_up", "TQ"),
+            param("w_down", "TQ"),
             param("b_gate_up", "T", param_option=optional),
             param("b_down", "T", param_option=optional),
+            param("w_gate_up_scale", "tensor(bfloat16)", param_option=optional),
+            param("w_down_scale", "tensor(bfloat16)", param_option=optional),
         ],
         outputs=[param("out", "T")],
         type_constraints=[("T", ["tensor(bfloat16)", "tensor(float16)"], "bf16 or fp16"),
-                          ("TW", ["tensor(float)", "tensor(bfloat16)", "tensor(float16)"], "float32 or hidden's")],
+                          ("TW", ["tensor(float)", "tensor(bfloat16)", "tensor(float16)"], "float32 or hidden's"),
+                          ("TQ", ["tensor(bfloat16)", "tensor(float16)", f"tensor({INT4_WEIGHT_ONNX_TYPE.lower()})"],
+                           "hidden's type, or packed INT4")],
         attributes=[
             attribute(MOE_ACTIVATION_ATTRIBUTE, kind.INT, "plugin_names.MOE_ACTIVATIONS"),
             attribute(MOE_LAYOUT_ATTRIBUTE, kind.STRING, "plugin_names.MOE_GATE_UP_LAYOUTS"),
             attribute(MOE_ALPHA_ATTRIBUTE, kind.FLOAT, "gptoss_glu's alpha"),
             attribute(MOE_LIMIT_ATTRIBUTE, kind.FLOAT, "gptoss_glu's limit"),
+            attribute(INT4_GROUP_SIZE_ATTRIBUTE, kind.INT, "INT4 weights: the scale groups' size; 0 otherwise",
+                      required=False),
             *(attribute(name, kind.STRING, "") for name in PLUGIN_ATTRIBUTES),
         ],
     )
@@ -121,13 +140,25 @@ et_trt = values.Opset(GROUPED_MM_DOMAIN, _GROUPED_MM_DOMAIN_VERSION)
 def grouped_mm_kernel(a, b, offs, trans_b: bool):
     """`_grouped_mm` as the GroupedMM custom op (the plugin runs the embedded kernel)."""
     return et_trt.GroupedMM(a, b, offs, trans_b=int(trans_b), **{ACTIVATION_ATTRIBUTE: ACTIVATIONS["none"]},
-                            **PLUGIN_ATTRIBUTES)
+                            **{INT4_GROUP_SIZE_ATTRIBUTE: 0}, **PLUGIN_ATTRIBUTES)
 
 
 def grouped_mm_fp8_kernel(a, b_q, offs, b_scale, activation: int = ACTIVATIONS["none"]):
     """The FP8 GroupedMM (lowering op grouped_mm_fp8) as the 4-input GroupedMM custom op."""
     return et_trt.GroupedMM(a, b_q, offs, b_scale, trans_b=1, **{ACTIVATION_ATTRIBUTE: activation},
-                            **PLUGIN_ATTRIBUTES)
+                            **{INT4_GROUP_SIZE_ATTRIBUTE: 0}, **PLUGIN_ATTRIBUTES)
+
+
+def grouped_mm_int4_kernel(a, b_packed, offs, b_scale, group_size: int):
+    """The INT4 GroupedMM (lowering op grouped_mm_int4) as the 4-input GroupedMM custom op with its group size."""
+    return et_trt.GroupedMM(a, b_packed, offs, b_scale, trans_b=1, **{ACTIVATION_ATTRIBUTE: ACTIVATIONS["none"]},
+                            **{INT4_GROUP_SIZE_ATTRIBUTE: group_size}, **PLUGIN_ATTRIBUTES)
+
+
+def _moe_attributes(activation: str, gate_up_layout: str, alpha: float, limit: float, group_size: int) -> dict:
+    return {MOE_ACTIVATION_ATTRIBUTE: MOE_ACTIVATIONS[activation], MOE_LAYOUT_ATTRIBUTE: gate_up_layout,
+            MOE_ALPHA_ATTRIBUTE: float(alpha), MOE_LIMIT_ATTRIBUTE: float(limit),
+            INT4_GROUP_SIZE_ATTRIBUTE: group_size, **PLUGIN_ATTRIBUTES}
 
 
 def moe_experts_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None,
@@ -139,10 +170,16 @@ def moe_experts_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate
         raise ValueError("moe_experts with b_down but no b_gate_up: the lowering writes zeros for the missing one")
     biases = [bias for bias in (b_gate_up, b_down) if bias is not None]
     return et_trt.MoEExperts(hidden, topk_ids, topk_weights, w_gate_up, w_down, *biases,
-                             **{MOE_ACTIVATION_ATTRIBUTE: MOE_ACTIVATIONS[activation],
-                                MOE_LAYOUT_ATTRIBUTE: gate_up_layout, MOE_ALPHA_ATTRIBUTE: float(alpha),
-                                MOE_LIMIT_ATTRIBUTE: float(limit)},
-                             **PLUGIN_ATTRIBUTES)
+                             **_moe_attributes(activation, gate_up_layout, alpha, limit, 0))
+
+
+def moe_experts_int4_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
+                            w_down_scale, activation: str, gate_up_layout: str, alpha: float, limit: float,
+                            group_size: int):
+    """The lowering op moe_experts_int4 as the MoEExperts custom op: packed weights, both biases (int4_experts.py
+    writes zeros for a missing one), the two scale inputs, and the group size."""
+    return et_trt.MoEExperts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
+                             w_down_scale, **_moe_attributes(activation, gate_up_layout, alpha, limit, group_size))
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):
@@ -396,7 +433,9 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
     return {
         lowering_ops.grouped_mm.default: grouped_mm,
         lowering_ops.grouped_mm_fp8.default: grouped_mm_fp8_kernel,
+        lowering_ops.grouped_mm_int4.default: grouped_mm_int4_kernel,
         lowering_ops.moe_experts.default: moe_experts_kernel,
+        lowering_ops.moe_experts_int4.default: moe_experts_int4_kernel,
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,

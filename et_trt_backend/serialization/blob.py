@@ -93,7 +93,8 @@ EXPORT_ONLY_OPTIONS = {
     "kernel_archs": "the embedded kernel images are the result",
     "grouped_gemm_kernel": "the ONNX has GroupedMM nodes or their dense form",
     "fused_experts": "the ONNX has MoEExperts nodes or the GroupedMM form",
-    "expert_precision": "the ONNX's GroupedMM nodes carry FP8 weights and their scales",
+    "expert_precision": "the ONNX's GroupedMM (and, INT4, MoEExperts) nodes carry FP8 or INT4 weights and their scales",
+    "int4_group_size": "the ONNX's INT4 nodes carry it (their attribute group_size)",
     "engine_build": "decides what is embedded at export",
     "preflight": "applies at export only",
     # A path on the export machine: export-time builds read it; the robot's cannot.

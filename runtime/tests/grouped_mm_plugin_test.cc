@@ -40,7 +40,8 @@ Blob fp8_blob() {
   };
   for (const Record& r : {Record{"any", true, blob::WeightFormat::Float8RowScaled},
                           Record{"quantize_rows", true, blob::WeightFormat::Float8RowScaled},
-                          Record{"any", true, blob::WeightFormat::Dense}, Record{"any", false, blob::WeightFormat::Dense}}) {
+                          Record{"any", true, blob::WeightFormat::Dense}, Record{"any", false, blob::WeightFormat::Dense},
+                          Record{"any", true, blob::WeightFormat::Int4GroupScaled}}) {
     auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 1, &sha256);
     kernels.push_back(blob::CreateKernelImageDirect(fbb, r.variant, r.variant, r.trans_b, "sm_89",
                                                     blob::ImageFormat::Cubin, image, r.variant, blob::DType::BFloat16, 4,
@@ -48,7 +49,8 @@ Blob fp8_blob() {
   }
   fbb.Finish(blob::CreateBlobDirect(fbb, "experts", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
              blob::BlobIdentifier());
-  return {std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()), {{1}, {2}, {3}, {4}}};
+  return {std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()),
+          {{1}, {2}, {3}, {4}, {5}}};
 }
 
 class GroupedMMPluginBuild : public ::testing::Test {
@@ -62,13 +64,15 @@ class GroupedMMPluginBuild : public ::testing::Test {
   }
   void TearDown() override { set_grouped_mm_logger(nullptr); }
 
-  // A plugin as the parser creates it from a node with this trans_b (and activation, where given).
-  std::unique_ptr<nvinfer1::IPluginV3> plugin(int32_t trans_b, const int64_t* activation = nullptr) {
+  // A plugin as the parser creates it from a node with this trans_b (and activation and group size, where given).
+  std::unique_ptr<nvinfer1::IPluginV3> plugin(int32_t trans_b, const int64_t* activation = nullptr,
+                                              const int64_t* group_size = nullptr) {
     KernelImagesForParsing parsing(pack_);
-    nvinfer1::PluginField field[2] = {
-        nvinfer1::PluginField(kTransBField, &trans_b, nvinfer1::PluginFieldType::kINT32, 1),
-        nvinfer1::PluginField(kActivationField, activation, nvinfer1::PluginFieldType::kINT64, 1)};
-    nvinfer1::PluginFieldCollection fields{activation != nullptr ? 2 : 1, field};
+    std::vector<nvinfer1::PluginField> field{
+        nvinfer1::PluginField(kTransBField, &trans_b, nvinfer1::PluginFieldType::kINT32, 1)};
+    if (activation != nullptr) field.emplace_back(kActivationField, activation, nvinfer1::PluginFieldType::kINT64, 1);
+    if (group_size != nullptr) field.emplace_back(kGroupSizeField, group_size, nvinfer1::PluginFieldType::kINT64, 1);
+    nvinfer1::PluginFieldCollection fields{static_cast<int32_t>(field.size()), field.data()};
     return std::unique_ptr<nvinfer1::IPluginV3>(
         grouped_mm_creator().createPlugin("experts", &fields, nvinfer1::TensorRTPhase::kBUILD));
   }
@@ -142,6 +146,63 @@ TEST_F(GroupedMMPluginBuild, OffersTensorRTOnlyTheFp8FormsTypes) {
   EXPECT_FALSE(build(*p)->supportsFormatCombination(3, io.data(), 4, 1));
   io[0].desc.type = DataType::kHALF;  // no fp16 FP8 images
   EXPECT_FALSE(build(*p)->supportsFormatCombination(0, io.data(), 4, 1));
+}
+
+TEST_F(GroupedMMPluginBuild, TakesTheInt4FormOfItsInt4Images) {
+  const int64_t group = 128;
+  auto p = plugin(1, nullptr, &group);
+  ASSERT_NE(p, nullptr) << messages_.text;
+  DataType out = DataType::kFLOAT;
+  EXPECT_EQ(output_type(*p, {DataType::kBF16, DataType::kINT8, DataType::kINT32, DataType::kBF16}, &out), 0);
+  EXPECT_EQ(out, DataType::kBF16);
+  EXPECT_EQ(messages_.text, "");
+  std::vector<nvinfer1::DynamicPluginTensorDesc> io(5);
+  const DataType types[] = {DataType::kBF16, DataType::kINT8, DataType::kINT32, DataType::kBF16, DataType::kBF16};
+  for (int i = 0; i < 5; ++i) {
+    io[i].desc.type = types[i];
+    io[i].desc.format = nvinfer1::TensorFormat::kLINEAR;
+  }
+  for (int pos = 0; pos < 5; ++pos) EXPECT_TRUE(build(*p)->supportsFormatCombination(pos, io.data(), 4, 1)) << pos;
+  io[1].desc.type = DataType::kFP8;  // the FP8 form's weights are not this node's
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(1, io.data(), 4, 1));
+  std::vector<nvinfer1::DynamicPluginTensorDesc> in(4), no(1);
+  in[0].max = nvinfer1::Dims2(1000, 64);
+  EXPECT_EQ(build(*p)->getWorkspaceSize(in.data(), 4, no.data(), 1), 0u);  // INT4 launches need no workspace
+}
+
+TEST_F(GroupedMMPluginBuild, RefusesMalformedInt4FormsSayingWhy) {
+  const int64_t group = 64, odd = 16;
+  struct Case {
+    int32_t trans_b;
+    std::vector<DataType> inputs;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {1, {DataType::kBF16, DataType::kFP8, DataType::kINT32, DataType::kBF16},
+       "the INT4 form's b (input 1) must be INT8 (packed INT4 bytes) [G, N, round_up(K, 32) / 2]; it is kFP8"},
+      {1, {DataType::kBF16, DataType::kINT8, DataType::kINT32, DataType::kFLOAT},
+       "the INT4 form's b_scale (input 3) must be bfloat16 [G, N, groups]; it is kFLOAT"},
+      {0, {DataType::kBF16, DataType::kINT8, DataType::kINT32, DataType::kBF16},
+       "the INT4 form needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0"},
+      {1, {DataType::kBF16, DataType::kBF16, DataType::kINT32},
+       "group_size=64 (the INT4 form) needs 4 inputs (a, b, offs, b_scale); the node has 3"},
+      {1, {DataType::kHALF, DataType::kINT8, DataType::kINT32, DataType::kBF16},
+       "the blob has no fp16 INT4 kernel image for trans_b=1 (it has bf16)"},
+  };
+  for (const Case& c : cases) {
+    messages_.text.clear();
+    auto p = plugin(c.trans_b, nullptr, &group);
+    ASSERT_NE(p, nullptr);
+    DataType out = DataType::kFLOAT;
+    EXPECT_EQ(output_type(*p, c.inputs, &out), -1) << c.message;
+    EXPECT_NE(messages_.text.find(c.message), std::string::npos) << messages_.text;
+  }
+  messages_.text.clear();
+  EXPECT_EQ(plugin(1, nullptr, &odd), nullptr);
+  EXPECT_NE(messages_.text.find("GroupedMM plugin: field group_size must be one integer: 0 (weights not INT4) or the "
+                                "INT4 scale groups' size 32, 64 or 128; got INT64 [16]"),
+            std::string::npos)
+      << messages_.text;
 }
 
 TEST_F(GroupedMMPluginBuild, Fp8WorkspaceIsTheLaunchersAtTheProfilesMaxRowsPlusAlignment) {

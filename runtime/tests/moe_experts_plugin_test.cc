@@ -25,17 +25,27 @@ class Messages final : public nvinfer1::ILogger {
   std::string text;
 };
 
-// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them) and one GroupedMM image,
-// which the MoEExperts plugin ignores.
+// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them), their INT4 builds, and one
+// GroupedMM image, which the MoEExperts plugin ignores.
+constexpr int kImages = 7;
 std::vector<uint8_t> moe_blob() {
   flatbuffers::FlatBufferBuilder fbb;
   const std::vector<uint8_t> sha256(32, 0);
   std::vector<flatbuffers::Offset<blob::KernelImage>> kernels;
-  for (const char* name : {"moe_route", "moe_gate_up_gated", "moe_down", "moe_combine", "grouped_mm_tile_nk"}) {
+  struct Record {
+    const char* name;
+    blob::WeightFormat format;
+  };
+  for (const Record& r : {Record{"moe_route", blob::WeightFormat::Dense},
+                          Record{"moe_gate_up_gated", blob::WeightFormat::Dense},
+                          Record{"moe_down", blob::WeightFormat::Dense}, Record{"moe_combine", blob::WeightFormat::Dense},
+                          Record{"grouped_mm_tile_nk", blob::WeightFormat::Dense},
+                          Record{"moe_gate_up_gated", blob::WeightFormat::Int4GroupScaled},
+                          Record{"moe_down", blob::WeightFormat::Int4GroupScaled}}) {
     auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 1, &sha256);
-    kernels.push_back(blob::CreateKernelImageDirect(fbb, name, "any", true, "sm_89", blob::ImageFormat::Cubin, image,
-                                                    name, blob::DType::BFloat16, 4, 0, 0, 1, 0, 0, 64, 64, false,
-                                                    "8.4"));
+    kernels.push_back(blob::CreateKernelImageDirect(fbb, r.name, "any", true, "sm_89", blob::ImageFormat::Cubin, image,
+                                                    r.name, blob::DType::BFloat16, 4, 0, 0, 1, 0, 0, 64, 64, false,
+                                                    "8.4", r.format));
   }
   fbb.Finish(blob::CreateBlobDirect(fbb, "experts", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
              blob::BlobIdentifier());
@@ -48,6 +58,7 @@ struct Node {
   std::string layout = "blocked8";
   float alpha = 1.702f, limit = 7.0f;
   bool with_limit = true;
+  int64_t group_size = 0;  // written where nonzero: the INT4 form
 };
 
 class MoEExpertsPluginBuild : public ::testing::Test {
@@ -55,7 +66,7 @@ class MoEExpertsPluginBuild : public ::testing::Test {
   void SetUp() override {
     const std::vector<uint8_t> bytes = moe_blob();
     const std::vector<uint8_t> image{1};
-    std::vector<NamedBytes> images(5, NamedBytes{image.data(), image.size(), nullptr});
+    std::vector<NamedBytes> images(kImages, NamedBytes{image.data(), image.size(), nullptr});
     pack_ = std::make_shared<KernelPack>(*blob::GetBlob(bytes.data()), images);
     set_grouped_mm_logger(&messages_);
   }
@@ -63,12 +74,13 @@ class MoEExpertsPluginBuild : public ::testing::Test {
 
   std::unique_ptr<nvinfer1::IPluginV3> plugin(const Node& n) {
     KernelImagesForParsing parsing(pack_);
-    PluginField fields[4] = {
+    PluginField fields[5] = {
         PluginField("activation", &n.activation, PluginFieldType::kINT64, 1),
         PluginField("gate_up_layout", n.layout.data(), PluginFieldType::kCHAR, static_cast<int32_t>(n.layout.size())),
         PluginField("alpha", &n.alpha, PluginFieldType::kFLOAT32, 1),
+        PluginField("group_size", &n.group_size, PluginFieldType::kINT64, 1),
         PluginField("limit", &n.limit, PluginFieldType::kFLOAT32, 1)};
-    nvinfer1::PluginFieldCollection collection{n.with_limit ? 4 : 3, fields};
+    nvinfer1::PluginFieldCollection collection{n.with_limit ? 5 : 4, fields};
     return std::unique_ptr<nvinfer1::IPluginV3>(
         moe_experts_creator().createPlugin("experts", &collection, nvinfer1::TensorRTPhase::kBUILD));
   }
@@ -181,7 +193,7 @@ TEST_F(MoEExpertsPluginBuild, SerializesEveryFieldAndTheImagesId) {
   auto* runtime =
       static_cast<nvinfer1::IPluginV3OneRuntime*>(p->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
   const nvinfer1::PluginFieldCollection* fields = runtime->getFieldsToSerialize();
-  ASSERT_EQ(fields->nbFields, 5);
+  ASSERT_EQ(fields->nbFields, 6);
   EXPECT_STREQ(fields->fields[0].name, "activation");
   EXPECT_EQ(*static_cast<const int32_t*>(fields->fields[0].data), 3);
   EXPECT_EQ(std::string(static_cast<const char*>(fields->fields[1].data), fields->fields[1].length), "interleaved");
@@ -190,6 +202,72 @@ TEST_F(MoEExpertsPluginBuild, SerializesEveryFieldAndTheImagesId) {
   EXPECT_STREQ(fields->fields[4].name, kKernelImagesIdField);
   ASSERT_EQ(fields->fields[4].length, 32);
   EXPECT_EQ(std::memcmp(fields->fields[4].data, pack_->id().data(), 32), 0);
+  EXPECT_STREQ(fields->fields[5].name, kGroupSizeField);
+  EXPECT_EQ(*static_cast<const int32_t*>(fields->fields[5].data), 0);
+}
+
+// The INT4 form: packed weights (INT8 bytes), both biases, and the weights' bf16 group scales.
+const std::vector<DataType> kInt4Node = {DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kINT8,
+                                         DataType::kINT8, DataType::kBF16,  DataType::kBF16,  DataType::kBF16,
+                                         DataType::kBF16};
+
+TEST_F(MoEExpertsPluginBuild, TakesTheInt4FormOfItsInt4Images) {
+  Node int4;
+  int4.group_size = 128;
+  auto p = plugin(int4);
+  ASSERT_NE(p, nullptr) << messages_.text;
+  DataType out = DataType::kFLOAT;
+  EXPECT_EQ(output_type(*p, kInt4Node, &out), 0);
+  EXPECT_EQ(out, DataType::kBF16);
+  EXPECT_EQ(messages_.text, "");
+  std::vector<nvinfer1::DynamicPluginTensorDesc> io(10);
+  for (int i = 0; i < 10; ++i) {
+    io[i].desc.type = i < 9 ? kInt4Node[i] : DataType::kBF16;
+    io[i].desc.format = nvinfer1::TensorFormat::kLINEAR;
+  }
+  for (int pos = 0; pos < 10; ++pos) EXPECT_TRUE(build(*p)->supportsFormatCombination(pos, io.data(), 9, 1)) << pos;
+  io[3].desc.type = DataType::kBF16;  // dense weights are not this node's
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(3, io.data(), 9, 1));
+  auto* runtime =
+      static_cast<nvinfer1::IPluginV3OneRuntime*>(p->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  EXPECT_EQ(*static_cast<const int32_t*>(runtime->getFieldsToSerialize()->fields[5].data), 128);
+}
+
+TEST_F(MoEExpertsPluginBuild, RefusesMalformedInt4FormsSayingWhy) {
+  Node int4;
+  int4.group_size = 64;
+  struct Case {
+    std::vector<DataType> inputs;
+    const char* message;
+  };
+  std::vector<DataType> dense_weights = kInt4Node, float_scales = kInt4Node, half = kInt4Node;
+  dense_weights[3] = DataType::kBF16;
+  float_scales[8] = DataType::kFLOAT;
+  for (int i : {0, 5, 6}) half[i] = DataType::kHALF;
+  const std::vector<Case> cases = {
+      {dense_weights, "w_gate_up must be kINT8 (packed INT4 bytes); it is kBF16"},
+      {float_scales, "w_down_scale must be kBF16 (INT4 group scales); it is kFLOAT"},
+      {half, "the blob has no MoE experts kernel image of INT4 weights for hidden's kHALF (it has bf16)"},
+      {kBf16Node, "group_size=64 (INT4 weights) takes 9 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down, "
+                  "b_gate_up, b_down, w_gate_up_scale, w_down_scale); the node has 5"},
+  };
+  for (const Case& c : cases) {
+    messages_.text.clear();
+    auto p = plugin(int4);
+    ASSERT_NE(p, nullptr);
+    DataType out = DataType::kFLOAT;
+    EXPECT_EQ(output_type(*p, c.inputs, &out), -1) << c.message;
+    EXPECT_NE(messages_.text.find(std::string("MoEExperts plugin: ") + c.message), std::string::npos)
+        << messages_.text;
+  }
+  Node odd;
+  odd.group_size = 48;
+  messages_.text.clear();
+  EXPECT_EQ(plugin(odd), nullptr);
+  EXPECT_NE(messages_.text.find("MoEExperts plugin: field group_size must be one integer: 0 (weights not INT4) or "
+                                "the INT4 scale groups' size 32, 64 or 128; got INT64 [48]"),
+            std::string::npos)
+      << messages_.text;
 }
 
 }  // namespace

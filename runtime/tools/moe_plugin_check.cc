@@ -35,6 +35,7 @@ Logger& logger() {
 
 struct PluginCheck {
   std::shared_ptr<const et_trt::KernelPack> images;
+  int32_t group_size = 0;  // the node's: > 0, INT4 weights
   std::unique_ptr<nvinfer1::IPluginV3> plugin;  // the execution context's, as attachToContext made it
 };
 
@@ -52,10 +53,17 @@ nvinfer1::IPluginV3OneRuntime* runtime(nvinfer1::IPluginV3& plugin) {
 }
 
 // The plugin's tensors, as TensorRT describes them: dims [T, H], [T, k], [T, k], [E, N1, H], [E, H, F], [E, N1],
-// [E, H], then the output [T, H]; `types` the inputs' (DataType values), the output's hidden's.
-void describe(int64_t t, int64_t k, int64_t e, int64_t h, int64_t n1, int64_t f, const int32_t* types, int32_t nb,
-              std::vector<nvinfer1::PluginTensorDesc>* in, nvinfer1::PluginTensorDesc* out) {
-  const std::vector<std::vector<int64_t>> dims = {{t, h}, {t, k}, {t, k}, {e, n1, h}, {e, h, f}, {e, n1}, {e, h}};
+// [E, H] (INT4, `group_size` > 0: the weights packed, [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2],
+// then their scales [E, N1, ceil(H / g)] and [E, H, ceil(F / g)]), then the output [T, H]; `types` the inputs'
+// (DataType values), the output's hidden's.
+void describe(int64_t t, int64_t k, int64_t e, int64_t h, int64_t n1, int64_t f, int32_t group_size,
+              const int32_t* types, int32_t nb, std::vector<nvinfer1::PluginTensorDesc>* in,
+              nvinfer1::PluginTensorDesc* out) {
+  const auto row = [&](int64_t k_in) { return group_size > 0 ? (k_in + 31) / 32 * 16 : k_in; };
+  const auto groups = [&](int64_t k_in) { return group_size > 0 ? (k_in + group_size - 1) / group_size : 0; };
+  const std::vector<std::vector<int64_t>> dims = {{t, h},          {t, k},          {t, k},
+                                                  {e, n1, row(h)}, {e, h, row(f)},  {e, n1},
+                                                  {e, h},          {e, n1, groups(h)}, {e, h, groups(f)}};
   in->assign(static_cast<size_t>(nb), nvinfer1::PluginTensorDesc{});
   for (int32_t i = 0; i < nb; ++i) {
     nvinfer1::PluginTensorDesc& d = (*in)[static_cast<size_t>(i)];
@@ -71,22 +79,25 @@ void describe(int64_t t, int64_t k, int64_t e, int64_t h, int64_t n1, int64_t f,
 
 extern "C" {
 
-// `blob_bytes` and its named data as `count` (key, bytes, size) entries; the MoEExperts node's attributes.
+// `blob_bytes` and its named data as `count` (key, bytes, size) entries; the MoEExperts node's attributes
+// (group_size 0 where its weights are not INT4).
 __attribute__((visibility("default"))) void* et_trt_moe_plugin_check_create(
     const uint8_t* blob_bytes, size_t size, const char* const* keys, const uint8_t* const* data, const size_t* sizes,
-    size_t count, int32_t activation, const char* gate_up_layout, float alpha, float limit, char* error,
-    size_t error_size) {
+    size_t count, int32_t activation, const char* gate_up_layout, float alpha, float limit, int32_t group_size,
+    char* error, size_t error_size) {
   auto check = std::make_unique<PluginCheck>();
   check->images = et_trt::tools::register_blob_images(blob_bytes, size, keys, data, sizes, count, error, error_size);
   if (check->images == nullptr) return nullptr;
   et_trt::set_grouped_mm_logger(&logger());
   const std::string layout = gate_up_layout != nullptr ? gate_up_layout : "";
-  PluginField node[4] = {PluginField("activation", &activation, PluginFieldType::kINT32, 1),
+  check->group_size = group_size;
+  PluginField node[5] = {PluginField("activation", &activation, PluginFieldType::kINT32, 1),
                          PluginField("gate_up_layout", layout.data(), PluginFieldType::kCHAR,
                                      static_cast<int32_t>(layout.size())),
                          PluginField("alpha", &alpha, PluginFieldType::kFLOAT32, 1),
-                         PluginField("limit", &limit, PluginFieldType::kFLOAT32, 1)};
-  const nvinfer1::PluginFieldCollection attributes{4, node};
+                         PluginField("limit", &limit, PluginFieldType::kFLOAT32, 1),
+                         PluginField("group_size", &group_size, PluginFieldType::kINT32, 1)};
+  const nvinfer1::PluginFieldCollection attributes{5, node};
   std::unique_ptr<nvinfer1::IPluginV3> parsed;
   {
     et_trt::KernelImagesForParsing parsing(check->images);
@@ -118,7 +129,7 @@ __attribute__((visibility("default"))) size_t et_trt_moe_plugin_check_workspace_
   auto* check = static_cast<PluginCheck*>(handle);
   std::vector<nvinfer1::PluginTensorDesc> in;
   nvinfer1::PluginTensorDesc out{};
-  describe(t, k, e, h, n1, f, types, nb, &in, &out);
+  describe(t, k, e, h, n1, f, check->group_size, types, nb, &in, &out);
   std::vector<nvinfer1::DynamicPluginTensorDesc> dynamic(in.size());
   for (size_t i = 0; i < in.size(); ++i) dynamic[i] = {in[i], in[i].dims, in[i].dims, in[i].dims};
   nvinfer1::DynamicPluginTensorDesc dynamic_out{out, out.dims, out.dims, out.dims};
@@ -135,7 +146,7 @@ __attribute__((visibility("default"))) int32_t et_trt_moe_plugin_check_enqueue(
   auto* check = static_cast<PluginCheck*>(handle);
   std::vector<nvinfer1::PluginTensorDesc> in;
   nvinfer1::PluginTensorDesc out{};
-  describe(t, k, e, h, n1, f, types, nb, &in, &out);
+  describe(t, k, e, h, n1, f, check->group_size, types, nb, &in, &out);
   nvinfer1::IPluginV3OneRuntime* rt = runtime(*check->plugin);
   if (rt->onShapeChange(in.data(), nb, &out, 1) != 0) {
     copy_error(refusal("onShapeChange refused the shapes"), error, error_size);

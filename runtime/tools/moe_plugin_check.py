@@ -5,7 +5,8 @@ a .pte with their named data and writes nodes.json: each node's attributes and i
 through libet_trt_moe_plugin_check.so, which drives the C++ plugin through its IPluginV3 interfaces as TensorRT
 does (created from the node's attributes, serialized, created again from its fields, attached, shapes, workspace,
 enqueue), with the model's own expert weights and random tokens, ids (some out of range) and routing weights.
-Each output (poisoned with NaN before the run) is compared with et_trt_backend.moe_experts.reference in float32,
+Each output (poisoned with NaN before the run) is compared with et_trt_backend.moe_experts.reference in float32
+(nodes with INT4 weights, group_size > 0: int4_weights.moe_experts_reference, the same math with q * scale),
 and the plugin's enqueue is timed (CUDA events, 200 calls after 20). Needs torch with CUDA; no TensorRT, no
 Triton, no ExecuTorch.
 
@@ -27,12 +28,13 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "runtime" / "tools"))
-from et_trt_backend import moe_experts  # noqa: E402  (torch only)
+from et_trt_backend import int4_weights, moe_experts  # noqa: E402  (torch only)
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS  # noqa: E402
 from launch_check import _named_data  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-TRT_TYPES = {torch.float32: 0, torch.float16: 1, torch.int32: 3, torch.bfloat16: 7}  # nvinfer1::DataType
+WEIGHT_DTYPES = {**DTYPES, "int8": torch.int8}  # int8: packed INT4 weights
+TRT_TYPES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.bfloat16: 7}  # nvinfer1::DataType
 TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}  # of the output's largest magnitude; float32 accumulation on both sides
 TOKENS = (1, 16, 512)
 TOP_K = (1, 2)
@@ -44,7 +46,7 @@ def _library(path: pathlib.Path) -> ctypes.CDLL:
     lib.et_trt_moe_plugin_check_create.argtypes = [
         ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
         ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_int32, ctypes.c_char_p, ctypes.c_float,
-        ctypes.c_float, ctypes.c_char_p, ctypes.c_size_t]
+        ctypes.c_float, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t]
     shape = [ctypes.c_void_p] + [ctypes.c_int64] * 6 + [ctypes.POINTER(ctypes.c_int32), ctypes.c_int32]
     lib.et_trt_moe_plugin_check_workspace_bytes.restype = ctypes.c_size_t
     lib.et_trt_moe_plugin_check_workspace_bytes.argtypes = shape
@@ -57,7 +59,8 @@ def _library(path: pathlib.Path) -> ctypes.CDLL:
 
 
 def _weights(blob_path: pathlib.Path, node: dict) -> list[torch.Tensor | None]:
-    """The node's weight inputs (w_gate_up, w_down, b_gate_up, b_down; None where absent), on the GPU."""
+    """The node's weight inputs (w_gate_up, w_down, b_gate_up, b_down, and for INT4 weights w_gate_up_scale and
+    w_down_scale; None where absent), on the GPU."""
     folder = blob_path.with_suffix(".named")
     out = []
     for weight in node["weights"]:
@@ -65,7 +68,7 @@ def _weights(blob_path: pathlib.Path, node: dict) -> list[torch.Tensor | None]:
             out.append(None)
             continue
         data = bytearray((folder / weight["key"]).read_bytes())
-        out.append(torch.frombuffer(data, dtype=DTYPES[weight["dtype"]]).view(weight["shape"]).cuda())
+        out.append(torch.frombuffer(data, dtype=WEIGHT_DTYPES[weight["dtype"]]).view(weight["shape"]).cuda())
     return out
 
 
@@ -80,13 +83,16 @@ def _routing(tokens: int, top_k: int, experts: int, gen: torch.Generator) -> tup
 
 def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: int, top_k: int) -> dict:
     dtype = DTYPES[dtype_name]
-    w_gate_up, w_down, b_gate_up, b_down = weights
-    experts, n1, hidden_size = w_gate_up.shape
-    ffn = w_down.shape[2]
+    group_size = node.get("group_size", 0)
+    w_gate_up, w_down, b_gate_up, b_down, *scales = weights
+    experts, n1 = w_gate_up.shape[:2]
+    hidden_size = w_down.shape[1]
+    gated = moe_experts.is_gated(node["activation_name"])
+    ffn = (n1 // 2 if gated else n1) if group_size else w_down.shape[2]  # INT4: w_down's rows are packed
     gen = torch.Generator().manual_seed(tokens * 10 + top_k)
     hidden = torch.randn(tokens, hidden_size, generator=gen).to(dtype).cuda()
     ids, routing = _routing(tokens, top_k, experts, gen)
-    inputs = [hidden, ids, routing, w_gate_up, w_down] + [b for b in (b_gate_up, b_down) if b is not None]
+    inputs = [hidden, ids, routing, w_gate_up, w_down] + [b for b in (b_gate_up, b_down, *scales) if b is not None]
     types = (ctypes.c_int32 * len(inputs))(*(TRT_TYPES[t.dtype] for t in inputs))
     dims = (tokens, top_k, experts, hidden_size, n1, ffn)
     workspace = torch.empty(lib.et_trt_moe_plugin_check_workspace_bytes(handle, *dims, types, len(inputs)),
@@ -103,9 +109,13 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
     if enqueue() != 0:
         return {"error": error.value.decode(errors="replace")}
     torch.cuda.synchronize()
-    want = moe_experts.reference(hidden, ids, routing, w_gate_up, w_down, b_gate_up, b_down,
-                                 activation=node["activation_name"], gate_up_layout=node["gate_up_layout"],
-                                 alpha=node["alpha"], limit=node["limit"]).float()
+    options = dict(activation=node["activation_name"], gate_up_layout=node["gate_up_layout"], alpha=node["alpha"],
+                   limit=node["limit"])
+    if group_size:
+        want = int4_weights.moe_experts_reference(hidden, ids, routing, w_gate_up, scales[0], w_down, scales[1],
+                                                  b_gate_up, b_down, group_size=group_size, **options).float()
+    else:
+        want = moe_experts.reference(hidden, ids, routing, w_gate_up, w_down, b_gate_up, b_down, **options).float()
     scale = max(want.abs().max().item(), 1e-6)
     relative = (out.float() - want).abs().max().item() / scale
     for _ in range(20):
@@ -141,20 +151,23 @@ def main() -> int:
             error = ctypes.create_string_buffer(4096)
             handle = lib.et_trt_moe_plugin_check_create(blob, len(blob), *named, node["activation"],
                                                          node["gate_up_layout"].encode(), node["alpha"],
-                                                         node["limit"], error, len(error))
+                                                         node["limit"], node.get("group_size", 0), error,
+                                                         len(error))
             if not handle:
                 print(f"| {blob_name} | {node['name']} | - | - | - | - | - | - | REFUSED: {error.value.decode()} |")
                 failed = True
                 continue
             weights = _weights(blob_path, node)
-            dtype_name = next(n for n, d in DTYPES.items() if d == weights[0].dtype)
+            # hidden's: the first weight input in bf16/fp16 (w_gate_up, or for INT4 weights b_gate_up)
+            dtype_name = next(n for w in weights if w is not None for n, d in DTYPES.items() if d == w.dtype)
             try:
                 for top_k in TOP_K:
                     for tokens in TOKENS:
                         r = run_case(lib, handle, dtype_name, node, weights, tokens, top_k)
                         failed |= not r.get("ok", False)
                         result = r["error"] if "error" in r else ("ok" if r["ok"] else "MISMATCH")
-                        print(f"| {blob_name} | {node['name']} | {dtype_name} | {node['activation_name']}, "
+                        int4 = f", INT4 g{node['group_size']}" if node.get("group_size") else ""
+                        print(f"| {blob_name} | {node['name']} | {dtype_name}{int4} | {node['activation_name']}, "
                               f"{node['gate_up_layout']} | {top_k} | {tokens} | {r.get('relative', float('nan')):.2e} "
                               f"| {r.get('us', float('nan')):.1f} | {result} |")
             finally:

@@ -40,6 +40,16 @@ def serialized_plugin_fields(plan: bytes) -> list[PluginFields]:
             for trans_b, images_id, activation in _PLUGIN_FIELDS.findall(plan)]
 
 
+# The group_size field GroupedMM and MoEExperts plugins serialize (INT32, one element): INT4 weights' scale groups, 0
+# for weights not INT4.
+_GROUP_SIZE_FIELD = re.compile(rb"\x0b\x00\x00\x00group_size\x00\x05\x00\x00\x00\x01\x00\x00\x00(.{4})", re.S)
+
+
+def serialized_group_sizes(plan: bytes) -> list[int]:
+    """The group_size field of every plugin in `plan` that has one, in plan order."""
+    return [int.from_bytes(value, "little") for value in _GROUP_SIZE_FIELD.findall(plan)]
+
+
 def serialized_kernel_images_ids(plan: bytes) -> list[bytes]:
     """The kernel_images_id field of every plugin in `plan` (GroupedMM's and MoEExperts' alike), in plan order."""
     return re.compile(_IMAGES_ID_FIELD, re.S).findall(plan)

@@ -4,7 +4,8 @@ onnx's ReferenceEvaluator runs every standard op; `GroupedMM` gets the
 implementation below, which follows contract 4 exactly (clamped offsets,
 uncovered rows zero, float32 accumulation), its FP8 form (a 4th input b_scale)
 too (with activation 1, of a gate+up output's SwiGLU): written here with numpy and ml_dtypes' e4m3, independently of
-et_trt_backend.quantization, so the two check each other. `MoEExperts` (issue 32) gets one written from its
+et_trt_backend.quantization, so the two check each other; likewise its INT4 form (group_size > 0: packed weights
+unpacked here, independently of et_trt_backend.int4_weights), and MoEExperts' INT4 form. `MoEExperts` (issue 32) gets one written from its
 definition in float64 with numpy, independently of et_trt_backend.moe_experts, rounding where the definition
 rounds (a no-op in a float32 twin). `to_float32` makes a float32 twin
 of a bf16/fp16 model, so it can be compared with the PyTorch partition run in
@@ -22,7 +23,13 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from et_trt_backend.plugin_names import GROUPED_MM_DOMAIN, GROUPED_MM_OP, MOE_ACTIVATIONS, MOE_EXPERTS_OP
+from et_trt_backend.plugin_names import (
+    GROUPED_MM_DOMAIN,
+    GROUPED_MM_OP,
+    MOE_ACTIVATIONS,
+    MOE_EXPERTS_OP,
+    MOE_GATED_ACTIVATIONS,
+)
 
 _LOW_PRECISION = (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16)
 
@@ -75,10 +82,23 @@ def swiglu(x: np.ndarray) -> np.ndarray:
     return (gate / (1 + np.exp(-gate)) * up).astype(x.dtype)
 
 
+def int4_dequantized(packed: np.ndarray, scales: np.ndarray, k: int, group_size: int) -> np.ndarray:
+    """float64 weights [G, N, K] of packed INT4 bytes [G, N, Kp / 2]: each 16-byte chunk c of a row holds elements
+    32c + j (low nibbles) and 32c + 16 + j (high nibbles), stored as q + 8; times each group's scale."""
+    chunks = packed.view(np.uint8).reshape(*packed.shape[:-1], -1, 16).astype(np.int64)
+    q = np.concatenate([chunks & 0xF, chunks >> 4], axis=-1).reshape(*packed.shape[:-1], -1)[..., :k] - 8
+    return q * np.repeat(scales.astype(np.float64), group_size, axis=-1)[..., :k]
+
+
 class GroupedMM(OpRun):
     op_domain = GROUPED_MM_DOMAIN
 
-    def _run(self, a, b, offs, b_scale=None, trans_b=0, activation=0, plugin_version=None, plugin_namespace=None):
+    def _run(self, a, b, offs, b_scale=None, trans_b=0, activation=0, group_size=0, plugin_version=None,
+             plugin_namespace=None):
+        if group_size:
+            assert trans_b == 1 and activation == 0, "the INT4 GroupedMM takes b as [G, N, K] and a itself"
+            weights = int4_dequantized(b, b_scale, a.shape[1], group_size).astype(np.float32)
+            return (grouped_mm_reference(a, weights, offs, 1),)
         if b_scale is not None:
             assert trans_b == 1, "the FP8 GroupedMM takes b as [G, N, K] only"
             assert activation in (0, 1), f"activation {activation}"
@@ -132,10 +152,15 @@ def moe_experts_reference(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_
 class MoEExperts(OpRun):
     op_domain = GROUPED_MM_DOMAIN
 
-    def _run(self, hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None, activation=None,
-             gate_up_layout=None, alpha=None, limit=None, plugin_version=None, plugin_namespace=None):
+    def _run(self, hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=None,
+             w_gate_up_scale=None, w_down_scale=None, activation=None, gate_up_layout=None, alpha=None, limit=None,
+             group_size=0, plugin_version=None, plugin_namespace=None):
         names = {value: name for name, value in MOE_ACTIVATIONS.items()}
         layout = gate_up_layout.decode() if isinstance(gate_up_layout, bytes) else gate_up_layout
+        if group_size:  # INT4: H and F from the hidden states and the down weights' rows
+            w_gate_up = int4_dequantized(w_gate_up, w_gate_up_scale, hidden.shape[1], group_size)
+            ffn = w_gate_up.shape[1] // (2 if names[activation] in MOE_GATED_ACTIVATIONS else 1)
+            w_down = int4_dequantized(w_down, w_down_scale, ffn, group_size)
         return (moe_experts_reference(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
                                       names[activation], layout, alpha, limit),)
 

@@ -3,7 +3,9 @@ which the parser finds it, three inputs a [rows, K], b [G, K, N] (or [G, N, K]
 with trans_b=1), offs int32 [G]; a and b bf16 or fp16; output [rows, N] of a's type.
 The FP8 form has a fourth input, b_scale float32 [G, N]: b is then e4m3 weights
 [G, N, K] of the type plugin_names.FP8_WEIGHT_ONNX_TYPE, trans_b=1; with attribute
-activation=1 its a is a gate+up output [rows, 2K] (plugin_names.ACTIVATIONS)."""
+activation=1 its a is a gate+up output [rows, 2K] (plugin_names.ACTIVATIONS). The INT4 form (attribute
+group_size 32, 64 or 128) has the fourth input too: b is packed INT4 bytes typed INT8 [G, N, round_up(K, 32) / 2] with
+trans_b=1 and b_scale BF16 [G, N, ceil(K / group_size)] (et_trt_backend/int4_weights.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from et_trt_backend.plugin_names import (
     FP8_WEIGHT_ONNX_TYPE,
     GROUPED_MM_DOMAIN,
     GROUPED_MM_OP,
+    INT4_GROUP_SIZE_ATTRIBUTE,
+    INT4_WEIGHT_ONNX_TYPE,
     PLUGIN_ATTRIBUTES,
 )
 from et_trt_backend.preflight import tensorrt_onnx as trt
@@ -26,6 +30,8 @@ from et_trt_backend.preflight.violation import Violation
 RULE = "grouped_mm"
 _KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
 _FP8_WEIGHT_DTYPE = TensorProto.DataType.Value(FP8_WEIGHT_ONNX_TYPE)
+_INT4_WEIGHT_DTYPE = TensorProto.DataType.Value(INT4_WEIGHT_ONNX_TYPE)
+_INT4_GROUP_SIZES = (32, 64, 128)  # int4_weights.GROUP_SIZES (no torch here)
 
 
 def check(view: ModelView) -> Iterator[Violation]:
@@ -55,6 +61,10 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
                f"{len(node.input)} inputs, {len(node.output)} outputs")
         return
     a, b, offs = node.input[:3]
+    group_size = attrs.get(INT4_GROUP_SIZE_ATTRIBUTE, 0)
+    if group_size:
+        yield from _int4_problems(view, node, trans_b, attrs, group_size)
+        return
     fp8 = len(node.input) == 4
     activation = attrs.get(ACTIVATION_ATTRIBUTE, ACTIVATIONS["none"])
     if activation not in ACTIVATIONS.values():
@@ -105,3 +115,54 @@ def _fp8_problems(view: ModelView, node, trans_b, types) -> Iterator[str]:
         if len(shape_scale) != 2 or any(isinstance(x, int) and isinstance(y, int) and x != y
                                          for x, y in zip(shape_scale, shape_b[:2])):
             yield f"b_scale is {list(shape_scale)}, but b [G, N, K] = {list(shape_b)} needs b_scale [G, N]"
+
+
+def _int4_problems(view: ModelView, node, trans_b, attrs: dict, group_size) -> Iterator[str]:
+    """The INT4 form: a [rows, K] bf16/fp16, b packed [G, N, Kp / 2] INT8 with trans_b=1, offs INT32 [G], b_scale
+    BF16 [G, N, ceil(K / group_size)], the output of a's type; activation 0."""
+    if len(node.input) != 4:
+        yield f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (the INT4 form) needs inputs (a, b, offs, b_scale)"
+        return
+    a, b, offs, b_scale = node.input
+    if trans_b != 1:
+        yield f"the INT4 form takes b as [G, N, K] only: trans_b must be 1, got {trans_b!r}"
+    if attrs.get(ACTIVATION_ATTRIBUTE, ACTIVATIONS["none"]) != ACTIVATIONS["none"]:
+        yield f"attribute {ACTIVATION_ATTRIBUTE} must be 0 in the INT4 form (a holds the activations)"
+    types = {name: view.elem_type(name) for name in (a, offs, node.output[0])}
+    if types[a] is not None and types[a] not in _KERNEL_DTYPES:
+        yield f"a is {trt.dtype_name(types[a])}; the INT4 kernels take BF16 or FP16 activations"
+    if types[offs] is not None and types[offs] != TensorProto.INT32:
+        yield f"offs is {trt.dtype_name(types[offs])}; the plugin takes INT32 offsets"
+    if None not in (types[a], types[node.output[0]]) and types[node.output[0]] != types[a]:
+        yield f"output is {trt.dtype_name(types[node.output[0]])} but a is {trt.dtype_name(types[a])}: they must match"
+    shape_a = view.shape(a)
+    k = shape_a[1] if shape_a is not None and len(shape_a) == 2 else None
+    yield from int4_weight_problems(view, "b", b, "b_scale", b_scale, k, group_size)
+
+
+def int4_weight_problems(view: ModelView, role: str, packed: str, scale_role: str, scale: str, k, group_size) \
+        -> Iterator[str]:
+    """Packed INT4 weights `packed` [G, N, round_up(K, 32) / 2] INT8 with BF16 scales `scale` [G, N, ceil(K / g)]
+    (K checked where it is a known int), g = `group_size` 32, 64 or 128: the problems found."""
+    if group_size not in _INT4_GROUP_SIZES:
+        yield f"attribute {INT4_GROUP_SIZE_ATTRIBUTE} must be 0 or one of {_INT4_GROUP_SIZES}, got {group_size!r}"
+        return
+    if view.elem_type(packed) not in (None, _INT4_WEIGHT_DTYPE):
+        yield (f"{role} is {trt.dtype_name(view.elem_type(packed))}; INT4 weights are packed "
+               f"{trt.dtype_name(_INT4_WEIGHT_DTYPE)} bytes")
+    if view.elem_type(scale) not in (None, TensorProto.BFLOAT16):
+        yield f"{scale_role} is {trt.dtype_name(view.elem_type(scale))}; INT4 scales are BF16"
+    shape, scales = view.shape(packed), view.shape(scale)
+    if shape is None or scales is None:
+        return
+    if len(shape) != 3 or len(scales) != 3:
+        yield f"{role} {list(shape)} and {scale_role} {list(scales)} must both be rank 3"
+        return
+    want = list(shape[:2])
+    if isinstance(k, int):
+        want_packed, want_scales = [*want, -(-k // 32) * 16], [*want, -(-k // group_size)]
+        if list(shape) != want_packed or list(scales) != want_scales:
+            yield (f"{role} {list(shape)} and {scale_role} {list(scales)} are not the INT4 form of [G, N, K = {k}] "
+                   f"weights at group {group_size}: want {want_packed} and {want_scales}")
+    elif list(scales[:2]) != want:
+        yield f"{scale_role} is {list(scales)}, but {role} [G, N, Kp / 2] = {list(shape)} needs [G, N, groups]"

@@ -2,7 +2,8 @@
 through which the parser finds it, and every attribute the plugin reads; inputs hidden [T, H] bf16 or fp16,
 topk_ids int32 [T, k], topk_weights [T, k] float32 or hidden's type, w_gate_up [E, N1, H] and w_down
 [E, H, F] of hidden's type (N1 = 2F for gated activations, else F), optional biases [E, N1] and [E, H]; one
-output [T, H] of hidden's type."""
+output [T, H] of hidden's type. The INT4 form (attribute group_size 32, 64 or 128): w_gate_up and w_down packed INT4
+(grouped_mm.int4_weight_problems), their BF16 scales inputs 7 and 8 after the biases (present: zeros where the model has none)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from et_trt_backend.plugin_names import (
     MOE_ACTIVATION_ATTRIBUTE,
     MOE_ACTIVATIONS,
     MOE_ALPHA_ATTRIBUTE,
+    INT4_GROUP_SIZE_ATTRIBUTE,
     MOE_EXPERTS_OP,
     MOE_GATE_UP_LAYOUTS,
     MOE_LAYOUT_ATTRIBUTE,
@@ -23,12 +25,13 @@ from et_trt_backend.plugin_names import (
 )
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
-from et_trt_backend.preflight.rules.grouped_mm import plugin_attribute_problems
+from et_trt_backend.preflight.rules.grouped_mm import int4_weight_problems, plugin_attribute_problems
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "moe_experts"
 _KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
 _INPUTS = ("hidden", "topk_ids", "topk_weights", "w_gate_up", "w_down", "b_gate_up", "b_down")
+_INT4_INPUTS = (*_INPUTS, "w_gate_up_scale", "w_down_scale")
 _RANKS = {"hidden": 2, "topk_ids": 2, "topk_weights": 2, "w_gate_up": 3, "w_down": 3, "b_gate_up": 2, "b_down": 2}
 
 
@@ -54,11 +57,17 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     for name in (MOE_ALPHA_ATTRIBUTE, MOE_LIMIT_ATTRIBUTE):
         if not isinstance(attrs.get(name), float):
             yield f"attribute {name} must be a float (every plugin field written), got {attrs.get(name)!r}"
-    if not 5 <= len(node.input) <= len(_INPUTS) or not all(node.input[:5]) or len(node.output) != 1:
+    group_size = attrs.get(INT4_GROUP_SIZE_ATTRIBUTE, 0)
+    if group_size and (len(node.input) != len(_INT4_INPUTS) or not all(node.input)):
+        yield (f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (INT4 weights) needs all inputs {', '.join(_INT4_INPUTS)} "
+               f"(zero biases where the model has none), got {len(node.input)} inputs {list(node.input)}")
+        return
+    if not 5 <= len(node.input) <= len(_INT4_INPUTS if group_size else _INPUTS) or not all(node.input[:5]) \
+            or len(node.output) != 1:
         yield (f"needs inputs {', '.join(_INPUTS[:5])} (and the biases b_gate_up, b_down) and one output, got "
                f"{len(node.input)} inputs, {len(node.output)} outputs")
         return
-    names = {role: name for role, name in zip(_INPUTS, node.input) if name}
+    names = {role: name for role, name in zip(_INT4_INPUTS, node.input) if name}
     types = {role: view.elem_type(name) for role, name in names.items()}
     shapes = {role: view.shape(name) for role, name in names.items()}
     hidden = types["hidden"]
@@ -68,18 +77,34 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
         yield f"topk_ids is {trt.dtype_name(types['topk_ids'])}; the plugin takes INT32 ids"
     if types["topk_weights"] not in (None, TensorProto.FLOAT, hidden):
         yield f"topk_weights is {trt.dtype_name(types['topk_weights'])}; the plugin takes FP32 or hidden's type"
-    for role in ("w_gate_up", "w_down", "b_gate_up", "b_down"):
+    for role in ("b_gate_up", "b_down") if group_size else ("w_gate_up", "w_down", "b_gate_up", "b_down"):
         if role in types and None not in (types[role], hidden) and types[role] != hidden:
             yield f"{role} is {trt.dtype_name(types[role])} but hidden {trt.dtype_name(hidden)}: they must match"
     out_type = view.elem_type(node.output[0])
     if None not in (out_type, hidden) and out_type != hidden:
         yield f"the output is {trt.dtype_name(out_type)} but hidden {trt.dtype_name(hidden)}: they must match"
+    if group_size:
+        yield from _int4_problems(view, names, shapes, activation, group_size)
+        return
     for role, shape in shapes.items():
         if shape is not None and len(shape) != _RANKS[role]:
             yield f"{role} has rank {len(shape)}, the plugin needs rank {_RANKS[role]}"
             return
     if activation is not None:
         yield from _size_problems(shapes, is_gated(activation))
+
+
+def _int4_problems(view: ModelView, names: dict, shapes: dict, activation: str | None, group_size) -> Iterator[str]:
+    """The INT4 weights: w_gate_up [E, N1, H] of K = H (hidden's features), w_down [E, H, F] of K = F (N1 = 2F for
+    gated activations, else F), each packed with its scales."""
+    hidden, gate_up = shapes["hidden"], shapes["w_gate_up"]
+    size = hidden[1] if hidden is not None and len(hidden) == 2 else None
+    rows = gate_up[1] if gate_up is not None and len(gate_up) == 3 else None
+    ffn = rows // 2 if isinstance(rows, int) and activation is not None and is_gated(activation) else rows
+    yield from int4_weight_problems(view, "w_gate_up", names["w_gate_up"], "w_gate_up_scale",
+                                    names["w_gate_up_scale"], size, group_size)
+    yield from int4_weight_problems(view, "w_down", names["w_down"], "w_down_scale", names["w_down_scale"], ffn,
+                                    group_size)
 
 
 def _size_problems(shapes, gated: bool) -> Iterator[str]:

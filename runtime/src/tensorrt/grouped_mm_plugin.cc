@@ -39,16 +39,24 @@ blob::DType kernel_dtype_of(DataType type) {
 }
 
 constexpr int32_t kDenseInputs = 3;  // a, b, offs
-constexpr int32_t kFp8Inputs = 4;    // a, b (kFP8), offs, b_scale (kFLOAT)
+constexpr int32_t kFp8Inputs = 4;    // a, b (kFP8), offs, b_scale (kFLOAT); INT4: b kINT8, b_scale kBF16
 // TensorRT does not document the alignment of a plugin's workspace: the plugin
 // asks this much more and aligns the pointer itself (the launcher wants 256).
 constexpr size_t kWorkspaceAlignment = 256;
 
 bool is_form(int32_t nb_inputs) { return nb_inputs == kDenseInputs || nb_inputs == kFp8Inputs; }
 
-blob::WeightFormat weight_format_of(bool fp8) {
-  return fp8 ? blob::WeightFormat::Float8RowScaled : blob::WeightFormat::Dense;
+// The weight format of a node: its group size (INT4), else its input count (FP8 or dense).
+blob::WeightFormat weight_format_of(int32_t nb_inputs, int32_t group_size) {
+  if (group_size > 0) return blob::WeightFormat::Int4GroupScaled;
+  return nb_inputs == kFp8Inputs ? blob::WeightFormat::Float8RowScaled : blob::WeightFormat::Dense;
 }
+
+const char* format_name(blob::WeightFormat format) {
+  return format == blob::WeightFormat::Int4GroupScaled ? " INT4" : format == blob::WeightFormat::Float8RowScaled ? " FP8" : "";
+}
+
+int64_t packed_row_bytes(int64_t k) { return (k + 31) / 32 * 16; }  // int4_weights.padded_k(k) / 2
 
 const char* type_name(DataType type) {
   switch (type) {
@@ -70,8 +78,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                               public nvinfer1::IPluginV3OneBuild,
                               public nvinfer1::IPluginV3OneRuntime {
  public:
-  GroupedMMPlugin(bool trans_b, int32_t activation, std::shared_ptr<const KernelPack> images)
-      : trans_b_(trans_b ? 1 : 0), activation_(activation), images_(std::move(images)) {}
+  GroupedMMPlugin(bool trans_b, int32_t activation, int32_t group_size, std::shared_ptr<const KernelPack> images)
+      : trans_b_(trans_b ? 1 : 0), activation_(activation), group_size_(group_size), images_(std::move(images)) {}
 
   // ---- IPluginV3 ----
   nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override {
@@ -86,7 +94,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // A clone shares the images and makes its own launcher: one per execution
   // context, so launches on different contexts never share scratch memory.
   nvinfer1::IPluginV3* clone() noexcept override {
-    auto* copy = new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, activation_, images_);
+    auto* copy = new (std::nothrow) GroupedMMPlugin(trans_b_ != 0, activation_, group_size_, images_);
     if (copy != nullptr) copy->fp8_ = fp8_;
     return copy;
   }
@@ -119,8 +127,11 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                                      "in the FP8 form)");
       return -1;
     }
-    if (nb_inputs == kFp8Inputs && !scale_shape_matches(inputs[1], inputs[3])) {
-      log(ILogger::Severity::kERROR, "the FP8 form's b_scale (input 3) must be [G, N] of b " + sizes(inputs[1]) +
+    const int32_t scale_rank = group_size_ > 0 ? 3 : 2;
+    if (nb_inputs == kFp8Inputs && !scale_shape_matches(inputs[1], inputs[3], scale_rank)) {
+      log(ILogger::Severity::kERROR, std::string(group_size_ > 0 ? "the INT4 form's b_scale (input 3) must be [G, N, "
+                                                                   "groups]" : "the FP8 form's b_scale (input 3) must "
+                                                                   "be [G, N]") + " of b " + sizes(inputs[1]) +
                                          "; it is " + sizes(inputs[3]));
       return -1;
     }
@@ -136,10 +147,11 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     const bool fp8 = nb_inputs == kFp8Inputs;
     const PluginTensorDesc& desc = io[pos].desc;
     if (desc.format != TensorFormat::kLINEAR) return false;
-    if (pos == 0) return has_images(desc.type, fp8);
+    const bool int4 = fp8 && group_size_ > 0;
+    if (pos == 0) return has_images(desc.type, nb_inputs);
     if (pos == 2) return desc.type == DataType::kINT32;
-    if (fp8 && pos == 1) return desc.type == DataType::kFP8;
-    if (fp8 && pos == 3) return desc.type == DataType::kFLOAT;
+    if (fp8 && pos == 1) return desc.type == (int4 ? DataType::kINT8 : DataType::kFP8);
+    if (fp8 && pos == 3) return desc.type == (int4 ? DataType::kBF16 : DataType::kFLOAT);
     return desc.type == io[0].desc.type;  // dense b, and out, in a's dtype
   }
 
@@ -154,7 +166,7 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
   // records this size; the Python build-phase plugin asks the same). K is b's.
   size_t getWorkspaceSize(const DynamicPluginTensorDesc* inputs, int32_t nb_inputs, const DynamicPluginTensorDesc*,
                           int32_t) const noexcept override {
-    if (nb_inputs != kFp8Inputs) return 0;
+    if (nb_inputs != kFp8Inputs || group_size_ > 0) return 0;  // INT4 launches need none
     return kernels::GroupedMMLauncher::fp8_workspace_bytes(inputs[0].max.d[0], inputs[1].max.d[2]) +
            kWorkspaceAlignment - 1;
   }
@@ -164,11 +176,23 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
                         int32_t nb_outputs) noexcept override {
     if (!is_form(nb_inputs) || nb_outputs != 1) return -1;
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims, &offs = in[2].dims;
-    const int64_t k = b.d[trans_b_ ? 2 : 1];
+    const int64_t k = k_of(a, b);
     const int64_t a_columns = activation_ == kActivationSwiGLU ? 2 * k : k;  // a gate+up output holds 2K
     bool consistent =
         a.nbDims == 2 && b.nbDims == 3 && offs.nbDims == 1 && a.d[1] == a_columns && offs.d[0] == b.d[0];
-    if (nb_inputs == kFp8Inputs) {
+    if (group_size_ > 0) {
+      if (nb_inputs != kFp8Inputs) return -1;  // refused at parse time (form_refusal); b_scale is in[3]
+      const nvinfer1::Dims& scale = in[3].dims;
+      consistent = consistent && b.d[2] == packed_row_bytes(k) && scale.nbDims == 3 && scale.d[0] == b.d[0] &&
+                   scale.d[1] == b.d[1] && scale.d[2] == (k + group_size_ - 1) / group_size_;
+      if (!consistent) {
+        log(ILogger::Severity::kERROR, "inconsistent INT4 shapes: a" + dims_text(a) + ", b" + dims_text(b) + ", offs" +
+                                           dims_text(offs) + ", b_scale" + dims_text(scale) + " (group_size " +
+                                           std::to_string(group_size_) + "; b must be [G, N, round_up(K, 32) / 2], "
+                                           "b_scale [G, N, ceil(K / group_size)])");
+        return -1;
+      }
+    } else if (nb_inputs == kFp8Inputs) {
       const nvinfer1::Dims& scale = in[3].dims;
       consistent = consistent && trans_b_ != 0 && scale.nbDims == 2 && scale.d[0] == b.d[0] && scale.d[1] == b.d[1];
     }
@@ -194,9 +218,14 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       return -1;
     }
     const nvinfer1::Dims &a = in[0].dims, &b = in[1].dims;
-    const int64_t rows = a.d[0], k = b.d[trans_b_ ? 2 : 1], n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
+    const int64_t rows = a.d[0], k = k_of(a, b), n = b.d[trans_b_ ? 1 : 2], groups = b.d[0];
     kernels::Fp8Operands fp8;
-    if (fp8_) {
+    kernels::Int4Operands int4;
+    const bool int4_form = fp8_ && group_size_ > 0;
+    if (int4_form) {
+      int4.b_scale = inputs[3];
+      int4.group_size = group_size_;
+    } else if (fp8_) {
       // TensorRT's workspace is getWorkspaceSize's bytes: the launcher's, plus the slack to align it here.
       const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
       const uintptr_t aligned = (base + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
@@ -206,7 +235,8 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       fp8.swiglu = activation_ == kActivationSwiGLU;
     }
     if (!launcher_->launch(inputs[0], inputs[1], static_cast<const int32_t*>(inputs[2]), outputs[0], rows, k, n,
-                           groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error, fp8_ ? &fp8 : nullptr)) {
+                           groups, trans_b_ != 0, reinterpret_cast<CUstream>(stream), &error,
+                           fp8_ && !int4_form ? &fp8 : nullptr, nullptr, int4_form ? &int4 : nullptr)) {
       log(ILogger::Severity::kERROR, error);
       return -1;
     }
@@ -220,16 +250,22 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     fields_[1] = PluginField(kKernelImagesIdField, images_->id().data(), PluginFieldType::kUNKNOWN,
                              static_cast<int32_t>(images_->id().size()));
     fields_[2] = PluginField(kActivationField, &activation_, PluginFieldType::kINT32, 1);
-    collection_.nbFields = 3;
+    fields_[3] = PluginField(kGroupSizeField, &group_size_, PluginFieldType::kINT32, 1);
+    collection_.nbFields = 4;
     collection_.fields = fields_;
     return &collection_;
   }
 
  private:
-  bool has_images(DataType type, bool fp8) const {
+  bool has_images(DataType type, int32_t nb_inputs) const {
     const blob::DType dtype = kernel_dtype_of(type);
     return kernels::kernel_dtype_name(dtype) != nullptr &&
-           !images_->images(dtype, trans_b_ != 0, weight_format_of(fp8)).empty();
+           !images_->images(dtype, trans_b_ != 0, weight_format_of(nb_inputs, group_size_)).empty();
+  }
+
+  // K: a's columns in the INT4 form (b's rows are packed bytes), else b's.
+  int64_t k_of(const nvinfer1::Dims& a, const nvinfer1::Dims& b) const {
+    return group_size_ > 0 ? a.d[1] : b.d[trans_b_ ? 2 : 1];
   }
 
   // Why this plugin cannot serve a node of these input types, or "" if it can.
@@ -238,23 +274,36 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       return "GroupedMM takes 3 inputs (a, b, offs) or 4 (a, b FP8, offs, b_scale); the node has " +
              std::to_string(nb_inputs);
     const bool fp8 = nb_inputs == kFp8Inputs;
+    if (group_size_ > 0) {
+      if (!fp8) return "group_size=" + std::to_string(group_size_) + " (the INT4 form) needs 4 inputs (a, b, offs, b_scale); "
+                       "the node has " + std::to_string(nb_inputs);
+      if (trans_b_ == 0) return "the INT4 form needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0";
+      if (activation_ != kActivationNone) return "the INT4 form takes activation=0 (a holds the activations)";
+      if (inputs[1] != DataType::kINT8)
+        return std::string("the INT4 form's b (input 1) must be INT8 (packed INT4 bytes) [G, N, round_up(K, 32) / 2]; it is ") +
+               type_name(inputs[1]);
+      if (inputs[3] != DataType::kBF16)
+        return std::string("the INT4 form's b_scale (input 3) must be bfloat16 [G, N, groups]; it is ") +
+               type_name(inputs[3]);
+    }
     if (!fp8 && activation_ == kActivationSwiGLU)
       return "activation=1 (a gate+up output as a) is the FP8 form's only (4 inputs); the node has 3";
     if (fp8 && trans_b_ == 0)
       return "the FP8 form (4 inputs) needs trans_b=1: its weights are [G, N, K]; the node has trans_b=0";
-    if (fp8 && inputs[1] != DataType::kFP8)
+    if (fp8 && group_size_ == 0 && inputs[1] != DataType::kFP8)
       return std::string("the FP8 form's b (input 1) must be FLOAT8E4M3FN (TensorRT FP8) [G, N, K]; it is ") +
              type_name(inputs[1]);
-    if (fp8 && inputs[3] != DataType::kFLOAT)
+    if (fp8 && group_size_ == 0 && inputs[3] != DataType::kFLOAT)
       return std::string("the FP8 form's b_scale (input 3) must be float32 [G, N]; it is ") + type_name(inputs[3]);
-    if (!has_images(inputs[0], fp8)) {
+    if (!has_images(inputs[0], nb_inputs)) {
       const char* dtype = kernels::kernel_dtype_name(kernel_dtype_of(inputs[0]));
       std::string has;
       for (DataType type : {DataType::kBF16, DataType::kHALF}) {
-        if (has_images(type, fp8)) has += (has.empty() ? "" : ", ") + std::string(type == DataType::kBF16 ? "bf16" : "fp16");
+        if (has_images(type, nb_inputs)) has += (has.empty() ? "" : ", ") + std::string(type == DataType::kBF16 ? "bf16" : "fp16");
       }
       return std::string("the blob has no ") + (dtype != nullptr ? dtype : type_name(inputs[0])) +
-             (fp8 ? " FP8" : "") + " kernel image for trans_b=" + std::to_string(trans_b_) + " (it has " +
+             format_name(weight_format_of(nb_inputs, group_size_)) + " kernel image for trans_b=" +
+             std::to_string(trans_b_) + " (it has " +
              (has.empty() ? "none" : has) + "); the node's inputs must be of those";
     }
     return "";
@@ -270,9 +319,10 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
     return text + "]";
   }
 
-  // b_scale [G, N] of b [G, N, K]: both are weights, so their sizes are known at build time.
-  static bool scale_shape_matches(const DimsExprs& b, const DimsExprs& scale) {
-    if (scale.nbDims != 2) return false;
+  // b_scale [G, N] (FP8; INT4: [G, N, groups]) of b [G, N, ...]: both are weights, so their sizes are known at
+  // build time.
+  static bool scale_shape_matches(const DimsExprs& b, const DimsExprs& scale, int32_t rank) {
+    if (scale.nbDims != rank) return false;
     for (int i = 0; i < 2; ++i) {
       if (!scale.d[i]->isConstant() || !b.d[i]->isConstant() ||
           scale.d[i]->getConstantValue() != b.d[i]->getConstantValue())
@@ -287,9 +337,10 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
       *error = "a must be bf16 or fp16";
       return false;
     }
-    const auto images = images_->images(dtype, trans_b_ != 0, weight_format_of(fp8_));
+    const blob::WeightFormat format = weight_format_of(fp8_ ? kFp8Inputs : kDenseInputs, group_size_);
+    const auto images = images_->images(dtype, trans_b_ != 0, format);
     if (images.empty()) {
-      *error = std::string("the blob has no ") + kernels::kernel_dtype_name(dtype) + (fp8_ ? " FP8" : "") +
+      *error = std::string("the blob has no ") + kernels::kernel_dtype_name(dtype) + format_name(format) +
                " kernel image for trans_b=" + std::to_string(trans_b_) +
                "; re-export with grouped_gemm_kernel on and this dtype";
       return false;
@@ -300,22 +351,24 @@ class GroupedMMPlugin final : public nvinfer1::IPluginV3,
 
   int32_t trans_b_;
   int32_t activation_;  // kActivationNone or kActivationSwiGLU
+  int32_t group_size_;  // > 0: the INT4 form
   std::shared_ptr<const KernelPack> images_;
-  bool fp8_ = false;  // the FP8 form (4 inputs), as configurePlugin / onShapeChange saw it
+  bool fp8_ = false;  // 4 inputs (the FP8 form, or the INT4 one with group_size_), as configurePlugin / onShapeChange saw
   std::unique_ptr<kernels::GroupedMMLauncher> launcher_;
-  PluginField fields_[3];
+  PluginField fields_[4];
   PluginFieldCollection collection_{};
 };
 
 class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
  public:
-  // The ONNX node's attributes: trans_b and activation. kernel_images_id comes from a
+  // The ONNX node's attributes: trans_b, activation and group_size. kernel_images_id comes from a
   // serialized engine (or the images being parsed), so it is not listed: the
   // parser would warn about every node that lacks it.
   GroupedMMCreator() {
     field_names_[0] = PluginField(kTransBField, nullptr, PluginFieldType::kINT32, 1);
     field_names_[1] = PluginField(kActivationField, nullptr, PluginFieldType::kINT32, 1);
-    collection_.nbFields = 2;
+    field_names_[2] = PluginField(kGroupSizeField, nullptr, PluginFieldType::kINT32, 1);
+    collection_.nbFields = 3;
     collection_.fields = field_names_;
   }
 
@@ -324,11 +377,14 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
     const PluginField* trans_b_field = nullptr;
     const PluginField* activation_field = nullptr;  // absent in engines and ONNX from before the field: none
     const PluginField* id_field = nullptr;
+    const PluginField* group_field = nullptr;  // absent in engines and ONNX from before the field: not INT4
     for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i) {
       const PluginField& f = fc->fields[i];
       if (f.name == nullptr || f.data == nullptr || f.length < 1) continue;
       if (std::strcmp(f.name, kTransBField) == 0) {
         trans_b_field = &f;
+      } else if (std::strcmp(f.name, kGroupSizeField) == 0) {
+        group_field = &f;
       } else if (std::strcmp(f.name, kActivationField) == 0) {
         activation_field = &f;
       } else if (std::strcmp(f.name, kKernelImagesIdField) == 0) {
@@ -352,7 +408,10 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
              field_text(*activation_field));
       return nullptr;
     }
-    return new (std::nothrow) GroupedMMPlugin(trans_b == 1, static_cast<int32_t>(activation), std::move(images));
+    const int32_t group_size = group_size_field(group_field, kGroupedMMName);
+    if (group_size < 0) return nullptr;
+    return new (std::nothrow)
+        GroupedMMPlugin(trans_b == 1, static_cast<int32_t>(activation), group_size, std::move(images));
   }
 
   const PluginFieldCollection* getFieldNames() noexcept override { return &collection_; }
@@ -361,7 +420,7 @@ class GroupedMMCreator final : public nvinfer1::IPluginCreatorV3One {
   const char* getPluginNamespace() const noexcept override { return kGroupedMMNamespace; }
 
  private:
-  PluginField field_names_[2];
+  PluginField field_names_[3];
   PluginFieldCollection collection_{};
 };
 
@@ -430,6 +489,24 @@ int64_t int_field(const PluginField& f, int64_t fallback) {
 int64_t one_int_field(const PluginField& f) {
   if (f.length != 1 || (f.type != PluginFieldType::kINT32 && f.type != PluginFieldType::kINT64)) return -1;
   return int_field(f, -1);
+}
+
+std::string dims_text(const nvinfer1::Dims& dims) {
+  std::string text = "[";
+  for (int i = 0; i < dims.nbDims; ++i) text += (i ? ", " : "") + std::to_string(dims.d[i]);
+  return text + "]";
+}
+
+int32_t group_size_field(const PluginField* field, const char* plugin) {
+  if (field == nullptr) return 0;
+  const int64_t value = one_int_field(*field);
+  if (value != 0 && value != 32 && value != 64 && value != 128) {
+    refuse_plugin(std::string(plugin) + " plugin: field " + kGroupSizeField +
+                  " must be one integer: 0 (weights not INT4) or the INT4 scale groups' size 32, 64 or 128; got " +
+                  field_text(*field));
+    return -1;
+  }
+  return static_cast<int32_t>(value);
 }
 
 std::string field_text(const PluginField& f) {

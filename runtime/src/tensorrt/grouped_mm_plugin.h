@@ -6,7 +6,10 @@
 //   FP8 (4 inputs, trans_b only): a [rows, K], b kFP8 e4m3 [G, N, K], offs
 //     int32 [G], b_scale kFLOAT [G, N]. The launcher quantizes a per row into
 //     the plugin's workspace (GroupedMMLauncher::fp8_workspace_bytes at the
-//     profile's max rows), from the blob's Float8RowScaled images.
+//     profile's max rows), from the blob's Float8RowScaled images;
+//   INT4 (4 inputs, field group_size 32, 64 or 128, trans_b only): a [rows, K], b kINT8 (packed INT4 bytes)
+//     [G, N, round_up(K, 32) / 2], offs int32 [G], b_scale kBF16 [G, N, ceil(K / group_size)]
+//     (et_trt_backend/int4_weights.py), from the blob's Int4GroupScaled images.
 // Launched through et_trt::kernels::GroupedMMLauncher.
 //
 // Fields (schema.fbs, table Engine): `trans_b` (kINT32, 1) and
@@ -39,6 +42,9 @@ constexpr char kKernelImagesIdField[] = "kernel_images_id";
 constexpr char kActivationField[] = "activation";
 constexpr int32_t kActivationNone = 0;
 constexpr int32_t kActivationSwiGLU = 1;
+// The INT4 form's scale groups' size along K (plugin_names.INT4_GROUP_SIZE_ATTRIBUTE); 0 (or absent): not INT4.
+// MoEExperts has the same field.
+constexpr char kGroupSizeField[] = "group_size";
 
 // The creator, one per process (lives as long as the process, like a registry).
 nvinfer1::IPluginCreatorV3One& grouped_mm_creator();
@@ -80,6 +86,11 @@ void refuse_plugin(const std::string& text);  // logged as an error and kept for
 int64_t int_field(const nvinfer1::PluginField& field, int64_t fallback);
 // The value of a field that must hold one integer; -1 (never a valid value here) otherwise.
 int64_t one_int_field(const nvinfer1::PluginField& field);
+// The group_size field's value (0 where absent); -1, the refusal logged naming `plugin`, where it is not 0, 32, 64 or
+// 128.
+int32_t group_size_field(const nvinfer1::PluginField* field, const char* plugin);
+// "[4, 48, 64]": runtime dimensions as messages write them.
+std::string dims_text(const nvinfer1::Dims& dims);
 // A field as a refusal names it: "INT32 [2]", "FLOAT32 [1.5]".
 std::string field_text(const nvinfer1::PluginField& field);
 // The images a plugin created now takes: those its serialized kernel_images_id field names (`id_field`, from an

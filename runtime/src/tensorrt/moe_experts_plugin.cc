@@ -26,13 +26,19 @@ using nvinfer1::PluginFieldType;
 using nvinfer1::PluginTensorDesc;
 using nvinfer1::TensorFormat;
 
-// The node's inputs, in the ONNX op's order; the two biases are optional (trailing, ONNX-style).
-enum Input : int32_t { kHidden = 0, kIds, kWeights, kGateUp, kDown, kGateUpBias, kDownBias };
+// The node's inputs, in the ONNX op's order; the two biases are optional (trailing, ONNX-style). The INT4 form
+// (group_size > 0) has all nine: packed weights, both biases (the lowering writes zeros for a missing one) and the
+// weights' bfloat16 group scales.
+enum Input : int32_t { kHidden = 0, kIds, kWeights, kGateUp, kDown, kGateUpBias, kDownBias, kGateUpScale, kDownScale };
 constexpr int32_t kMinInputs = kDown + 1;
-constexpr int32_t kMaxInputs = kDownBias + 1;
-constexpr int32_t kRanks[kMaxInputs] = {2, 2, 2, 3, 3, 2, 2};
-constexpr const char* kInputNames[kMaxInputs] = {"hidden", "topk_ids", "topk_weights", "w_gate_up", "w_down",
-                                                 "b_gate_up", "b_down"};
+constexpr int32_t kMaxDenseInputs = kDownBias + 1;
+constexpr int32_t kInt4Inputs = kDownScale + 1;
+constexpr int32_t kRanks[kInt4Inputs] = {2, 2, 2, 3, 3, 2, 2, 3, 3};
+constexpr const char* kInputNames[kInt4Inputs] = {"hidden", "topk_ids",  "topk_weights",    "w_gate_up",   "w_down",
+                                                  "b_gate_up", "b_down", "w_gate_up_scale", "w_down_scale"};
+// Kernels whose images serve either weight format: they read no weights (et_trt_backend/kernels/moe_op.py's
+// _ANY_FORMAT).
+constexpr const char* kAnyFormatKernels[] = {"moe_route", "moe_combine"};
 // As GroupedMM's: TensorRT does not document its workspace's alignment; the plugin aligns the pointer itself.
 constexpr size_t kWorkspaceAlignment = 256;
 
@@ -41,8 +47,6 @@ void log(ILogger::Severity severity, const std::string& message) {
 }
 
 void refuse(const std::string& message) { refuse_plugin(std::string(kMoEExpertsName) + " plugin: " + message); }
-
-bool has_input_count(int32_t nb_inputs) { return nb_inputs >= kMinInputs && nb_inputs <= kMaxInputs; }
 
 blob::DType kernel_dtype_of(DataType type) {
   return type == DataType::kBF16 ? blob::DType::BFloat16 : type == DataType::kHALF ? blob::DType::Float16
@@ -56,14 +60,9 @@ const char* type_name(DataType type) {
     case DataType::kBF16: return "kBF16";
     case DataType::kINT32: return "kINT32";
     case DataType::kINT64: return "kINT64";
+    case DataType::kINT8: return "kINT8";
     default: return "another type";
   }
-}
-
-std::string dims_text(const nvinfer1::Dims& dims) {
-  std::string text = "[";
-  for (int i = 0; i < dims.nbDims; ++i) text += (i ? ", " : "") + std::to_string(dims.d[i]);
-  return text + "]";
 }
 
 class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
@@ -72,9 +71,9 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
                                public nvinfer1::IPluginV3OneRuntime {
  public:
   MoEExpertsPlugin(int32_t activation, std::string layout_name, GateUpLayout layout, float alpha, float limit,
-                   std::shared_ptr<const KernelPack> images)
+                   int32_t group_size, std::shared_ptr<const KernelPack> images)
       : activation_(activation), layout_name_(std::move(layout_name)), layout_(layout), alpha_(alpha),
-        limit_(limit), images_(std::move(images)) {}
+        limit_(limit), group_size_(group_size), images_(std::move(images)) {}
 
   // ---- IPluginV3 ----
   nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override {
@@ -88,7 +87,8 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
 
   // A clone shares the images and makes its own launcher (one per execution context, as GroupedMM's).
   nvinfer1::IPluginV3* clone() noexcept override {
-    auto* copy = new (std::nothrow) MoEExpertsPlugin(activation_, layout_name_, layout_, alpha_, limit_, images_);
+    auto* copy =
+        new (std::nothrow) MoEExpertsPlugin(activation_, layout_name_, layout_, alpha_, limit_, group_size_, images_);
     if (copy != nullptr) copy->nb_inputs_ = nb_inputs_;
     return copy;
   }
@@ -136,6 +136,8 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     if (pos == kHidden) return has_images(desc.type);
     if (pos == kIds) return desc.type == DataType::kINT32;
     if (pos == kWeights) return desc.type == DataType::kFLOAT || desc.type == io[kHidden].desc.type;
+    if (int4() && (pos == kGateUp || pos == kDown)) return desc.type == DataType::kINT8;
+    if (int4() && (pos == kGateUpScale || pos == kDownScale)) return desc.type == DataType::kBF16;
     return desc.type == io[kHidden].desc.type;  // weights, biases and the output
   }
 
@@ -151,7 +153,8 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
                           int32_t) const noexcept override {
     if (!has_input_count(nb_inputs)) return 0;
     const nvinfer1::Dims &hidden = inputs[kHidden].max, &ids = inputs[kIds].max, &down = inputs[kDown].max;
-    return MoEExpertsLauncher::workspace_bytes(hidden.d[0], ids.d[1], down.d[0], hidden.d[1], down.d[2]) +
+    return MoEExpertsLauncher::workspace_bytes(hidden.d[0], ids.d[1], down.d[0], hidden.d[1],
+                                               ffn_of(inputs[kGateUp].max, down)) +
            kWorkspaceAlignment - 1;
   }
 
@@ -189,7 +192,12 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     args.hidden_size = in[kHidden].dims.d[1];
     args.top_k = in[kIds].dims.d[1];
     args.experts = in[kDown].dims.d[0];
-    args.ffn = in[kDown].dims.d[2];
+    args.ffn = ffn_of(in[kGateUp].dims, in[kDown].dims);
+    if (int4()) {
+      args.w_gate_up_scale = inputs[kGateUpScale];
+      args.w_down_scale = inputs[kDownScale];
+      args.group_size = group_size_;
+    }
     args.activation = static_cast<MoEActivation>(activation_);
     args.layout = layout_;
     args.alpha = alpha_;
@@ -217,18 +225,40 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     fields_[3] = PluginField(kMoELimitField, &limit_, PluginFieldType::kFLOAT32, 1);
     fields_[4] = PluginField(kKernelImagesIdField, images_->id().data(), PluginFieldType::kUNKNOWN,
                              static_cast<int32_t>(images_->id().size()));
-    collection_.nbFields = 5;
+    fields_[5] = PluginField(kGroupSizeField, &group_size_, PluginFieldType::kINT32, 1);
+    collection_.nbFields = 6;
     collection_.fields = fields_;
     return &collection_;
   }
 
  private:
   bool gated() const { return kernels::is_gated(static_cast<MoEActivation>(activation_)); }
+  bool int4() const { return group_size_ > 0; }
 
+  bool has_input_count(int32_t nb_inputs) const {
+    return int4() ? nb_inputs == kInt4Inputs : nb_inputs >= kMinInputs && nb_inputs <= kMaxDenseInputs;
+  }
+
+  // F: w_down's columns, or in the INT4 form (whose w_down rows are packed bytes) from w_gate_up's N1 rows.
+  int64_t ffn_of(const nvinfer1::Dims& gate_up, const nvinfer1::Dims& down) const {
+    if (!int4()) return down.d[2];
+    return gated() ? gate_up.d[1] / 2 : gate_up.d[1];
+  }
+
+  // The node's images: the MoE kernels' of its dtype and weight format (INT4: with the route and combine images,
+  // which are dense, reading no weights).
   std::vector<kernels::KernelImageRef> moe_images(DataType type) const {
     std::vector<kernels::KernelImageRef> found;
-    for (const auto& image : images_->images(kernel_dtype_of(type), /*trans_b=*/true)) {
+    const blob::DType dtype = kernel_dtype_of(type);
+    for (const auto& image : images_->images(dtype, /*trans_b=*/true,
+                                             int4() ? blob::WeightFormat::Int4GroupScaled : blob::WeightFormat::Dense)) {
       if (kernels::is_moe_experts_image(*image.fields)) found.push_back(image);
+    }
+    if (!int4()) return found;
+    for (const auto& image : images_->images(dtype, /*trans_b=*/true)) {
+      for (const char* kernel : kAnyFormatKernels) {
+        if (image.fields->kernel == kernel) found.push_back(image);
+      }
     }
     return found;
   }
@@ -240,16 +270,20 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
   // Why this plugin cannot serve a node of these input types, or "" if it can.
   std::string type_refusal(const DataType* inputs, int32_t nb_inputs) const {
     if (!has_input_count(nb_inputs))
-      return "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases; the "
-             "node has " + std::to_string(nb_inputs);
+      return int4() ? "group_size=" + std::to_string(group_size_) + " (INT4 weights) takes 9 inputs (hidden, topk_ids, "
+                      "topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale, w_down_scale); the node "
+                      "has " + std::to_string(nb_inputs)
+                    : "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 "
+                      "biases; the node has " + std::to_string(nb_inputs);
     const DataType hidden = inputs[kHidden];
     if (!has_images(hidden)) {
       std::string has;
       for (DataType type : {DataType::kBF16, DataType::kHALF}) {
         if (has_images(type)) has += (has.empty() ? "" : ", ") + std::string(type == DataType::kBF16 ? "bf16" : "fp16");
       }
-      return std::string("the blob has no MoE experts kernel image for hidden's ") + type_name(hidden) + " (it has " +
-             (has.empty() ? "none" : has) + "); re-export with fused_experts on and this precision";
+      return std::string("the blob has no MoE experts kernel image") + (int4() ? " of INT4 weights" : "") +
+             " for hidden's " + type_name(hidden) + " (it has " + (has.empty() ? "none" : has) +
+             "); re-export with fused_experts on and this precision";
     }
     if (inputs[kIds] != DataType::kINT32)
       return std::string("topk_ids must be kINT32; it is ") + type_name(inputs[kIds]);
@@ -257,9 +291,12 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
       return std::string("topk_weights must be kFLOAT or hidden's ") + type_name(hidden) + "; it is " +
              type_name(inputs[kWeights]);
     for (int32_t i = kGateUp; i < nb_inputs; ++i) {
-      if (inputs[i] != hidden)
-        return std::string(kInputNames[i]) + " must be hidden's " + type_name(hidden) + "; it is " +
-               type_name(inputs[i]);
+      const bool packed = int4() && (i == kGateUp || i == kDown), scales = i >= kGateUpScale;
+      const DataType want = packed ? DataType::kINT8 : scales ? DataType::kBF16 : hidden;
+      if (inputs[i] != want)
+        return std::string(kInputNames[i]) + " must be " +
+               (packed ? "kINT8 (packed INT4 bytes)" : scales ? "kBF16 (INT4 group scales)" : "hidden's " +
+               std::string(type_name(hidden))) + "; it is " + type_name(inputs[i]);
     }
     return "";
   }
@@ -271,10 +308,20 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     for (int32_t i = 0; i < nb_inputs; ++i) {
       if (in[i].dims.nbDims != kRanks[i]) return std::string(kInputNames[i]) + " is " + dims_text(in[i].dims);
     }
-    const int64_t tokens = hidden.d[0], size = hidden.d[1], experts = down.d[0], ffn = down.d[2];
+    const int64_t tokens = hidden.d[0], size = hidden.d[1], experts = down.d[0], ffn = ffn_of(gate_up, down);
     const int64_t rows = gated() ? 2 * ffn : ffn;
+    // INT4: K-long rows are round_up(K, 32) / 2 packed bytes, with ceil(K / group_size) scales each.
+    const auto row = [&](int64_t k) { return int4() ? (k + 31) / 32 * 16 : k; };
+    const auto scales_match = [&](const nvinfer1::Dims& scale, int64_t n, int64_t k) {
+      return scale.d[0] == experts && scale.d[1] == n && scale.d[2] == (k + group_size_ - 1) / group_size_;
+    };
     bool consistent = ids.d[0] == tokens && weights.d[0] == tokens && weights.d[1] == ids.d[1] &&
-                      down.d[1] == size && gate_up.d[0] == experts && gate_up.d[1] == rows && gate_up.d[2] == size;
+                      down.d[1] == size && down.d[2] == row(ffn) && gate_up.d[0] == experts && gate_up.d[1] == rows &&
+                      gate_up.d[2] == row(size) && (!gated() || rows % 2 == 0);
+    if (int4()) {
+      consistent = consistent && scales_match(in[kGateUpScale].dims, rows, size) &&
+                   scales_match(in[kDownScale].dims, size, ffn);
+    }
     if (nb_inputs > kGateUpBias) {
       const nvinfer1::Dims& bias = in[kGateUpBias].dims;
       consistent = consistent && bias.d[0] == experts && bias.d[1] == rows;
@@ -285,7 +332,10 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     }
     if (!consistent) {
       std::string text = "inconsistent shapes (activation " + std::to_string(activation_) + ", N1 = " +
-                         (gated() ? "2F" : "F") + "):";
+                         (gated() ? "2F" : "F") +
+                         (int4() ? ", INT4 group_size " + std::to_string(group_size_) +
+                                       ": weights [E, N, round_up(K, 32) / 2], scales [E, N, ceil(K / group_size)]"
+                                 : std::string()) + "):";
       for (int32_t i = 0; i < nb_inputs; ++i) text += std::string(" ") + kInputNames[i] + dims_text(in[i].dims);
       return text;
     }
@@ -297,8 +347,8 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
   bool create_launcher(DataType type, std::string* error) {
     const auto images = moe_images(type);
     if (images.empty()) {
-      *error = std::string("the blob has no MoE experts kernel image for ") + type_name(type) +
-               "; re-export with fused_experts on and this precision";
+      *error = std::string("the blob has no MoE experts kernel image") + (int4() ? " of INT4 weights" : "") + " for " +
+               type_name(type) + "; re-export with fused_experts on and this precision";
       return false;
     }
     launcher_ = MoEExpertsLauncher::create(images, error);
@@ -309,10 +359,11 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
   std::string layout_name_;  // as the node wrote it, serialized back verbatim
   GateUpLayout layout_;
   float alpha_, limit_;
+  int32_t group_size_;  // > 0: the INT4 form
   std::shared_ptr<const KernelPack> images_;
   int32_t nb_inputs_ = kMinInputs;  // as configurePlugin / onShapeChange saw them (enqueue is not told)
   std::unique_ptr<MoEExpertsLauncher> launcher_;
-  PluginField fields_[5];
+  PluginField fields_[6];
   PluginFieldCollection collection_{};
 };
 
@@ -331,7 +382,8 @@ class MoEExpertsCreator final : public nvinfer1::IPluginCreatorV3One {
     field_names_[1] = PluginField(kMoELayoutField, nullptr, PluginFieldType::kCHAR, 0);
     field_names_[2] = PluginField(kMoEAlphaField, nullptr, PluginFieldType::kFLOAT32, 1);
     field_names_[3] = PluginField(kMoELimitField, nullptr, PluginFieldType::kFLOAT32, 1);
-    collection_.nbFields = 4;
+    field_names_[4] = PluginField(kGroupSizeField, nullptr, PluginFieldType::kINT32, 1);
+    collection_.nbFields = 5;
     collection_.fields = field_names_;
   }
 
@@ -341,11 +393,14 @@ class MoEExpertsCreator final : public nvinfer1::IPluginCreatorV3One {
     std::string layout_name;
     float alpha = NAN, limit = NAN;
     const PluginField* id_field = nullptr;
+    const PluginField* group_field = nullptr;  // absent in engines and ONNX from before the field: not INT4
     for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i) {
       const PluginField& f = fc->fields[i];
       if (f.name == nullptr || f.data == nullptr || f.length < 0) continue;
       if (std::strcmp(f.name, kMoEActivationField) == 0) {
         activation_field = &f;
+      } else if (std::strcmp(f.name, kGroupSizeField) == 0) {
+        group_field = &f;
       } else if (std::strcmp(f.name, kMoELayoutField) == 0 && f.type == PluginFieldType::kCHAR) {
         layout_name.assign(static_cast<const char*>(f.data), static_cast<size_t>(f.length));
         layout_name.erase(layout_name.find_last_not_of('\0') + 1);  // a terminating NUL, where counted
@@ -374,10 +429,12 @@ class MoEExpertsCreator final : public nvinfer1::IPluginCreatorV3One {
              " and " + std::to_string(limit));
       return nullptr;
     }
+    const int32_t group_size = group_size_field(group_field, kMoEExpertsName);
+    if (group_size < 0) return nullptr;
     std::shared_ptr<const KernelPack> images = node_kernel_images(id_field, phase, kMoEExpertsName);
     if (images == nullptr) return nullptr;
-    return new (std::nothrow)
-        MoEExpertsPlugin(static_cast<int32_t>(activation), layout_name, layout, alpha, limit, std::move(images));
+    return new (std::nothrow) MoEExpertsPlugin(static_cast<int32_t>(activation), layout_name, layout, alpha, limit,
+                                               group_size, std::move(images));
   }
 
   const PluginFieldCollection* getFieldNames() noexcept override { return &collection_; }
@@ -386,7 +443,7 @@ class MoEExpertsCreator final : public nvinfer1::IPluginCreatorV3One {
   const char* getPluginNamespace() const noexcept override { return kMoEExpertsNamespace; }
 
  private:
-  PluginField field_names_[4];
+  PluginField field_names_[5];
   PluginFieldCollection collection_{};
 };
 
