@@ -12,8 +12,6 @@ import sys
 import pytest
 from support import torchvision_cpu
 
-from et_trt_backend.kernels import images
-
 torchvision_cpu.allow_import()  # before any test module imports transformers or torchvision
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -50,18 +48,6 @@ def built_runtime() -> pathlib.Path:
     assert result.returncode == 0, f"runtime build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     assert (build / "libet_trt_runtime.so").is_file() and (build / "et_trt_runner").is_file()
     return build
-
-
-@pytest.fixture(scope="module")
-def kernel_cache(tmp_path_factory):
-    """One fresh kernel-image disk cache per module: every image is compiled there once."""
-    old = os.environ.get(images.CACHE_ENV)
-    os.environ[images.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
-    yield
-    if old is None:
-        del os.environ[images.CACHE_ENV]
-    else:
-        os.environ[images.CACHE_ENV] = old
 
 
 @pytest.fixture(scope="session")
