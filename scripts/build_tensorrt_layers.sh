@@ -5,8 +5,8 @@
 # folder (a user's) skips it.
 #   11.1: the whole runtime with TensorRT on (runtime/build-tensorrt-11.1,
 #         libet_trt_plugin.so included) and its ctest suite, but the blob
-#         reader's corruption run, which runtime/build's suite runs (it includes
-#         no TensorRT header).
+#         reader's corruption run and the unit tests, which runtime/build's
+#         suite runs (they include no TensorRT header).
 #   others (10.16, 10.3): the delegate and the plugin library.
 #   ./scripts/build_tensorrt_layers.sh [--build-only] [VERSION...]
 # VERSIONs limit it to those header sets; --build-only runs no ctest (scripts/setup.sh
@@ -35,7 +35,7 @@ for include in "$headers"/*/include; do
   echo "== TensorRT $version headers: $build"
   args=(--build-dir "$build" -DET_TRT_WERROR=ON -DET_TRT_TENSORRT_INCLUDE_DIR="$(cd "$include" && pwd)")
   if [ "$version" = "$full_version" ]; then
-    ./scripts/build_runtime.sh "${args[@]}" -DET_TRT_CORRUPTION_TEST=OFF
+    ./scripts/build_runtime.sh "${args[@]}" -DET_TRT_CORRUPTION_TEST=OFF -DET_TRT_UNIT_TESTS=OFF
     if [ "$run_ctest" = 1 ]; then
       .venv/bin/ctest --test-dir "$build" -j"$(nproc)" --output-on-failure
     fi

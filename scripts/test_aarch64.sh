@@ -6,7 +6,8 @@
 #   runtime/build-aarch64-tensorrt-<v>: with the TensorRT <v> headers of
 #     ../shared/third_party/tensorrt (ET_TRT_TENSORRT_HEADERS moves it), warnings
 #     as errors: 10.3 (JetPack 6, Orin) and 11.1 (the newest major); the blob
-#     reader's corruption run (no TensorRT header in it) is runtime/build-aarch64's
+#     reader's corruption run and the unit tests (no TensorRT header in them) are
+#     runtime/build-aarch64's
 # Prints each suite's summary; the whole output goes to runtime/build-aarch64.log.
 # Skipped, saying why, where the cross toolchain is missing.
 set -euo pipefail
@@ -63,5 +64,5 @@ for version in 10.3 11.1; do
     continue
   fi
   suite "runtime/build-aarch64-tensorrt-$version" "with TensorRT $version headers" -DET_TRT_WERROR=ON \
-    -DET_TRT_TENSORRT_INCLUDE_DIR="$(cd "$include" && pwd)" -DET_TRT_CORRUPTION_TEST=OFF
+    -DET_TRT_TENSORRT_INCLUDE_DIR="$(cd "$include" && pwd)" -DET_TRT_CORRUPTION_TEST=OFF -DET_TRT_UNIT_TESTS=OFF
 done

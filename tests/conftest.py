@@ -12,8 +12,6 @@ import sys
 import pytest
 from support import torchvision_cpu
 
-from et_trt_backend.kernels import images
-
 torchvision_cpu.allow_import()  # before any test module imports transformers or torchvision
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -52,18 +50,6 @@ def built_runtime() -> pathlib.Path:
     return build
 
 
-@pytest.fixture(scope="module")
-def kernel_cache(tmp_path_factory):
-    """One fresh kernel-image disk cache per module: every image is compiled there once."""
-    old = os.environ.get(images.CACHE_ENV)
-    os.environ[images.CACHE_ENV] = str(tmp_path_factory.mktemp("kernel_cache"))
-    yield
-    if old is None:
-        del os.environ[images.CACHE_ENV]
-    else:
-        os.environ[images.CACHE_ENV] = old
-
-
 @pytest.fixture(scope="session")
 def example_pte(tmp_path_factory) -> pathlib.Path:
     """The example policy exported by `et-trt export` with its defaults (the bundled policy and recipe,
@@ -87,14 +73,20 @@ def example_pte(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def launcher_library(tmp_path_factory) -> pathlib.Path:
-    """The standalone CMake build of runtime/kernels (the launchers and their C ABI library), with no warnings."""
+    """The standalone CMake build of runtime/kernels (the launchers and their C ABI library), with no warnings;
+    once per test run: the pytest-xdist workers share it, one builds while the others wait."""
     cmake = shutil.which("cmake")
     if cmake is None:
         pytest.skip("cmake is not installed")
-    build = tmp_path_factory.mktemp("kernels_build")
-    subprocess.run([cmake, "-S", REPO / "runtime" / "kernels", "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, capture_output=True)
-    result = subprocess.run([cmake, "--build", build, "-j2"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "warning" not in result.stdout.lower()
+    build = run_folder(tmp_path_factory) / "kernels_build"
+    build.mkdir(exist_ok=True)
+    with open(build / ".pytest-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (build / "build.log").is_file():
+            subprocess.run([cmake, "-S", REPO / "runtime" / "kernels", "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
+                           check=True, capture_output=True)
+            result = subprocess.run([cmake, "--build", build, "-j2"], capture_output=True, text=True)
+            assert result.returncode == 0, result.stdout + result.stderr
+            (build / "build.log").write_text(result.stdout)
+    assert "warning" not in (build / "build.log").read_text().lower()
     return build

@@ -18,8 +18,6 @@ triton = pytest.importorskip("triton", reason="the INT4 kernels are Triton sourc
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CUOBJDUMP = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
-pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
-
 
 def test_kernels_in_triton_interpreter():
     """GroupedMM (tensor-core tiles and vector-matrix) at odd K and N, every group size, empty groups and invalid

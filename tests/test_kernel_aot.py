@@ -23,9 +23,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
-
-
 def sass_ops(image: KernelImage, tmp_path) -> collections.Counter:
     path = tmp_path / f"{image.kernel}_{image.arch}.cubin"
     path.write_bytes(image.image.bytes())

@@ -14,9 +14,6 @@ from et_trt_backend.kernels import aot, sm90
 needs_nvcc = pytest.mark.skipif(sm90.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 
 
-pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
-
-
 @pytest.mark.parametrize("dtype, weight_format, instruction, immediates", [
     ("bf16", "dense", "k16.f32.bf16.bf16", "1, 1, 1, 0, 0"),
     ("fp16", "dense", "k16.f32.f16.f16", "1, 1, 1, 0, 0"),

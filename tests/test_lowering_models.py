@@ -1,22 +1,18 @@
-"""Each partition's ONNX matches the PyTorch partition, for the MoE test models and the example
-policy, partitioned by TensorRTPartitioner (the real pipeline: to_edge_transform_and_lower ->
-preprocess -> blob), with dynamic and static token counts.
+"""Each partition's ONNX matches the PyTorch partition, for the MoE test models partitioned by
+TensorRTPartitioner (the real pipeline: to_edge_transform_and_lower -> preprocess -> blob), with dynamic
+and static token counts. The example policy's partitions: test_partitioner_lowering.py.
 
 Comparison in float32 twins (see test_lowering.py): fresh random inputs per token count.
 """
 
 from __future__ import annotations
 
-import pathlib
-
 import onnx
-import onnx.numpy_helper
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
 from et_trt_backend.lowering.to_aten import aten_target
-from et_trt_backend.options import ShapeRange
 from et_trt_backend.serialization import external_data
 from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models
@@ -28,7 +24,6 @@ from support.lowering import (
     run_partition_float32,
 )
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENS = (1, 7, 100, 4096)
 # Dense GroupedMM keeps the reference evaluator fast; the kernel form is covered below and in
 # test_lowering.py (both forms share every other op).
@@ -109,31 +104,6 @@ def test_static_tokens_and_the_kernel_form():
     graph = onnx.ModelProto.FromString(contents.onnx).graph
     assert [n.op_type for n in graph.node].count("GroupedMM") == 2
     assert {k.arch for k in contents.kernels} >= {"sm_90a"}
-
-
-@pytest.mark.slow
-def test_example_policy_with_its_recipe():
-    from examples import moe_policy
-
-    parts = lower_program(moe_policy.export_policy(), TensorRTPartitioner(ROOT / "examples" / "recipe.toml"))
-    by_part = {contents.part: (program, contents) for program, contents in parts}
-    assert set(by_part) == {"decoder", "velocity"}
-    decoder = by_part["decoder"][1]
-    tokens = decoder.inputs[0].dims[0]
-    assert (tokens.name, tokens.min, tokens.opt, tokens.max) == ("tokens", 2, 64, 512)
-    assert decoder.options.shape_ranges["tokens"] == ShapeRange(2, 64, 512)
-    for program, contents in parts:
-        for count in (2, 7, 100, 512):
-            assert_onnx_matches_partition(program, contents, count)
-        _assert_weights_stored_once(program, contents)
-
-
-def _assert_weights_stored_once(program, contents):
-    """The ONNX initializers hold each parameter once (plus a few small constants), no copies."""
-    graph = external_data.onnx_with_weights(contents.onnx, contents.weights).graph
-    stored = sum(onnx.numpy_helper.to_array(t).nbytes for t in graph.initializer)
-    params = sum(program.state_dict[name].nbytes for name in program.graph_signature.inputs_to_parameters.values())
-    assert params <= stored < 1.02 * params
 
 
 # ---- bf16: the ONNX exactly as TensorRT receives it -------------------------------------------

@@ -23,8 +23,6 @@ BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 # Shared memory a block may opt in to, per compute capability (KiB).
 _SHARED_KIB = {80: 163, 87: 163, 90: 227, 100: 227, 110: 227, 120: 99}
 
-pytestmark = pytest.mark.usefixtures("kernel_cache")  # tests/conftest.py
-
 
 def test_kernels_in_triton_interpreter():
     """Every activation and gate+up layout, biases, float16 routing weights, odd H and F, one token, skewed

@@ -1,4 +1,5 @@
-"""End to end through ExecuTorch's public API: each part's partition reaches preprocess with its own compile specs."""
+"""End to end through ExecuTorch's public API, the example policy with its recipe, lowered once: each part's
+partition reaches preprocess with its own compile specs, and its ONNX matches the PyTorch partition."""
 
 from __future__ import annotations
 
@@ -6,15 +7,18 @@ import json
 import sys
 from pathlib import Path
 
+import onnx.numpy_helper
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.lowered_backend_module import get_lowered_submodules
 
 from et_trt_backend import BACKEND_ID
-from et_trt_backend.options import OPTIONS_SPEC_KEY, PART_SPEC_KEY
+from et_trt_backend.options import OPTIONS_SPEC_KEY, PART_SPEC_KEY, ShapeRange
+from et_trt_backend.serialization import external_data
 from et_trt_backend.serialization.blob import deserialize
 from et_trt_partitioner import TensorRTPartitioner
+from support.lowering import assert_onnx_matches_partition, delegated_parts
 
 pytestmark = pytest.mark.slow  # lowers the example policy: ONNX + kernels, ~40 s on 2 cores
 
@@ -56,6 +60,29 @@ def test_nothing_but_delegate_calls_is_left(lowered):
     assert len(delegate_calls) == 2
     others = {str(n.target) for n in calls if n not in delegate_calls and "getitem" not in str(n.target)}
     assert not others, f"left to ExecuTorch: {others}"
+
+
+def test_example_policy_with_its_recipe(lowered):
+    """The decoder's token range as the recipe sets it; each partition's ONNX against the PyTorch partition in
+    float32 twins (support/lowering.py) across that range; each weight stored once in the ONNX."""
+    parts = delegated_parts(lowered)
+    by_part = {contents.part: contents for _, contents in parts}
+    assert set(by_part) == {"decoder", "velocity"}
+    tokens = by_part["decoder"].inputs[0].dims[0]
+    assert (tokens.name, tokens.min, tokens.opt, tokens.max) == ("tokens", 2, 64, 512)
+    assert by_part["decoder"].options.shape_ranges["tokens"] == ShapeRange(2, 64, 512)
+    for program, contents in parts:
+        for count in (2, 7, 100, 512):
+            assert_onnx_matches_partition(program, contents, count)
+        _assert_weights_stored_once(program, contents)
+
+
+def _assert_weights_stored_once(program, contents):
+    """The ONNX initializers hold each parameter once (plus a few small constants), no copies."""
+    graph = external_data.onnx_with_weights(contents.onnx, contents.weights).graph
+    stored = sum(onnx.numpy_helper.to_array(t).nbytes for t in graph.initializer)
+    params = sum(program.state_dict[name].nbytes for name in program.graph_signature.inputs_to_parameters.values())
+    assert params <= stored < 1.02 * params
 
 
 def test_program_serializes(lowered):
