@@ -1,0 +1,135 @@
+"""Triton source of the fused MoE experts' two GEMMs with FP8 weights (expert_precision "fp8"; the dense form and
+the route and combine kernels they run between are moe_experts.py's).
+
+Weights are float8 e4m3 with one float32 scale per expert output channel (et_trt_backend/quantization.py's
+quantize_weights_fp8: w_gate_up [E, N1, H] with w_gate_up_scale [E, N1], w_down [E, H, F] with w_down_scale
+[E, H]); activations are quantized in blocks of one row by 128 columns along K (scale = the block's amax / 448),
+so the products run on FP8 tensor cores and nothing runs between the GEMMs:
+
+  moe_fp8_gate_up_kernel  gathers the rows of hidden (bf16/fp16) by pair and quantizes each BLOCK_K columns of
+                          them as it loads them; every K step's FP8 product is scaled by its rows' block scales into
+                          the float32 accumulators (DeepGEMM's promotion), the weight scales once at the end. Its
+                          epilogue rounds the gate+up output to the part's dtype, applies the activation, rounds
+                          that, and writes it as the down GEMM's input: e4m3 h [pairs, F] with a scale per row and
+                          128 features h_scale [pairs, cdiv(F, 128)] (BLOCK_N = 128: one program owns a block)
+  moe_fp8_down_kernel     y[pairs[r]] = topk_weights * (h[r] @ w_down[e]^T * scales (+ bias)), float32, as the
+                          dense down kernel writes it; its K steps (BLOCK_K 64 or 128) take h_scale's block
+
+So a block is moe_route, these two and moe_combine: four launches, as the dense form's.
+Quantization: amax over the block's columns (masked ones are zeros), scale = amax / 448 (1 where amax is 0),
+q = e4m3(clamp(x * (448 / amax), +-448)) rounded to nearest even. The reciprocal is rounded once per row, so q
+may differ from x / scale's rounding by one e4m3 step where the quotient lies near a tie: the tests measure the
+result against a float32 reference of the same quantized weights, never bit for bit.
+"""
+
+import triton
+import triton.language as tl
+
+from et_trt_backend.kernels.moe_experts import _activate, _m_tile
+
+E4M3_MAX = tl.constexpr(448.0)  # the largest finite float8 e4m3fn value
+SCALE_BLOCK = tl.constexpr(128)  # columns of h per scale
+
+
+@triton.jit
+def _quantize_rows(x):
+    """(e4m3 x, float32 scale per row) of a float32 block: each row's amax becomes 448."""
+    amax = tl.max(tl.abs(x), 1)
+    nonzero = amax > 0
+    scale = tl.where(nonzero, amax / E4M3_MAX, 1.0)
+    inverse = tl.where(nonzero, E4M3_MAX / amax, 1.0)
+    q = tl.minimum(tl.maximum(x * inverse[:, None], -E4M3_MAX), E4M3_MAX)
+    return q.to(tl.float8e4nv), scale
+
+
+@triton.jit
+def moe_fp8_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr, h_scale_ptr,
+                           H, F, top_k, layout_block, activation, alpha, limit, has_bias, GATED: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(BLOCK_N == SCALE_BLOCK)  # one program writes one scale block of its rows
+    dtype = x_ptr.dtype.element_ty
+    expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
+    if first < end:
+        rm = first + tl.arange(0, BLOCK_M)
+        row_ok = rm < end
+        token = tl.load(sorted_ptr + rm, mask=row_ok, other=0) // top_k
+        f = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        f_ok = f < F
+        rows_per_expert = 2 * F if GATED else F
+        if GATED:
+            gate_row = f // layout_block * 2 * layout_block + f % layout_block
+        else:
+            gate_row = f
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        rk = tl.arange(0, BLOCK_K)
+        # Rows gathered from hidden by token; rows past the tile's end are masked, never read.
+        a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
+        w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
+        g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
+        for k in range(0, tl.cdiv(H, BLOCK_K)):
+            k_ok = k * BLOCK_K + rk < H
+            a, a_scale = _quantize_rows(tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                                        .to(tl.float32))
+            w_mask = k_ok[:, None] & f_ok[None, :]
+            acc_g += tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0)) * a_scale[:, None]
+            if GATED:
+                acc_u += tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0)) * a_scale[:, None]
+            a_ptrs += BLOCK_K
+            g_ptrs += BLOCK_K
+        scale_base = w_scale_ptr + expert.to(tl.int64) * rows_per_expert
+        acc_g *= tl.load(scale_base + gate_row, mask=f_ok, other=0.0)[None, :]
+        if GATED:
+            acc_u *= tl.load(scale_base + gate_row + layout_block, mask=f_ok, other=0.0)[None, :]
+        if has_bias:
+            b_base = bias_ptr + expert.to(tl.int64) * rows_per_expert
+            acc_g += tl.load(b_base + gate_row, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+            if GATED:
+                acc_u += tl.load(b_base + gate_row + layout_block, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+        # The gate+up output in the part's dtype, the activation in float32, its result in the part's dtype (as
+        # the dense form), then quantized for the down GEMM; features past F are zeros, outside the block's amax.
+        g = acc_g.to(dtype).to(tl.float32)
+        u = acc_u.to(dtype).to(tl.float32)
+        h = _activate(g, u, activation, alpha, limit, GATED).to(dtype).to(tl.float32)
+        q, scale = _quantize_rows(tl.where(f_ok[None, :], h, 0.0))
+        tl.store(h_ptr + rm.to(tl.int64)[:, None] * F + f[None, :], q, mask=row_ok[:, None] & f_ok[None, :])
+        tl.store(h_scale_ptr + rm.to(tl.int64) * tl.cdiv(F, SCALE_BLOCK) + tl.program_id(1), scale, mask=row_ok)
+
+
+@triton.jit
+def moe_fp8_down_kernel(h_ptr, h_scale_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_ptr, weights_ptr, tiles_ptr,
+                        offs_ptr, y_ptr, H, F, has_bias, weights_16bit, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tl.static_assert(SCALE_BLOCK % BLOCK_K == 0)  # a K step lies in one scale block
+    dtype = bias_ptr.dtype.element_ty
+    expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
+    if first < end:
+        rm = first + tl.arange(0, BLOCK_M)
+        row_ok = rm < end
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = rn < H
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = h_ptr + rm.to(tl.int64)[:, None] * F + rk[None, :]
+        s_ptrs = h_scale_ptr + rm.to(tl.int64) * tl.cdiv(F, SCALE_BLOCK)
+        w_base = w_ptr + expert.to(tl.int64) * H * F
+        w_ptrs = w_base + rn.to(tl.int64)[None, :] * F + rk[:, None]
+        for k in range(0, tl.cdiv(F, BLOCK_K)):
+            k_ok = k * BLOCK_K + rk < F
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            a_scale = tl.load(s_ptrs + k * BLOCK_K // SCALE_BLOCK, mask=row_ok, other=0.0)
+            acc += tl.dot(a, tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)) * a_scale[:, None]
+            a_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+        acc *= tl.load(w_scale_ptr + expert.to(tl.int64) * H + rn, mask=n_ok, other=0.0)[None, :]
+        if has_bias:
+            acc += tl.load(bias_ptr + expert.to(tl.int64) * H + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        pair = tl.load(sorted_ptr + rm, mask=row_ok, other=0)
+        # topk_weights are float32, or (weights_16bit) in the part's dtype.
+        if weights_16bit:
+            weight = tl.load(weights_ptr.to(tl.pointer_type(dtype), bitcast=True) + pair, mask=row_ok,
+                             other=0.0).to(tl.float32)
+        else:
+            weight = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
+        tl.store(y_ptr + pair.to(tl.int64)[:, None] * H + rn[None, :], acc * weight[:, None],
+                 mask=row_ok[:, None] & n_ok[None, :])
