@@ -51,19 +51,28 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale.unsqueeze(-1)
 
 
+def check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_gate_up_scale, w_down, w_down_scale, b_gate_up, b_down,
+                 activation: str, gate_up_layout: str) -> tuple[int, int, int, int, int]:
+    """(T, k, E, H, F) of valid FP8 inputs (moe_experts.check_inputs' rules with e4m3 weights and their float32
+    scales [E, out]); a ValueError naming the input otherwise."""
+    for name, q, scale in (("w_gate_up", w_gate_up, w_gate_up_scale), ("w_down", w_down, w_down_scale)):
+        if q.dim() != 3 or q.dtype != FP8_DTYPE or scale.dtype != torch.float32 or \
+                tuple(scale.shape) != tuple(q.shape[:2]):
+            raise ValueError(f"moe_experts: FP8 {name} must be float8_e4m3fn [E, out, in] with float32 scales "
+                             f"[E, out] (moe_experts_fp8.quantize_weights); got {q.dtype} {tuple(q.shape)} and "
+                             f"{scale.dtype} {tuple(scale.shape)}")
+    shapes = [torch.empty(w.shape, dtype=hidden.dtype, device="meta") for w in (w_gate_up, w_down)]
+    return moe_experts.check_inputs(hidden, topk_ids, topk_weights, *shapes, b_gate_up, b_down, activation,
+                                    gate_up_layout)
+
+
 def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up, w_down,
               b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None, *, activation: str = "swiglu",
               gate_up_layout: str = "concat", alpha: float = moe_experts.GPTOSS_ALPHA,
               limit: float = moe_experts.GPTOSS_LIMIT) -> torch.Tensor:
     """out [T, H] in hidden's dtype: moe_experts.reference's semantics with w_gate_up and w_down (e4m3, scale)
     pairs and the GEMMs' input rows quantized in 1 x 128 blocks."""
-    for name, (q, scale) in (("w_gate_up", w_gate_up), ("w_down", w_down)):
-        if q.dtype != FP8_DTYPE or scale.dtype != torch.float32 or tuple(scale.shape) != tuple(q.shape[:2]):
-            raise ValueError(f"moe_experts_fp8: {name} must be (float8_e4m3fn [E, out, in], float32 [E, out]); got "
-                             f"({q.dtype} {tuple(q.shape)}, {scale.dtype} {tuple(scale.shape)})")
-    gate_up, down = dequantize(*w_gate_up), dequantize(*w_down)
-    shapes = [torch.empty(w.shape, dtype=hidden.dtype, device="meta") for w in (gate_up, down)]
-    moe_experts.check_inputs(hidden, topk_ids, topk_weights, *shapes, b_gate_up, b_down, activation, gate_up_layout)
-    return moe_experts.compute(hidden, topk_ids, topk_weights, gate_up, down, b_gate_up, b_down,
-                               activation=activation, gate_up_layout=gate_up_layout, alpha=alpha, limit=limit,
+    check_inputs(hidden, topk_ids, topk_weights, *w_gate_up, *w_down, b_gate_up, b_down, activation, gate_up_layout)
+    return moe_experts.compute(hidden, topk_ids, topk_weights, dequantize(*w_gate_up), dequantize(*w_down), b_gate_up,
+                               b_down, activation=activation, gate_up_layout=gate_up_layout, alpha=alpha, limit=limit,
                                quantize=fake_quantize_blocks)

@@ -1,7 +1,7 @@
 """The FP8 MoE experts GEMMs' Triton source (kernels/moe_fp8.py) in Triton's interpreter on the CPU.
 
-Run by tests/test_moe_experts_kernels.py in a subprocess with TRITON_INTERPRET=1. Launches route, FP8 gate+up,
-FP8 down and combine as the launcher does, every buffer poisoned first (NaN activations, scales, down rows and
+Run by tests/test_moe_experts_kernels.py in a subprocess with TRITON_INTERPRET=1. Launches route + hidden's
+quantization, FP8 gate+up, FP8 down and combine as the launcher does, every buffer poisoned first (NaN activations, scales, down rows and
 output; -1 in the routing buffers), and compares the output with moe_experts_fp8.reference (the same activation
 quantization in float32 math): relative error <= 2e-2 (mostly equal; where an activation lies at a rounding tie,
 its rounding and, if it is its block's amax, the block's scale may differ: a row then differs by about e4m3's
@@ -50,6 +50,8 @@ def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, 
     offs = torch.full((experts,), -1, dtype=torch.int32)
     order = torch.full((pairs,), -1, dtype=torch.int32)
     tiles = torch.full((1 + 2 * max_tiles,), -1, dtype=torch.int32)
+    xq = torch.full((tokens, size), float("nan")).to(torch.float8_e4m3fn)
+    xs = torch.full((tokens, triton.cdiv(size, 128)), float("nan"))
     h = torch.full((pairs, ffn), float("nan")).to(torch.float8_e4m3fn)
     h_scale = torch.full((pairs, triton.cdiv(ffn, 128)), float("nan"))
     y = torch.full((pairs, size), float("nan"))
@@ -57,12 +59,16 @@ def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, 
     gated = moe_experts.is_gated(activation)
     block = moe_experts.layout_block(layout, ffn) if gated else 1
     no_bias = torch.empty(1, dtype=hidden.dtype)
-    kernels.moe_route_kernel[(triton.cdiv(pairs, chunk),)](ids, offs, order, tiles, pairs, experts, block_m,
-                                                           CHUNK=chunk, E_PAD=e_pad)
+    route_programs = triton.cdiv(pairs, chunk)
+    quantize_programs = triton.cdiv(tokens, 4) * triton.cdiv(size, 128)
+    moe_fp8.moe_fp8_route_kernel[(route_programs + quantize_programs,)](
+        ids, offs, order, tiles, pairs, experts, block_m, hidden, xq, xs, tokens, size, route_programs, CHUNK=chunk,
+        E_PAD=e_pad, BLOCK_T=4)
+    assert not xs.isnan().any(), "hidden's block scales not all written"
     moe_fp8.moe_fp8_gate_up_kernel[(max_tiles, triton.cdiv(ffn, 128))](
-        hidden, order, *w_gate_up, no_bias if b_gate_up is None else b_gate_up, tiles, offs, h, h_scale, size, ffn,
+        xq, xs, order, *w_gate_up, no_bias if b_gate_up is None else b_gate_up, tiles, offs, h, h_scale, size, ffn,
         top_k, block, MOE_ACTIVATIONS[activation], moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT,
-        int(b_gate_up is not None), GATED=gated, BLOCK_M=block_m, BLOCK_N=128, BLOCK_K=128)
+        int(b_gate_up is not None), GATED=gated, BLOCK_M=block_m, BLOCK_N=128)
     moe_fp8.moe_fp8_down_kernel[(max_tiles, triton.cdiv(size, 32))](
         h, h_scale, order, *w_down, no_bias if b_down is None else b_down, weights, tiles, offs, y, size, ffn,
         int(b_down is not None), int(weights.dtype != torch.float32), BLOCK_M=block_m, BLOCK_N=32, BLOCK_K=down_k)

@@ -6,16 +6,19 @@ quantize_weights_fp8: w_gate_up [E, N1, H] with w_gate_up_scale [E, N1], w_down 
 [E, H]); activations are quantized in blocks of one row by 128 columns along K (scale = the block's amax / 448),
 so the products run on FP8 tensor cores and nothing runs between the GEMMs:
 
-  moe_fp8_gate_up_kernel  gathers the rows of hidden (bf16/fp16) by pair and quantizes each BLOCK_K columns of
-                          them as it loads them; every K step's FP8 product is scaled by its rows' block scales into
-                          the float32 accumulators (DeepGEMM's promotion), the weight scales once at the end. Its
+  moe_fp8_route_kernel    moe_experts.py's route in its first programs; the others quantize hidden [T, H] (bf16/fp16)
+                          to e4m3 xq [T, H] with block scales xs [T, cdiv(H, 128)]: once per token, not per pair
+                          or per column block of the gate+up GEMM, and in the same launch
+  moe_fp8_gate_up_kernel  gathers the rows of xq by pair (no permuted copy); every K step (128: one scale block)
+                          adds its FP8 product scaled by its rows' block scales to the float32 accumulators
+                          (DeepGEMM's promotion), the weight scales once at the end. Its
                           epilogue rounds the gate+up output to the part's dtype, applies the activation, rounds
                           that, and writes it as the down GEMM's input: e4m3 h [pairs, F] with a scale per row and
                           128 features h_scale [pairs, cdiv(F, 128)] (BLOCK_N = 128: one program owns a block)
   moe_fp8_down_kernel     y[pairs[r]] = topk_weights * (h[r] @ w_down[e]^T * scales (+ bias)), float32, as the
                           dense down kernel writes it; its K steps (BLOCK_K 64 or 128) take h_scale's block
 
-So a block is moe_route, these two and moe_combine: four launches, as the dense form's.
+So a block is these three and moe_experts.py's moe_combine: four launches, as the dense form's.
 Quantization: amax over the block's columns (masked ones are zeros), scale = amax / 448 (1 where amax is 0),
 q = e4m3(clamp(x * (448 / amax), +-448)) rounded to nearest even. The reciprocal is rounded once per row, so q
 may differ from x / scale's rounding by one e4m3 step where the quotient lies near a tie: the tests measure the
@@ -25,7 +28,7 @@ result against a float32 reference of the same quantized weights, never bit for 
 import triton
 import triton.language as tl
 
-from et_trt_backend.kernels.moe_experts import _activate, _m_tile
+from et_trt_backend.kernels.moe_experts import _activate, _m_tile, moe_route_kernel
 
 E4M3_MAX = tl.constexpr(448.0)  # the largest finite float8 e4m3fn value
 SCALE_BLOCK = tl.constexpr(128)  # columns of h per scale
@@ -43,11 +46,31 @@ def _quantize_rows(x):
 
 
 @triton.jit
-def moe_fp8_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr, h_scale_ptr,
-                           H, F, top_k, layout_block, activation, alpha, limit, has_bias, GATED: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def moe_fp8_route_kernel(ids_ptr, offs_ptr, sorted_ptr, tiles_ptr, pairs, E, block_m, x_ptr, xq_ptr, xs_ptr, T, H,
+                         route_programs, CHUNK: tl.constexpr, E_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Programs [0, route_programs): moe_route_kernel's; then one per BLOCK_T tokens x 128 columns of hidden."""
+    program = tl.program_id(0)
+    if program < route_programs:
+        moe_route_kernel(ids_ptr, offs_ptr, sorted_ptr, tiles_ptr, pairs, E, block_m, CHUNK, E_PAD)
+    else:
+        blocks = tl.cdiv(H, SCALE_BLOCK)
+        block = program - route_programs
+        rt = block // blocks * BLOCK_T + tl.arange(0, BLOCK_T)
+        rk = block % blocks * SCALE_BLOCK + tl.arange(0, SCALE_BLOCK)
+        mask = (rt < T)[:, None] & (rk < H)[None, :]
+        offsets = rt.to(tl.int64)[:, None] * H + rk[None, :]
+        q, scale = _quantize_rows(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+        tl.store(xq_ptr + offsets, q, mask=mask)
+        tl.store(xs_ptr + rt.to(tl.int64) * blocks + block % blocks, scale, mask=rt < T)
+
+
+@triton.jit
+def moe_fp8_gate_up_kernel(xq_ptr, xs_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr,
+                           h_scale_ptr, H, F, top_k, layout_block, activation, alpha, limit, has_bias,
+                           GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tl.static_assert(BLOCK_N == SCALE_BLOCK)  # one program writes one scale block of its rows
-    dtype = x_ptr.dtype.element_ty
+    BLOCK_K: tl.constexpr = SCALE_BLOCK  # a K step is one block of xq's scales
+    dtype = bias_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
         rm = first + tl.arange(0, BLOCK_M)
@@ -63,14 +86,15 @@ def moe_fp8_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_ptr, tile
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         rk = tl.arange(0, BLOCK_K)
-        # Rows gathered from hidden by token; rows past the tile's end are masked, never read.
-        a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
+        # Rows gathered from xq by token; rows past the tile's end are masked, never read.
+        a_ptrs = xq_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
+        s_ptrs = xs_ptr + token.to(tl.int64) * tl.cdiv(H, SCALE_BLOCK)
         w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
         g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
         for k in range(0, tl.cdiv(H, BLOCK_K)):
             k_ok = k * BLOCK_K + rk < H
-            a, a_scale = _quantize_rows(tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                                        .to(tl.float32))
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            a_scale = tl.load(s_ptrs + k, mask=row_ok, other=0.0)
             w_mask = k_ok[:, None] & f_ok[None, :]
             acc_g += tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0)) * a_scale[:, None]
             if GATED:
