@@ -146,7 +146,7 @@ def table(rows: list[dict]) -> str:
     labels = ("eager", "torch_fp8", "fused_bf16", "fused_fp8")
     lines = ["| shape | " + " | ".join(f"{label} us" for label in labels) + " | fused_fp8 x eager | x torch_fp8 | "
              "x fused_bf16 | launches " + " / ".join(labels) + " | err torch_fp8 / fused_fp8 | fused_fp8 kernels |",
-             "|---" * 10 + "|"]
+             "|---" * 11 + "|"]
     for r in rows:
         us, x = r["us"], r["x"]
         lines.append(f"| {r['shape']} | " + " | ".join(f"{us[label]:.1f}" if label in us else "-" for label in labels)

@@ -68,7 +68,7 @@ def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, 
     moe_fp8.moe_fp8_gate_up_kernel[(max_tiles, triton.cdiv(ffn, 128))](
         xq, xs, order, *w_gate_up, no_bias if b_gate_up is None else b_gate_up, tiles, offs, h, h_scale, size, ffn,
         top_k, block, MOE_ACTIVATIONS[activation], moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT,
-        int(b_gate_up is not None), GATED=gated, BLOCK_M=block_m, BLOCK_N=128)
+        int(b_gate_up is not None), GATED=gated, BLOCK_M=block_m, BLOCK_N=128, BLOCK_K=down_k)
     moe_fp8.moe_fp8_down_kernel[(max_tiles, triton.cdiv(size, 32))](
         h, h_scale, order, *w_down, no_bias if b_down is None else b_down, weights, tiles, offs, y, size, ffn,
         int(b_down is not None), int(weights.dtype != torch.float32), BLOCK_M=block_m, BLOCK_N=32, BLOCK_K=down_k)

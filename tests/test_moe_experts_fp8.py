@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from et_trt_backend import moe_experts, moe_experts_fp8, options
+from et_trt_backend import moe_experts, moe_experts_fp8
 from et_trt_backend.kernels import moe_aot
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -43,7 +43,8 @@ def _sass_ops(image, tmp_path) -> collections.Counter:
 
 
 @pytest.mark.usefixtures("kernel_cache")
-@pytest.mark.parametrize("arch", options.FP8_ARCHS)
+# One architecture of each FP8 family (sm_110a compiles as sm_100a does, with the same tilings).
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90a", "sm_100a", "sm_120a"])
 def test_every_fp8_arch_compiles(arch, tmp_path):
     pytest.importorskip("triton", reason="the MoE kernels are Triton source")
     images = moe_aot.moe_experts_images([arch], "bf16", "fp8")

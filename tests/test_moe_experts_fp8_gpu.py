@@ -92,8 +92,9 @@ def test_empty_experts_skewed_routing_invalid_ids():
 
 
 def test_moe_layer_width():
-    """H = F = 3072 (the MoE shapes' widths), 128 experts, top-8, 64 tokens."""
-    _check(make_inputs(64, 8, 128, 3072, 3072, "swiglu", seed=6), layout="blocked8")
+    """H = F = 3072 (the MoE shapes' widths), top-8 of 16 experts (fewer than their 128: the CPU reference and
+    quantization stay quick), 64 tokens."""
+    _check(make_inputs(64, 8, 16, 3072, 3072, "swiglu", seed=6), layout="blocked8")
 
 
 def test_fp8_scales_are_required():

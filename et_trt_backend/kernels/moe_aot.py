@@ -83,18 +83,19 @@ class MoEGemvConfig:
 # "gemv_any" takes the same blocking (not timed on its own).
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
-# The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one activation scale block) by 128 of
-# K (hidden's scale blocks; block_k is the down's K per step). No "large": the gated gate+up of 128 rows keeps
+# The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one activation scale block); K steps
+# of block_k lie within one scale block (128). No "large": the gated gate+up of 128 rows keeps
 # four 128 x 128 float32 tiles (accumulators and the step's products) and spills. Architectures of 99 KiB shared
-# memory (sm_89, sm_120) take two stages (_fp8_configs). "any" (masked byte loads, no cp.async) runs unpipelined:
-# with two stages its gate+up spills.
+# memory (sm_89, sm_120) take two stages and shorter "tile"s (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer per
+# element) takes K steps of 32 and runs unpipelined: with 128 or two stages its gated gate+up spills.
 FP8_GEMM_CONFIGS = (
     MoEGemmConfig("small", 16, 128, 64, 128, 3, 4, 16),
     MoEGemmConfig("tile", 64, 128, 128, 128, 3, 8, 16),
-    MoEGemmConfig("any", 16, 128, 32, 64, 1, 8, 1),
+    MoEGemmConfig("any", 16, 128, 32, 32, 1, 8, 1),
 )
 _SMALL_SMEM_CAPS = (89, 120)
 FP8_QUANTIZE_TOKENS = 16  # tokens x 128 columns of hidden per quantizing program of moe_route_quantize
+FP8_ROUTE_WARPS = 8  # with 4, moe_route_quantize e256 spills a register on sm_90a
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
@@ -204,8 +205,12 @@ def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[Ke
 
 
 def _fp8_configs(arch: str) -> tuple[MoEGemmConfig, ...]:
+    """FP8_GEMM_CONFIGS, or on 99 KiB architectures two stages and "tile" of 32 rows: their mma.sync (no wgmma)
+    gated gate+up of 64 rows spills (3-5 registers, sm_89 and sm_120a)."""
     if aot._capability(arch) in _SMALL_SMEM_CAPS:
-        return tuple(dataclasses.replace(config, num_stages=min(config.num_stages, 2)) for config in FP8_GEMM_CONFIGS)
+        return tuple(dataclasses.replace(config, num_stages=min(config.num_stages, 2),
+                                         block_m=32 if config.variant == "tile" else config.block_m)
+                     for config in FP8_GEMM_CONFIGS)
     return FP8_GEMM_CONFIGS
 
 
@@ -222,8 +227,8 @@ def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
                      "route_programs": "i32", "CHUNK": "constexpr", "E_PAD": "constexpr", "BLOCK_T": "constexpr"}
         images.append(_compile("moe_route_quantize", variant, source.moe_fp8_route_kernel, signature,
                                {"CHUNK": chunk, "E_PAD": e_pad, "BLOCK_T": FP8_QUANTIZE_TOKENS},
-                               {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
-                               (FP8_QUANTIZE_TOKENS, e_pad, chunk), "fp8"))
+                               {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin",
+                               FP8_ROUTE_WARPS, 1, (FP8_QUANTIZE_TOKENS, e_pad, chunk), "fp8"))
     signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
                  "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
     images.append(_compile("moe_combine", "any", moe_experts.moe_combine_kernel, signature,
@@ -237,13 +242,14 @@ def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
                                      "tiles_ptr:i32 offs_ptr:i32 h_ptr:f8 h_scale_ptr:f32", dtype),
                          "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32", "activation": "i32",
                          "alpha": "fp32", "limit": "fp32", "has_bias": "i32", "GATED": "constexpr",
-                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-            constexprs = {"GATED": gated, "BLOCK_M": config.block_m, "BLOCK_N": config.gate_up_n}
+                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+            constexprs = {"GATED": gated, "BLOCK_M": config.block_m, "BLOCK_N": config.gate_up_n,
+                          "BLOCK_K": config.block_k}
             images.append(_compile("moe_gate_up_gated" if gated else "moe_gate_up", config.variant,
                                    source.moe_fp8_gate_up_kernel, signature, constexprs,
                                    {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin",
                                    config.num_warps, config.num_stages,
-                                   (config.block_m, config.gate_up_n, source.SCALE_BLOCK.value), "fp8"))
+                                   (config.block_m, config.gate_up_n, config.block_k), "fp8"))
         signature = {**_pointers("h_ptr:f8 h_scale_ptr:f32 sorted_ptr:i32 w_ptr:f8 w_scale_ptr:f32 bias_ptr:x "
                                  "weights_ptr:f32 tiles_ptr:i32 offs_ptr:i32 y_ptr:f32", dtype),
                      "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",

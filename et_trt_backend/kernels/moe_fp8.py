@@ -9,8 +9,8 @@ so the products run on FP8 tensor cores and nothing runs between the GEMMs:
   moe_fp8_route_kernel    moe_experts.py's route in its first programs; the others quantize hidden [T, H] (bf16/fp16)
                           to e4m3 xq [T, H] with block scales xs [T, cdiv(H, 128)]: once per token, not per pair
                           or per column block of the gate+up GEMM, and in the same launch
-  moe_fp8_gate_up_kernel  gathers the rows of xq by pair (no permuted copy); every K step (128: one scale block)
-                          adds its FP8 product scaled by its rows' block scales to the float32 accumulators
+  moe_fp8_gate_up_kernel  gathers the rows of xq by pair (no permuted copy); every K step (BLOCK_K, within one
+                          scale block) adds its FP8 product scaled by its rows' block scales to the float32 accumulators
                           (DeepGEMM's promotion), the weight scales once at the end. Its
                           epilogue rounds the gate+up output to the part's dtype, applies the activation, rounds
                           that, and writes it as the down GEMM's input: e4m3 h [pairs, F] with a scale per row and
@@ -67,9 +67,10 @@ def moe_fp8_route_kernel(ids_ptr, offs_ptr, sorted_ptr, tiles_ptr, pairs, E, blo
 @triton.jit
 def moe_fp8_gate_up_kernel(xq_ptr, xs_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr,
                            h_scale_ptr, H, F, top_k, layout_block, activation, alpha, limit, has_bias,
-                           GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                           GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr):
     tl.static_assert(BLOCK_N == SCALE_BLOCK)  # one program writes one scale block of its rows
-    BLOCK_K: tl.constexpr = SCALE_BLOCK  # a K step is one block of xq's scales
+    tl.static_assert(SCALE_BLOCK % BLOCK_K == 0)  # a K step lies in one scale block of xq
     dtype = bias_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
@@ -94,7 +95,7 @@ def moe_fp8_gate_up_kernel(xq_ptr, xs_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_
         for k in range(0, tl.cdiv(H, BLOCK_K)):
             k_ok = k * BLOCK_K + rk < H
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            a_scale = tl.load(s_ptrs + k, mask=row_ok, other=0.0)
+            a_scale = tl.load(s_ptrs + k * BLOCK_K // SCALE_BLOCK, mask=row_ok, other=0.0)
             w_mask = k_ok[:, None] & f_ok[None, :]
             acc_g += tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0)) * a_scale[:, None]
             if GATED:
