@@ -8,8 +8,9 @@ method and helpers (bf16 contenders there):
               (amax, divide, saturate, cast), torch._scaled_grouped_mm with row-wise scales (the weights' per
               output channel: the same e4m3 weights as ours)
   fused_bf16  our bf16 MoEExperts kernels (for scale)
-  fused_fp8   our FP8 MoEExperts kernels (kernels/moe_fp8.py) through the C++ launcher: route, gate+up quantizing
-              hidden per 1 x 128 and writing the down GEMM's e4m3 input and block scales, down, combine
+  fused_fp8   our FP8 MoEExperts kernels (kernels/moe_fp8.py) through the C++ launcher: route + hidden's 1 x 128
+              quantization, gate+up writing the down GEMM's e4m3 input and block scales, down, combine;
+              fused_fp8_<label>: other FP8 image sets (prepare.py's groups), timed beside it for the dispatch rule
 
 No Triton in the process: our kernels are AOT images (benchmarks/device/prepare.py --moe-fp8). Each contender's
 output is checked before it is timed: the FP8 ones against moe_experts.reference in float32 of the same dequantized
@@ -96,13 +97,12 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
     refs = {"bf16": moe_experts.reference(hidden, ids, weights, w_gate_up, w_down).float(),
             "fp8": moe_experts.reference(hidden.float(), ids, weights, moe_experts_fp8.dequantize(*fp8[0]),
                                          moe_experts_fp8.dequantize(*fp8[1]))}
-    operands = {"eager": (w_gate_up, w_down), "torch_fp8": fp8, "fused_bf16": (blocked, w_down),
-                "fused_fp8": fp8_blocked}
+    operands = {"eager": (w_gate_up, w_down), "torch_fp8": fp8, "fused_bf16": (blocked, w_down)}
     row = {"shape": name, "tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "top_k": top_k,
            "err": {}, "launches": {}, "kernels": {}}
     fns = {}
     for label, block in contenders.items():
-        fn = lambda block=block, w=operands[label]: block(hidden, ids, weights, *w)  # noqa: E731
+        fn = lambda block=block, w=operands.get(label, fp8_blocked): block(hidden, ids, weights, *w)  # noqa: E731
         try:
             out = fn()
             torch.cuda.synchronize()
@@ -137,23 +137,27 @@ def load_contenders(images_path: str) -> dict:
     torch.empty(1, device="cuda")  # the launchers load into the current CUDA context
     groups: dict[str, list[int]] = json.loads(pathlib.Path(images_path).with_suffix(".groups.json").read_text())
     chosen = {label: [images[i] for i in indices] for label, indices in groups.items()}
+    fp8 = {label: fused_fp8_block(MoEExpertsLauncher(images)) for label, images in chosen.items()
+           if label.startswith("fused_fp8")}
     return {"eager": block_bench.glue_block(block_bench.torch_grouped_mm), "torch_fp8": torch_fp8_block,
-            "fused_bf16": block_bench.fused_block(MoEExpertsLauncher(chosen["fused_bf16"]), "blocked8"),
-            "fused_fp8": fused_fp8_block(MoEExpertsLauncher(chosen["fused_fp8"]))}
+            "fused_bf16": block_bench.fused_block(MoEExpertsLauncher(chosen["fused_bf16"]), "blocked8"), **fp8}
 
 
 def table(rows: list[dict]) -> str:
     labels = ("eager", "torch_fp8", "fused_bf16", "fused_fp8")
+    others = sorted({label for r in rows for label in r["us"] if label.startswith("fused_fp8_")})
     lines = ["| shape | " + " | ".join(f"{label} us" for label in labels) + " | fused_fp8 x eager | x torch_fp8 | "
-             "x fused_bf16 | launches " + " / ".join(labels) + " | err torch_fp8 / fused_fp8 | fused_fp8 kernels |",
-             "|---" * 11 + "|"]
+             "x fused_bf16 | launches " + " / ".join(labels) + " | err torch_fp8 / fused_fp8 | fused_fp8 kernels |" +
+             "".join(f" {label} us |" for label in others),
+             "|---" * (11 + len(others)) + "|"]
     for r in rows:
         us, x = r["us"], r["x"]
         lines.append(f"| {r['shape']} | " + " | ".join(f"{us[label]:.1f}" if label in us else "-" for label in labels)
                      + " | " + " | ".join(f"{x[o]:.2f}x" if o in x else "-" for o in labels[:3]) + " | "
                      + " / ".join(str(r["launches"].get(label, "-")) for label in labels)
-                     + f" | {r['err'].get('torch_fp8', float('nan')):.1e} / {r['err'].get('fused_fp8', float('nan')):.1e}"
-                     f" | {r['kernels'].get('fused_fp8', '-')} |")
+                     + " | " + " / ".join(f"{r['err'].get(label, float('nan')):.1e}" for label in ("torch_fp8", "fused_fp8"))
+                     f" | {r['kernels'].get('fused_fp8', '-')} |" +
+                     "".join(f" {us[label]:.1f} |" if label in us else " - |" for label in others))
     return "\n".join(lines) + "\n\n" + goals(rows)
 
 

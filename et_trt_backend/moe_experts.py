@@ -144,18 +144,17 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
 def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
             w_down: torch.Tensor, b_gate_up: torch.Tensor | None, b_down: torch.Tensor | None, *, activation: str,
             gate_up_layout: str, alpha: float, limit: float,
-            quantize: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+            quantize_gate_up: Callable[[torch.Tensor], torch.Tensor] = _unchanged,
+            quantize_down: Callable[[torch.Tensor], torch.Tensor] = _unchanged) -> torch.Tensor:
     """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be of another float type:
     float32 (the INT4 form's exact q * scale, int4_weights.moe_experts_reference), or the model's bf16 under float32
-    hidden states (the lowering's check, lowering/moe_fusion.py: each routed expert converted alone). `quantize`
-    (float32 rows -> float32 rows) is applied to each GEMM's input rows: the FP8 form's activations
-    (moe_experts_fp8.reference)."""
+    hidden states (the lowering's check, lowering/moe_fusion.py: each routed expert converted alone).
+    `quantize_gate_up` and `quantize_down` (float32 rows -> float32 rows) are applied to the two GEMMs' input rows:
+    the FP8 form's activations (moe_experts_fp8.reference)."""
     dtype, device = hidden.dtype, hidden.device
     tokens, size = hidden.shape
     top_k, experts = topk_ids.shape[1], w_down.shape[0]
-    x = hidden.detach().float()
-    if quantize is None:
-        quantize = _unchanged
+    x = quantize_gate_up(hidden.detach().float())
     ids = topk_ids.detach().to(device, torch.long)
     weights = topk_weights.detach().to(device, torch.float32)
 
@@ -165,11 +164,11 @@ def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Te
     pairs = torch.zeros(tokens, top_k, size, device=device)  # each pair's weighted down output, float32
     for e in ids[(ids >= 0) & (ids < experts)].unique().tolist():
         token, slot = (ids == e).nonzero(as_tuple=True)
-        gate_up = quantize(x[token]) @ f32(w_gate_up, e).T
+        gate_up = x[token] @ f32(w_gate_up, e).T
         if b_gate_up is not None:
             gate_up += f32(b_gate_up, e)
         h = activate(gate_up.to(dtype), activation, gate_up_layout, alpha, limit).to(dtype).float()
-        y = quantize(h) @ f32(w_down, e).T
+        y = quantize_down(h) @ f32(w_down, e).T
         if b_down is not None:
             y += f32(b_down, e)
         pairs[token, slot] = y * weights[token, slot, None]

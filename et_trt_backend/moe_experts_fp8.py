@@ -3,9 +3,12 @@
 Weights: each expert's w_gate_up [E, N1, H] and w_down [E, H, F] as float8 e4m3 with one float32 scale per output
 channel, quantization.quantize_weights_fp8's form (w ~= q * scale[..., None]): the form the FP8 GroupedMM already
 takes, exact to dequantize in float32, and applied once at the end of each GEMM (one multiply per output element).
-Activations: each GEMM's input rows in blocks of 1 x ACTIVATION_BLOCK along K, scale = the block's amax / 448
-(1 where amax is 0), q = e4m3 of x / scale (saturated, nearest even). The kernels (kernels/moe_fp8.py) quantize
-hidden as they load it and write the down GEMM's input already quantized from the gate+up GEMM's epilogue.
+Activations: hidden per token (row), the down GEMM's input in blocks of 1 x ACTIVATION_BLOCK along K; scale = the
+row's or block's amax / 448 (1 where amax is 0), q = e4m3 of x / scale (saturated, nearest even). The kernels
+(kernels/moe_fp8.py) quantize hidden in the routing launch and write the down GEMM's input already quantized from
+the gate+up GEMM's epilogue. Why per token for hidden: the gate+up GEMM then keeps its accumulators in the MMA
+(block scales would scale every K step's product in registers); e4m3's relative rounding does not depend on the
+scale's granularity, except for values 2^-6 / 448 of the amax or smaller (subnormals).
 
 `reference` is moe_experts.reference's arithmetic with the weights dequantized and the two GEMMs' inputs
 quantized as above (then dequantized: float32 math). Against moe_experts.reference in float32 of the same
@@ -18,9 +21,9 @@ from __future__ import annotations
 import torch
 
 from et_trt_backend import moe_experts
-from et_trt_backend.quantization import FP8_DTYPE, FP8_MAX, quantize_weights_fp8
+from et_trt_backend.quantization import FP8_DTYPE, FP8_MAX, quantize_rows_fp8, quantize_weights_fp8
 
-ACTIVATION_BLOCK = 128  # columns per activation scale (kernels/moe_fp8.py's SCALE_BLOCK and gate+up BLOCK_K)
+ACTIVATION_BLOCK = 128  # columns per scale of the down GEMM's input (kernels/moe_fp8.py's SCALE_BLOCK)
 
 
 def quantize_blocks(x: torch.Tensor, block: int = ACTIVATION_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,6 +42,12 @@ def fake_quantize_blocks(x: torch.Tensor) -> torch.Tensor:
     q, scale = quantize_blocks(x)
     size = x.shape[1]
     return (q.float() * scale.repeat_interleave(ACTIVATION_BLOCK, 1)[:, :size])
+
+
+def fake_quantize_rows(x: torch.Tensor) -> torch.Tensor:
+    """x's float32 values after e4m3 with one scale per row (quantization.quantize_rows_fp8) and back."""
+    q, scale = quantize_rows_fp8(x)
+    return q.float() * scale.unsqueeze(1)
 
 
 def quantize_weights(w_gate_up: torch.Tensor, w_down: torch.Tensor):
@@ -71,8 +80,8 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
               gate_up_layout: str = "concat", alpha: float = moe_experts.GPTOSS_ALPHA,
               limit: float = moe_experts.GPTOSS_LIMIT) -> torch.Tensor:
     """out [T, H] in hidden's dtype: moe_experts.reference's semantics with w_gate_up and w_down (e4m3, scale)
-    pairs and the GEMMs' input rows quantized in 1 x 128 blocks."""
+    pairs, hidden quantized per token and the down GEMM's input in 1 x 128 blocks."""
     check_inputs(hidden, topk_ids, topk_weights, *w_gate_up, *w_down, b_gate_up, b_down, activation, gate_up_layout)
     return moe_experts.compute(hidden, topk_ids, topk_weights, dequantize(*w_gate_up), dequantize(*w_down), b_gate_up,
                                b_down, activation=activation, gate_up_layout=gate_up_layout, alpha=alpha, limit=limit,
-                               quantize=fake_quantize_blocks)
+                               quantize_gate_up=fake_quantize_rows, quantize_down=fake_quantize_blocks)

@@ -1,14 +1,14 @@
 """The FP8 MoE experts GEMMs' Triton source (kernels/moe_fp8.py) in Triton's interpreter on the CPU.
 
-Run by tests/test_moe_experts_kernels.py in a subprocess with TRITON_INTERPRET=1. Launches route + hidden's
-quantization, FP8 gate+up, FP8 down and combine as the launcher does, every buffer poisoned first (NaN activations, scales, down rows and
-output; -1 in the routing buffers), and compares the output with moe_experts_fp8.reference (the same activation
-quantization in float32 math): relative error <= 2e-2 (mostly equal; where an activation lies at a rounding tie,
-its rounding and, if it is its block's amax, the block's scale may differ: a row then differs by about e4m3's
-rounding error), and
-with moe_experts.reference in float32 of the same FP8 weights (the activations' e4m3 roundings included) <= 5e-2;
-checks each row's block scales: the amax of its 128 features over 448. Inputs are float16: the interpreter's bfloat16 tl.dot is
-wrong (see moe_interpreter_check.py). Prints "fp8 interpreter ok" last.
+Run by tests/test_moe_experts_fp8.py in a subprocess with TRITON_INTERPRET=1. Launches route + hidden's
+quantization, FP8 gate+up, FP8 down and combine as the launcher does, every buffer poisoned first (NaN
+activations, scales, down rows and output; -1 in the routing buffers), and compares the output with
+moe_experts_fp8.reference (the same activation quantization in float32 math): relative error <= 2e-2 (mostly
+equal; where an activation lies at a rounding tie, its rounding and, if it is its block's amax, the block's scale
+may differ: a row then differs by about e4m3's rounding error), and with moe_experts.reference in float32 of the
+same FP8 weights (the activations' e4m3 roundings included) <= 5e-2; checks each row's block scales: the amax of
+its 128 features over 448. Inputs are float16: the interpreter's bfloat16 tl.dot is wrong (see
+moe_interpreter_check.py). Prints "fp8 interpreter ok" last.
 
 Triton 3.9's interpreter converts float32 to e4m3 by truncating the mantissa and adding the rounding bit without
 its carry: 1.97 becomes 1.0. The GPU's cvt rounds to nearest even; so does torch. This script converts float32 to
@@ -51,7 +51,7 @@ def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, 
     order = torch.full((pairs,), -1, dtype=torch.int32)
     tiles = torch.full((1 + 2 * max_tiles,), -1, dtype=torch.int32)
     xq = torch.full((tokens, size), float("nan")).to(torch.float8_e4m3fn)
-    xs = torch.full((tokens, triton.cdiv(size, 128)), float("nan"))
+    xs = torch.full((tokens,), float("nan"))
     h = torch.full((pairs, ffn), float("nan")).to(torch.float8_e4m3fn)
     h_scale = torch.full((pairs, triton.cdiv(ffn, 128)), float("nan"))
     y = torch.full((pairs, size), float("nan"))
@@ -60,11 +60,11 @@ def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, 
     block = moe_experts.layout_block(layout, ffn) if gated else 1
     no_bias = torch.empty(1, dtype=hidden.dtype)
     route_programs = triton.cdiv(pairs, chunk)
-    quantize_programs = triton.cdiv(tokens, 4) * triton.cdiv(size, 128)
+    quantize_programs = triton.cdiv(tokens, 4)
     moe_fp8.moe_fp8_route_kernel[(route_programs + quantize_programs,)](
         ids, offs, order, tiles, pairs, experts, block_m, hidden, xq, xs, tokens, size, route_programs, CHUNK=chunk,
         E_PAD=e_pad, BLOCK_T=4)
-    assert not xs.isnan().any(), "hidden's block scales not all written"
+    assert not xs.isnan().any(), "hidden's scales not all written"
     moe_fp8.moe_fp8_gate_up_kernel[(max_tiles, triton.cdiv(ffn, 128))](
         xq, xs, order, *w_gate_up, no_bias if b_gate_up is None else b_gate_up, tiles, offs, h, h_scale, size, ffn,
         top_k, block, MOE_ACTIVATIONS[activation], moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT,
@@ -118,6 +118,8 @@ def main():
     # float16 routing weights, odd sizes (H 40, F 13: masked K and N, one partial scale block), one token.
     check("odd sizes", make_inputs(7, 2, 5, 40, 13, "swiglu", dtype=torch.float16, weights_dtype=torch.float16,
                                    seed=3), down_k=32)
+    # Hidden wider than a down scale block: one scale per token over its 300 columns.
+    check("wide hidden", make_inputs(12, 2, 3, 300, 136, "swiglu", dtype=torch.float16, seed=8))
     check("one token", make_inputs(1, 2, 4, 64, 64, "gelu_tanh", dtype=torch.float16, seed=4), "gelu_tanh")
     # Skewed routing: every token to experts 0 and 1 (several m-tiles each), experts 2-4 empty, invalid ids.
     hidden, ids, weights, w_gate_up, w_down, _, _ = make_inputs(37, 2, 5, 64, 128, "swiglu", dtype=torch.float16,

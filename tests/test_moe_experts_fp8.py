@@ -50,8 +50,8 @@ def test_every_fp8_arch_compiles(arch, tmp_path):
     images = moe_aot.moe_experts_images([arch], "bf16", "fp8")
     assert images and all(i.format == "cubin" for i in images)  # no PTX fallback: sm_80 has no FP8 MMA
     names = collections.Counter((i.kernel, i.weight_format) for i in images)
-    configs = len(moe_aot.FP8_GEMM_CONFIGS)
-    assert names == {("moe_route", "dense"): len(moe_aot.MOE_ROUTE_CONFIGS), ("moe_combine", "dense"): 1,
+    configs = len(moe_aot._fp8_configs(arch))
+    assert names == {("moe_route_quantize", "fp8"): len(moe_aot.MOE_ROUTE_CONFIGS), ("moe_combine", "dense"): 1,
                      ("moe_gate_up", "fp8"): configs, ("moe_gate_up_gated", "fp8"): configs,
                      ("moe_down", "fp8"): configs}
     cap = int(arch.removeprefix("sm_").rstrip("a"))

@@ -15,7 +15,8 @@
 .device/moe_bench_images.json (+ .groups.json)  benchmarks/moe_block_bench.py's contenders (--moe)
 .device/moe_fp8_images.json  the FP8 MoE experts kernels for sm_90a, both dtypes (--moe-fp8; tests)
 .device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
-                           "fused_fp8" (bf16 FP8 images) and "fused_bf16" (the bf16 ones) (--moe-fp8)
+                           "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
+                           it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
@@ -121,6 +122,7 @@ def save_moe_fp8_images() -> None:
     save_images(OUT / "moe_fp8_images.json", [i for images in fp8.values() for i in images])
     save_contenders("moe_fp8_bench_images", {
         "fused_fp8": fp8["bf16"],
+        "fused_fp8_no_small": [i for i in fp8["bf16"] if i.variant != "small"],
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
     })
 
@@ -128,7 +130,8 @@ def save_moe_fp8_images() -> None:
 def save_int4_images(executorch: pathlib.Path) -> None:
     """.device/moe_fp8_images.json  the FP8 MoE experts kernels for sm_90a, both dtypes (--moe-fp8; tests)
 .device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
-                           "fused_fp8" (bf16 FP8 images) and "fused_bf16" (the bf16 ones) (--moe-fp8)
+                           "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
+                           it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
 .device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
     images = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype, "int4")
               + aot.grouped_mm_images([ARCH], dtype, True, "int4")]

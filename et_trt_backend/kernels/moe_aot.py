@@ -83,18 +83,18 @@ class MoEGemvConfig:
 # "gemv_any" takes the same blocking (not timed on its own).
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
-# The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one activation scale block); K steps
-# of block_k lie within one scale block (128). No "large": the gated gate+up of 128 rows keeps
-# four 128 x 128 float32 tiles (accumulators and the step's products) and spills. Architectures of 99 KiB shared
-# memory (sm_89, sm_120) take two stages and shorter "tile"s (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer per
-# element) takes K steps of 32 and runs unpipelined: with 128 or two stages its gated gate+up spills.
+# The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
+# down's K steps of block_k lie within one scale block (128). Architectures of 99 KiB shared memory (sm_89, sm_120)
+# take two stages, "tile" of 32 rows and no "large" (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer
+# per element) takes K steps of 32 and runs unpipelined: with 128 or two stages its gated gate+up spills.
 FP8_GEMM_CONFIGS = (
     MoEGemmConfig("small", 16, 128, 64, 128, 3, 4, 16),
     MoEGemmConfig("tile", 64, 128, 128, 128, 3, 8, 16),
+    MoEGemmConfig("large", 128, 128, 128, 128, 3, 8, 16),
     MoEGemmConfig("any", 16, 128, 32, 32, 1, 8, 1),
 )
 _SMALL_SMEM_CAPS = (89, 120)
-FP8_QUANTIZE_TOKENS = 16  # tokens x 128 columns of hidden per quantizing program of moe_route_quantize
+FP8_QUANTIZE_TOKENS = 16  # tokens of hidden per quantizing program of moe_route_quantize
 FP8_ROUTE_WARPS = 8  # with 4, moe_route_quantize e256 spills a register on sm_90a
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
@@ -205,12 +205,12 @@ def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[Ke
 
 
 def _fp8_configs(arch: str) -> tuple[MoEGemmConfig, ...]:
-    """FP8_GEMM_CONFIGS, or on 99 KiB architectures two stages and "tile" of 32 rows: their mma.sync (no wgmma)
-    gated gate+up of 64 rows spills (3-5 registers, sm_89 and sm_120a)."""
+    """FP8_GEMM_CONFIGS, or on 99 KiB architectures two stages, "tile" of 32 rows and no "large": their mma.sync
+    (no wgmma) gated gate+up of 64 rows spilled (3-5 registers, sm_89 and sm_120a)."""
     if aot._capability(arch) in _SMALL_SMEM_CAPS:
         return tuple(dataclasses.replace(config, num_stages=min(config.num_stages, 2),
                                          block_m=32 if config.variant == "tile" else config.block_m)
-                     for config in FP8_GEMM_CONFIGS)
+                     for config in FP8_GEMM_CONFIGS if config.variant != "large")
     return FP8_GEMM_CONFIGS
 
 

@@ -81,7 +81,7 @@ Regions regions(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_s
   const size_t size = static_cast<size_t>(std::max<int64_t>(hidden_size, 0));
   r.xq = r.h_scale + round_up(4 * pairs * static_cast<size_t>(cdiv(static_cast<int64_t>(f), kFp8ScaleBlock)));
   r.xs = r.xq + round_up(t * size);
-  r.y = r.xs + round_up(4 * t * static_cast<size_t>(cdiv(static_cast<int64_t>(size), kFp8ScaleBlock)));
+  r.y = r.xs + round_up(4 * t);
   r.bytes = r.y + round_up(4 * pairs * static_cast<size_t>(std::max<int64_t>(hidden_size, 0)));
   return r;
 }
@@ -434,7 +434,7 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   void* fp8_route_args[] = {&ids,    &offs, &sorted, &tiles, &pairs_arg,      &experts,    &block_m,   &hidden,
                             &xq,     &xs,   &tokens, &size,  &route_programs, &no_scratch, &no_scratch};
   const int64_t route_grid =
-      route_programs + (state_->fp8 ? cdiv(a.tokens, route->block_m) * cdiv(a.hidden_size, kFp8ScaleBlock) : 0);
+      route_programs + (state_->fp8 ? cdiv(a.tokens, route->block_m) : 0);
   void* fp8_gate_up_args[] = {&xq, &xs, &sorted, &w_gate_up, &gate_up_scale, &b_gate_up, &tiles, &offs, &h, &h_scale,
                               &size, &ffn, &top_k, &block_arg, &activation_arg, &alpha, &limit, &has_gate_up_bias,
                               &no_scratch, &no_scratch};

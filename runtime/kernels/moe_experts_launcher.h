@@ -32,9 +32,9 @@
 //
 // FP8 expert weights (images of weight_format Float8RowScaled, et_trt_backend/moe_experts_fp8.py): w_gate_up and
 // w_down are float8 e4m3 ([E, N1, H], [E, H, F]) with float32 scales per output channel (w_gate_up_scale [E, N1],
-// w_down_scale [E, H]); the GEMMs' inputs are quantized to e4m3 in blocks of 1 x 128 along K: hidden once per
-// token by extra programs of the route's launch (moe_route_quantize), the activation by the gate+up GEMM's epilogue,
-// which writes it with its block scales for the down GEMM. Four launches: moe_route_quantize, the GEMMs' FP8 builds,
+// w_down_scale [E, H]); the GEMMs' inputs are quantized to e4m3: hidden per token by extra programs of the route's
+// launch (moe_route_quantize), the activation in blocks of 1 x 128 along K by the gate+up GEMM's epilogue, which
+// writes it with its block scales for the down GEMM. Four launches: moe_route_quantize, the GEMMs' FP8 builds,
 // moe_combine.
 #pragma once
 
@@ -105,7 +105,7 @@ class MoEExpertsLauncher {
  public:
   // The workspace one launch needs: the offsets and the sorted pairs, the activations [pairs, F] in the
   // images' dtype (2 bytes; FP8: 1 byte) and their FP8 block scales [pairs, ceil(F / 128)] in float32, FP8 hidden
-  // [tokens, H] and its block scales [tokens, ceil(H / 128)], and the weighted down rows [pairs, H] in float32
+  // [tokens, H] and its scales [tokens], and the weighted down rows [pairs, H] in float32
   // (pairs = tokens * top_k). The same for every weight format.
   static size_t workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn);
 
