@@ -162,13 +162,45 @@ def _gate_up_tile(sorted_ptr, first, end, F, top_k, layout_block, GATED: tl.cons
     row_ok = rm < end
     token = tl.load(sorted_ptr + rm, mask=row_ok, other=0) // top_k
     f = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_per_expert, gate_row = _layout_rows(f, F, layout_block, GATED)
+    return rm, row_ok, token, f, f < F, rows_per_expert, gate_row
+
+
+@triton.jit
+def _layout_rows(f, F, layout_block, GATED: tl.constexpr):
+    """(an expert's gate+up rows, the gate rows of features f): layout block B puts feature f's gate row at
+    (f // B) * 2B + f % B and its up row B further."""
     if GATED:
         rows_per_expert = 2 * F
         gate_row = f // layout_block * 2 * layout_block + f % layout_block
     else:
         rows_per_expert = F
         gate_row = f
-    return rm, row_ok, token, f, f < F, rows_per_expert, gate_row
+    return rows_per_expert, gate_row
+
+
+@triton.jit
+def _gate_up_products(x_ptr, token, row_ok, w_ptr, expert, rows_per_expert, gate_row, f_ok, layout_block, H,
+                      GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The float32 gate and up accumulators of rows x[token] against the expert's gate and up rows (weights of
+    x's type: the part's dtype, or e4m3 with e4m3 rows)."""
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    rk = tl.arange(0, BLOCK_K)
+    # Rows gathered by token; rows past the tile's end are masked, never read.
+    a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
+    w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
+    g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
+    for k in range(0, tl.cdiv(H, BLOCK_K)):
+        k_ok = k * BLOCK_K + rk < H
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w_mask = k_ok[:, None] & f_ok[None, :]
+        acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
+        if GATED:
+            acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
+        a_ptrs += BLOCK_K
+        g_ptrs += BLOCK_K
+    return acc_g, acc_u
 
 
 @triton.jit
@@ -230,20 +262,8 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
                     acc_u += int4_chunk_dot(a_low, a_high, u_ptrs + k * 16, f_ok) * group_scales(
                         scale_ptr, up_rows, f_ok, k * BLOCK_K, H, group_size)[None, :]
         else:
-            rk = tl.arange(0, BLOCK_K)
-            # Rows gathered from hidden by token; rows past the tile's end are masked, never read.
-            a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
-            w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
-            g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
-            for k in range(0, tl.cdiv(H, BLOCK_K)):
-                k_ok = k * BLOCK_K + rk < H
-                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                w_mask = k_ok[:, None] & f_ok[None, :]
-                acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
-                if GATED:
-                    acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
-                a_ptrs += BLOCK_K
-                g_ptrs += BLOCK_K
+            acc_g, acc_u = _gate_up_products(x_ptr, token, row_ok, w_ptr, expert, rows_per_expert, gate_row, f_ok,
+                                             layout_block, H, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
         # The gate+up output in the part's dtype, the activation in float32, its result in the part's dtype.
         h = _gate_up_activation(acc_g, acc_u, bias_ptr, has_bias, expert, rows_per_expert, gate_row, layout_block,
                                 f_ok, activation, alpha, limit, GATED)

@@ -32,6 +32,7 @@ import triton.language as tl
 
 from et_trt_backend.kernels.moe_experts import (
     _gate_up_activation,
+    _gate_up_products,
     _gate_up_tile,
     _m_tile,
     _store_weighted_rows,
@@ -91,22 +92,8 @@ def moe_fp8_gate_up_kernel(xq_ptr, xs_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_
     if first < end:
         rm, row_ok, token, f, f_ok, rows_per_expert, gate_row = _gate_up_tile(sorted_ptr, first, end, F, top_k,
                                                                               layout_block, GATED, BLOCK_M, BLOCK_N)
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        rk = tl.arange(0, BLOCK_K)
-        # Rows gathered from xq by token; rows past the tile's end are masked, never read.
-        a_ptrs = xq_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
-        w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
-        g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
-        for k in range(0, tl.cdiv(H, BLOCK_K)):
-            k_ok = k * BLOCK_K + rk < H
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w_mask = k_ok[:, None] & f_ok[None, :]
-            acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
-            if GATED:
-                acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
-            a_ptrs += BLOCK_K
-            g_ptrs += BLOCK_K
+        acc_g, acc_u = _gate_up_products(xq_ptr, token, row_ok, w_ptr, expert, rows_per_expert, gate_row, f_ok,
+                                         layout_block, H, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
         # The rows' scales (one per token) and the weight rows' (one per output channel), once.
         a_scale = tl.load(xs_ptr + token, mask=row_ok, other=0.0)[:, None]
         scale_base = w_scale_ptr + expert.to(tl.int64) * rows_per_expert
