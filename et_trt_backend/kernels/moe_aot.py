@@ -84,8 +84,9 @@ class MoEGemvConfig:
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
 # The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
-# down's K steps of block_k lie within one scale block (128). Architectures of 99 KiB shared memory (sm_89, sm_120)
-# take two stages, "tile" of 32 rows and no "large" (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer
+# down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
+# spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory
+# (sm_89, sm_120) take two stages and "tile" of 32 rows (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer
 # per element) takes K steps of 32 and runs unpipelined: with 128 or two stages its gated gate+up spills.
 FP8_GEMM_CONFIGS = (
     MoEGemmConfig("small", 16, 128, 64, 128, 3, 4, 16),
@@ -205,13 +206,15 @@ def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[Ke
 
 
 def _fp8_configs(arch: str) -> tuple[MoEGemmConfig, ...]:
-    """FP8_GEMM_CONFIGS, or on 99 KiB architectures two stages, "tile" of 32 rows and no "large": their mma.sync
-    (no wgmma) gated gate+up of 64 rows spilled (3-5 registers, sm_89 and sm_120a)."""
-    if aot._capability(arch) in _SMALL_SMEM_CAPS:
+    """FP8_GEMM_CONFIGS for sm_90a; elsewhere without "large", and on 99 KiB architectures with two stages and
+    "tile" of 32 rows: their mma.sync (no wgmma) gated gate+up of 64 rows spilled (3-5 registers, sm_89, sm_120a)."""
+    cap = aot._capability(arch)
+    configs = FP8_GEMM_CONFIGS if cap == 90 else tuple(c for c in FP8_GEMM_CONFIGS if c.variant != "large")
+    if cap in _SMALL_SMEM_CAPS:
         return tuple(dataclasses.replace(config, num_stages=min(config.num_stages, 2),
                                          block_m=32 if config.variant == "tile" else config.block_m)
-                     for config in FP8_GEMM_CONFIGS if config.variant != "large")
-    return FP8_GEMM_CONFIGS
+                     for config in configs)
+    return configs
 
 
 def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
