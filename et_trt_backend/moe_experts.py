@@ -21,6 +21,8 @@ kernels (et_trt_backend/kernels/moe_experts.py, the eager op torch.ops.et_trt.mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.nn import functional as F
 
@@ -86,6 +88,10 @@ def activate(gate_up: torch.Tensor, activation: str, gate_up_layout: str = "conc
     return F.gelu(g, approximate="tanh" if activation == "geglu_tanh" else "none") * u
 
 
+def _unchanged(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 def _check_activation(activation: str) -> None:
     if activation not in MOE_ACTIVATIONS:
         raise ValueError(f"unknown MoE activation {activation!r}; use one of {tuple(MOE_ACTIVATIONS)}")
@@ -137,14 +143,18 @@ def reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
 
 def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
             w_down: torch.Tensor, b_gate_up: torch.Tensor | None, b_down: torch.Tensor | None, *, activation: str,
-            gate_up_layout: str, alpha: float, limit: float) -> torch.Tensor:
+            gate_up_layout: str, alpha: float, limit: float,
+            quantize_gate_up: Callable[[torch.Tensor], torch.Tensor] = _unchanged,
+            quantize_down: Callable[[torch.Tensor], torch.Tensor] = _unchanged) -> torch.Tensor:
     """`reference`'s arithmetic on inputs check_inputs accepted, except that the weights may be of another float type:
     float32 (the INT4 form's exact q * scale, int4_weights.moe_experts_reference), or the model's bf16 under float32
-    hidden states (the lowering's check, lowering/moe_fusion.py: each routed expert converted alone)."""
+    hidden states (the lowering's check, lowering/moe_fusion.py: each routed expert converted alone).
+    `quantize_gate_up` and `quantize_down` (float32 rows -> float32 rows) are applied to the two GEMMs' input rows:
+    the FP8 form's activations (moe_experts_fp8.reference)."""
     dtype, device = hidden.dtype, hidden.device
     tokens, size = hidden.shape
     top_k, experts = topk_ids.shape[1], w_down.shape[0]
-    x = hidden.detach().float()
+    x = quantize_gate_up(hidden.detach().float())
     ids = topk_ids.detach().to(device, torch.long)
     weights = topk_weights.detach().to(device, torch.float32)
 
@@ -158,7 +168,7 @@ def compute(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Te
         if b_gate_up is not None:
             gate_up += f32(b_gate_up, e)
         h = activate(gate_up.to(dtype), activation, gate_up_layout, alpha, limit).to(dtype).float()
-        y = h @ f32(w_down, e).T
+        y = quantize_down(h) @ f32(w_down, e).T
         if b_down is not None:
             y += f32(b_down, e)
         pairs[token, slot] = y * weights[token, slot, None]

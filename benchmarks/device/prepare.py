@@ -4,6 +4,7 @@
     python benchmarks/device/prepare.py --moe  # only what benchmarks/device/moe_run.sh needs (the MoE block and
                                                # the grouped GEMM's tests)
     python benchmarks/device/prepare.py --int4 # only what benchmarks/device/int4_run.sh needs
+    python benchmarks/device/prepare.py --moe-fp8  # only what benchmarks/device/moe_fp8_run.sh needs
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -12,6 +13,10 @@
 .device/fp8_bench_images.json (+ .groups.json)  the same for benchmarks/fp8_grouped_mm_bench.py
 .device/moe_images.json    the MoE experts kernels for sm_90a, both dtypes, plus sm_80 PTX (--moe; tests)
 .device/moe_bench_images.json (+ .groups.json)  benchmarks/moe_block_bench.py's contenders (--moe)
+.device/moe_fp8_images.json  the FP8 MoE experts kernels for sm_90a, both dtypes (--moe-fp8; tests)
+.device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
+                           "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
+                           it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
@@ -111,8 +116,23 @@ def save_moe_images() -> None:
     })
 
 
+def save_moe_fp8_images() -> None:
+    """.device/moe_fp8_images.json and benchmarks/moe_fp8_block_bench.py's fused contenders (the docstring)."""
+    fp8 = {dtype: moe_aot.moe_experts_images([ARCH], dtype, "fp8") for dtype in aot.DTYPES}
+    save_images(OUT / "moe_fp8_images.json", [i for images in fp8.values() for i in images])
+    save_contenders("moe_fp8_bench_images", {
+        "fused_fp8": fp8["bf16"],
+        "fused_fp8_no_small": [i for i in fp8["bf16"] if i.variant != "small"],
+        "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
+    })
+
+
 def save_int4_images(executorch: pathlib.Path) -> None:
-    """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
+    """.device/moe_fp8_images.json  the FP8 MoE experts kernels for sm_90a, both dtypes (--moe-fp8; tests)
+.device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
+                           "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
+                           it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
+.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
     images = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype, "int4")
               + aot.grouped_mm_images([ARCH], dtype, True, "int4")]
     images += [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
@@ -157,11 +177,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
     parser.add_argument("--int4", action="store_true", help="only the INT4 experts' images (int4_run.sh)")
+    parser.add_argument("--moe-fp8", action="store_true", help="only the FP8 MoE block's images (moe_fp8_run.sh)")
     parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
                         help="a git directory of pytorch/executorch (--int4)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
+    if args.moe_fp8:
+        save_moe_fp8_images()
+        return
     if args.int4:
         save_int4_images(args.executorch)
         save_int4_sweep_images()

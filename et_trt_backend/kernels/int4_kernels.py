@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from et_trt_backend.kernels.int4_tiles import CHUNK_BYTES, nibble_values, packed_row_bytes
-from et_trt_backend.kernels.moe_experts import _activate
+from et_trt_backend.kernels.moe_experts import _activate, _layout_rows
 
 
 @triton.jit
@@ -115,12 +115,7 @@ def moe_int4_gemv_gate_up_kernel(x_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, h_p
     if (e >= 0) & (e < E):
         f = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         f_ok = f < F
-        if GATED:
-            rows_per_expert = 2 * F
-            gate_row = f // layout_block * 2 * layout_block + f % layout_block
-        else:
-            rows_per_expert = F
-            gate_row = f
+        rows_per_expert, gate_row = _layout_rows(f, F, layout_block, GATED)
         first_row = e.to(tl.int64) * rows_per_expert
         x_row = x_ptr + (p // top_k).to(tl.int64) * H
         if GATED and PAIRED:

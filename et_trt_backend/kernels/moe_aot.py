@@ -13,6 +13,11 @@ dense ones: they read no weights), the two GEMMs' INT4 builds of the same tiling
 "int4"), and the vector-matrix kernels the launcher takes for few pairs per expert (int4_kernels.py): kernels
 "moe_gemv_gate_up", "moe_gemv_gate_up_gated" and "moe_gemv_down", variants "gemv" (H and F multiples of 16) and
 "gemv_any"; no wgmma builds.
+
+weight_format "fp8" (expert_precision "fp8" where the architecture has FP8 MMA; moe_fp8.py): "moe_route_quantize"
+(variants as moe_route's: the route and hidden's quantization in one launch), the combine image and the two GEMMs'
+FP8 builds (weight_format "fp8"), cubins only (no PTX: sm_80 has no FP8), for FP8
+architectures only (options.FP8_ARCHS; others are refused as aot.grouped_mm_images refuses them).
 """
 
 from __future__ import annotations
@@ -78,6 +83,20 @@ class MoEGemvConfig:
 # "gemv_any" takes the same blocking (not timed on its own).
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
+# The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
+# down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
+# spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory
+# (sm_89, sm_120) take two stages and "tile" of 32 rows (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer
+# per element) takes K steps of 32 and runs unpipelined: with 128 or two stages its gated gate+up spills.
+FP8_GEMM_CONFIGS = (
+    MoEGemmConfig("small", 16, 128, 64, 128, 3, 4, 16),
+    MoEGemmConfig("tile", 64, 128, 128, 128, 3, 8, 16),
+    MoEGemmConfig("large", 128, 128, 128, 128, 3, 8, 16),
+    MoEGemmConfig("any", 16, 128, 32, 32, 1, 8, 1),
+)
+_SMALL_SMEM_CAPS = (89, 120)
+FP8_QUANTIZE_TOKENS = 16  # tokens of hidden per quantizing program of moe_route_quantize
+FP8_ROUTE_WARPS = 8  # with 4, moe_route_quantize e256 spills a register on sm_90a
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
@@ -92,7 +111,8 @@ def _compile(kernel_name: str, variant: str, function, signature: dict, constexp
     import triton
 
     cap = aot._capability(arch)
-    ptx_version = aot._PTX_VERSION[cap]
+    ptx_version = aot._FP8_PTX_VERSION.get(cap, aot._PTX_VERSION[cap]) if weight_format == "fp8" else \
+        aot._PTX_VERSION[cap]
     names = list(signature)
     module = function.fn.__module__.rsplit(".", 1)[-1]
     key = [aot._source_hash(*aot.KERNEL_SOURCES[module]), triton.__version__, cap, dtype, fmt, kernel_name, variant,
@@ -115,13 +135,14 @@ def _compile(kernel_name: str, variant: str, function, signature: dict, constexp
 def _pointers(names: str, dtype: str) -> dict:
     """Signature entries "name:type" with type i32, f32, u8 (packed INT4 weights), bf16 (their scales) or x (the
     activations' dtype) for pointers."""
-    types = {"i32": "*i32", "f32": "*fp32", "u8": "*u8", "bf16": "*bf16", "x": "*" + dtype}
+    types = {"i32": "*i32", "f32": "*fp32", "u8": "*u8", "bf16": "*bf16", "f8": "*fp8e4nv", "x": "*" + dtype}
     return {name: types[kind] for name, kind in (entry.split(":") for entry in names.split())}
 
 
 # Pointer arguments the launcher passes 16-byte aligned.
 _ALIGNED = {name: 16 for name in ("x_ptr", "sorted_ptr", "w_ptr", "bias_ptr", "tiles_ptr", "offs_ptr", "h_ptr",
-                                  "weights_ptr", "y_ptr", "ids_ptr", "out_ptr", "scale_ptr")}
+                                  "weights_ptr", "y_ptr", "ids_ptr", "out_ptr", "scale_ptr", "w_scale_ptr",
+                                  "h_scale_ptr", "xq_ptr", "xs_ptr")}
 
 
 def _route_and_combine(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
@@ -184,6 +205,66 @@ def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[Ke
     return images
 
 
+def _fp8_configs(arch: str) -> tuple[MoEGemmConfig, ...]:
+    """FP8_GEMM_CONFIGS for sm_90a; elsewhere without "large", and on 99 KiB architectures with two stages and
+    "tile" of 32 rows: their mma.sync (no wgmma) gated gate+up of 64 rows spilled (3-5 registers, sm_89, sm_120a)."""
+    cap = aot._capability(arch)
+    configs = FP8_GEMM_CONFIGS if cap == 90 else tuple(c for c in FP8_GEMM_CONFIGS if c.variant != "large")
+    if cap in _SMALL_SMEM_CAPS:
+        return tuple(dataclasses.replace(config, num_stages=min(config.num_stages, 2),
+                                         block_m=32 if config.variant == "tile" else config.block_m)
+                     for config in configs)
+    return configs
+
+
+def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
+    """The route + quantization variants, the combine, each FP8 tiling's gate+up (non-gated and gated) and down
+    (moe_fp8.py), cubins."""
+    from et_trt_backend.kernels import moe_experts, moe_fp8 as source
+
+    images = []
+    for variant, (e_pad, chunk) in MOE_ROUTE_CONFIGS.items():
+        signature = {**_pointers("ids_ptr:i32 offs_ptr:i32 sorted_ptr:i32 tiles_ptr:i32", dtype),
+                     "pairs": "i32", "E": "i32", "block_m": "i32",
+                     **_pointers("x_ptr:x xq_ptr:f8 xs_ptr:f32", dtype), "T": "i32", "H": "i32",
+                     "route_programs": "i32", "CHUNK": "constexpr", "E_PAD": "constexpr", "BLOCK_T": "constexpr"}
+        images.append(_compile("moe_route_quantize", variant, source.moe_fp8_route_kernel, signature,
+                               {"CHUNK": chunk, "E_PAD": e_pad, "BLOCK_T": FP8_QUANTIZE_TOKENS},
+                               {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin",
+                               FP8_ROUTE_WARPS, 1, (FP8_QUANTIZE_TOKENS, e_pad, chunk), "fp8"))
+    signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
+                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
+    images.append(_compile("moe_combine", "any", moe_experts.moe_combine_kernel, signature,
+                           {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
+                           {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
+                           (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
+    for config in _fp8_configs(arch):
+        sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
+        for gated in (False, True):
+            signature = {**_pointers("xq_ptr:f8 xs_ptr:f32 sorted_ptr:i32 w_ptr:f8 w_scale_ptr:f32 bias_ptr:x "
+                                     "tiles_ptr:i32 offs_ptr:i32 h_ptr:f8 h_scale_ptr:f32", dtype),
+                         "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32", "activation": "i32",
+                         "alpha": "fp32", "limit": "fp32", "has_bias": "i32", "GATED": "constexpr",
+                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+            constexprs = {"GATED": gated, "BLOCK_M": config.block_m, "BLOCK_N": config.gate_up_n,
+                          "BLOCK_K": config.block_k}
+            images.append(_compile("moe_gate_up_gated" if gated else "moe_gate_up", config.variant,
+                                   source.moe_fp8_gate_up_kernel, signature, constexprs,
+                                   {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin",
+                                   config.num_warps, config.num_stages,
+                                   (config.block_m, config.gate_up_n, config.block_k), "fp8"))
+        signature = {**_pointers("h_ptr:f8 h_scale_ptr:f32 sorted_ptr:i32 w_ptr:f8 w_scale_ptr:f32 bias_ptr:x "
+                                 "weights_ptr:f32 tiles_ptr:i32 offs_ptr:i32 y_ptr:f32", dtype),
+                     "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",
+                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.down_n, "BLOCK_K": config.block_k}
+        images.append(_compile("moe_down", config.variant, source.moe_fp8_down_kernel, signature, constexprs,
+                               {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin",
+                               config.num_warps, config.num_stages, (config.block_m, config.down_n, config.block_k),
+                               "fp8"))
+    return images
+
+
 def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> list[KernelImage]:
     """The INT4 vector-matrix kernels (int4_kernels.py) of each blocking: gate+up (non-gated and gated) and down,
     per pair."""
@@ -218,6 +299,8 @@ def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> li
 def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -> list[KernelImage]:
     from et_trt_backend.kernels import moe_experts as source
 
+    if weight_format == "fp8":
+        return _fp8_images(arch, dtype)
     images = _route_and_combine(arch, dtype, fmt) + _gemm_images(arch, dtype, fmt, weight_format)
     if weight_format == "int4":
         images += gemv_images(arch, dtype, fmt)
@@ -242,13 +325,17 @@ def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:
 
 def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "dense") -> list[KernelImage]:
     """Cubins of every MoE experts kernel for each architecture, plus the sm_80 ones as portable PTX; weight_format
-    "int4": those of INT4 expert weights (the module docstring). Architectures the installed compiler cannot target
-    are skipped with a warning, as aot.grouped_mm_images does."""
+    "int4": those of INT4 expert weights, "fp8": those of FP8 ones, cubins only (the module docstring).
+    Architectures the installed compiler cannot target are skipped with a warning, as aot.grouped_mm_images
+    does."""
     if dtype not in aot.DTYPES:
         raise ValueError(f"unsupported kernel dtype {dtype!r}; use one of {aot.DTYPES}")
-    if weight_format not in ("dense", "int4"):
-        raise ValueError(f"MoE experts kernels take weight_format 'dense' or 'int4', not {weight_format!r}")
+    if weight_format not in ("dense", "int4", "fp8"):
+        raise ValueError(f"MoE experts kernels take weight_format 'dense', 'int4' or 'fp8', not {weight_format!r}")
     caps = [aot._capability(a) for a in archs]  # validates every name first
+    if weight_format == "fp8":
+        for arch in archs:
+            aot._check_fp8_arch(arch)
     supported = aot._compiler_targets()
     images = []
     for arch, cap in zip(archs, caps):
@@ -257,4 +344,6 @@ def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "d
             continue
         logger.info("MoE experts kernels for %s (%s, %s weights)", arch, dtype, weight_format)
         images += _images_for(arch, dtype, "cubin", weight_format)
+    if weight_format == "fp8":  # no portable FP8 fallback: the PTX architecture has no FP8 MMA
+        return images
     return images + _images_for(aot.PTX_FALLBACK_ARCH, dtype, "ptx", weight_format)

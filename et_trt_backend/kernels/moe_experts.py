@@ -154,6 +154,88 @@ def _activate(g, u, activation, alpha, limit, GATED: tl.constexpr):
 
 
 @triton.jit
+def _gate_up_tile(sorted_ptr, first, end, F, top_k, layout_block, GATED: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """An m-tile's rows (their mask, their tokens) and this program's features (their mask, their gate rows among
+    the expert's rows_per_expert gate+up rows)."""
+    rm = first + tl.arange(0, BLOCK_M)
+    row_ok = rm < end
+    token = tl.load(sorted_ptr + rm, mask=row_ok, other=0) // top_k
+    f = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_per_expert, gate_row = _layout_rows(f, F, layout_block, GATED)
+    return rm, row_ok, token, f, f < F, rows_per_expert, gate_row
+
+
+@triton.jit
+def _layout_rows(f, F, layout_block, GATED: tl.constexpr):
+    """(an expert's gate+up rows, the gate rows of features f): layout block B puts feature f's gate row at
+    (f // B) * 2B + f % B and its up row B further."""
+    if GATED:
+        rows_per_expert = 2 * F
+        gate_row = f // layout_block * 2 * layout_block + f % layout_block
+    else:
+        rows_per_expert = F
+        gate_row = f
+    return rows_per_expert, gate_row
+
+
+@triton.jit
+def _gate_up_products(x_ptr, token, row_ok, w_ptr, expert, rows_per_expert, gate_row, f_ok, layout_block, H,
+                      GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The float32 gate and up accumulators of rows x[token] against the expert's gate and up rows (weights of
+    x's type: the part's dtype, or e4m3 with e4m3 rows)."""
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    rk = tl.arange(0, BLOCK_K)
+    # Rows gathered by token; rows past the tile's end are masked, never read.
+    a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
+    w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
+    g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
+    for k in range(0, tl.cdiv(H, BLOCK_K)):
+        k_ok = k * BLOCK_K + rk < H
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w_mask = k_ok[:, None] & f_ok[None, :]
+        acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
+        if GATED:
+            acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
+        a_ptrs += BLOCK_K
+        g_ptrs += BLOCK_K
+    return acc_g, acc_u
+
+
+@triton.jit
+def _gate_up_activation(acc_g, acc_u, bias_ptr, has_bias, expert, rows_per_expert, gate_row, layout_block, f_ok,
+                        activation, alpha, limit, GATED: tl.constexpr):
+    """The activation (float32) of the gate+up accumulators: bias added, rounded to the part's dtype (bias_ptr's)
+    before it, as the contract says; the caller rounds the result."""
+    dtype = bias_ptr.dtype.element_ty
+    if has_bias:
+        b_base = bias_ptr + expert.to(tl.int64) * rows_per_expert
+        acc_g += tl.load(b_base + gate_row, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            acc_u += tl.load(b_base + gate_row + layout_block, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+    return _activate(acc_g.to(dtype).to(tl.float32), acc_u.to(dtype).to(tl.float32), activation, alpha, limit, GATED)
+
+
+@triton.jit
+def _store_weighted_rows(y_ptr, acc, sorted_ptr, rm, row_ok, rn, n_ok, bias_ptr, has_bias, expert, H, weights_ptr,
+                         weights_16bit):
+    """The down GEMM's epilogue: y[pairs[r]] = topk_weights[pairs[r]] * (acc (+ bias)) in float32, each row where
+    its pair (t, j) lies; topk_weights float32, or (weights_16bit) in the part's dtype (bias_ptr's)."""
+    dtype = bias_ptr.dtype.element_ty
+    if has_bias:
+        acc += tl.load(bias_ptr + expert.to(tl.int64) * H + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    pair = tl.load(sorted_ptr + rm, mask=row_ok, other=0)
+    if weights_16bit:
+        weight = tl.load(weights_ptr.to(tl.pointer_type(dtype), bitcast=True) + pair, mask=row_ok,
+                         other=0.0).to(tl.float32)
+    else:
+        weight = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
+    tl.store(y_ptr + pair.to(tl.int64)[:, None] * H + rn[None, :], acc * weight[:, None],
+             mask=row_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
 def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr, H, F, top_k, layout_block,
                        activation, alpha, limit, has_bias, GATED: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, scale_ptr=None, group_size=0,
@@ -161,16 +243,8 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
     dtype = h_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
-        rm = first + tl.arange(0, BLOCK_M)
-        row_ok = rm < end
-        token = tl.load(sorted_ptr + rm, mask=row_ok, other=0) // top_k
-        f = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        f_ok = f < F
-        rows_per_expert = 2 * F if GATED else F
-        if GATED:
-            gate_row = f // layout_block * 2 * layout_block + f % layout_block
-        else:
-            gate_row = f
+        rm, row_ok, token, f, f_ok, rows_per_expert, gate_row = _gate_up_tile(sorted_ptr, first, end, F, top_k,
+                                                                              layout_block, GATED, BLOCK_M, BLOCK_N)
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if INT4:  # BLOCK_K 32: one packed chunk of the gate and up rows per step (int4_tiles.py)
@@ -188,29 +262,11 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
                     acc_u += int4_chunk_dot(a_low, a_high, u_ptrs + k * 16, f_ok) * group_scales(
                         scale_ptr, up_rows, f_ok, k * BLOCK_K, H, group_size)[None, :]
         else:
-            rk = tl.arange(0, BLOCK_K)
-            # Rows gathered from hidden by token; rows past the tile's end are masked, never read.
-            a_ptrs = x_ptr + token.to(tl.int64)[:, None] * H + rk[None, :]
-            w_base = w_ptr + expert.to(tl.int64) * rows_per_expert * H
-            g_ptrs = w_base + gate_row.to(tl.int64)[None, :] * H + rk[:, None]
-            for k in range(0, tl.cdiv(H, BLOCK_K)):
-                k_ok = k * BLOCK_K + rk < H
-                a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                w_mask = k_ok[:, None] & f_ok[None, :]
-                acc_g = tl.dot(a, tl.load(g_ptrs, mask=w_mask, other=0.0), acc_g)
-                if GATED:
-                    acc_u = tl.dot(a, tl.load(g_ptrs + layout_block * H, mask=w_mask, other=0.0), acc_u)
-                a_ptrs += BLOCK_K
-                g_ptrs += BLOCK_K
-        if has_bias:
-            b_base = bias_ptr + expert.to(tl.int64) * rows_per_expert
-            acc_g += tl.load(b_base + gate_row, mask=f_ok, other=0.0).to(tl.float32)[None, :]
-            if GATED:
-                acc_u += tl.load(b_base + gate_row + layout_block, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+            acc_g, acc_u = _gate_up_products(x_ptr, token, row_ok, w_ptr, expert, rows_per_expert, gate_row, f_ok,
+                                             layout_block, H, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
         # The gate+up output in the part's dtype, the activation in float32, its result in the part's dtype.
-        g = acc_g.to(dtype).to(tl.float32)
-        u = acc_u.to(dtype).to(tl.float32)
-        h = _activate(g, u, activation, alpha, limit, GATED)
+        h = _gate_up_activation(acc_g, acc_u, bias_ptr, has_bias, expert, rows_per_expert, gate_row, layout_block,
+                                f_ok, activation, alpha, limit, GATED)
         tl.store(h_ptr + rm.to(tl.int64)[:, None] * F + f[None, :], h.to(dtype), mask=row_ok[:, None] & f_ok[None, :])
 
 
@@ -218,7 +274,6 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
 def moe_down_kernel(h_ptr, sorted_ptr, w_ptr, bias_ptr, weights_ptr, tiles_ptr, offs_ptr, y_ptr, H, F, has_bias,
                     weights_16bit, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     scale_ptr=None, group_size=0, INT4: tl.constexpr = False):
-    dtype = h_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
         rm = first + tl.arange(0, BLOCK_M)
@@ -246,17 +301,8 @@ def moe_down_kernel(h_ptr, sorted_ptr, w_ptr, bias_ptr, weights_ptr, tiles_ptr, 
                 acc = tl.dot(a, tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0), acc)
                 a_ptrs += BLOCK_K
                 w_ptrs += BLOCK_K
-        if has_bias:
-            acc += tl.load(bias_ptr + expert.to(tl.int64) * H + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        pair = tl.load(sorted_ptr + rm, mask=row_ok, other=0)
-        # topk_weights are float32, or (weights_16bit) in the activations' dtype.
-        if weights_16bit:
-            weight = tl.load(weights_ptr.to(tl.pointer_type(dtype), bitcast=True) + pair, mask=row_ok,
-                             other=0.0).to(tl.float32)
-        else:
-            weight = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
-        tl.store(y_ptr + pair.to(tl.int64)[:, None] * H + rn[None, :], acc * weight[:, None],
-                 mask=row_ok[:, None] & n_ok[None, :])
+        _store_weighted_rows(y_ptr, acc, sorted_ptr, rm, row_ok, rn, n_ok, bias_ptr, has_bias, expert, H, weights_ptr,
+                             weights_16bit)
 
 
 @triton.jit

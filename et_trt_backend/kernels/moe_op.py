@@ -7,8 +7,13 @@
                                        activation, gate_up_layout, alpha, limit,
                                        w_gate_up_scale, w_down_scale, group_size)   # INT4 expert weights
 
+    out = torch.ops.et_trt.moe_experts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
+                                       activation, gate_up_layout, alpha, limit,
+                                       w_gate_up_scale, w_down_scale)               # FP8 expert weights
+
 The MoEExperts op of et_trt_backend/moe_experts.py (its semantics and input rules; `reference` is the CPU
-definition; INT4 weights: packed uint8 with bfloat16 group scales, int4_weights.moe_experts_reference) on one CUDA
+definition; INT4 weights: packed uint8 with bfloat16 group scales, int4_weights.moe_experts_reference; FP8 weights:
+float8_e4m3fn with float32 scales per output channel, moe_experts_fp8.reference) on one CUDA
 device, through the C++ launcher (runtime/kernels/moe_experts_launcher.h) and a
 workspace this op allocates. Kernel images come from the JSON file named by $ET_TRT_KERNEL_IMAGES (its "moe_"
 kernels), else from compiling for the GPU's architecture with Triton (moe_aot.moe_experts_images).
@@ -21,7 +26,7 @@ import os
 
 import torch
 
-from et_trt_backend import int4_weights, moe_experts
+from et_trt_backend import int4_weights, moe_experts, moe_experts_fp8
 from et_trt_backend.kernels import moe_aot
 from et_trt_backend.kernels.images import load_images
 from et_trt_backend.kernels.launcher import MoEExpertsArgs, MoEExpertsLauncher, moe_workspace_bytes
@@ -37,7 +42,8 @@ _ANY_FORMAT = ("moe_route", "moe_combine")
 
 
 def launcher_for(device: torch.device, dtype: torch.dtype, weight_format: str = "dense") -> MoEExpertsLauncher:
-    """The launcher of `dtype`'s images of `weight_format` ("dense" or "int4") for `device` (made once each)."""
+    """The launcher of `dtype`'s images of `weight_format` ("dense", "int4" or "fp8") for `device` (made once
+    each)."""
     key = (device.index, _DTYPES[dtype], weight_format)
     if key not in _launchers:
         if os.environ.get(IMAGES_ENV):
@@ -77,7 +83,9 @@ def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: t
         _aligned(t) for t in (hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
                               w_down_scale))
     out = torch.empty((tokens, size), dtype=hidden.dtype, device=hidden.device)
-    launcher = launcher_for(hidden.device, hidden.dtype, "int4" if group_size else "dense")
+    weight_format = _weight_format(w_gate_up, group_size)
+    launcher = launcher_for(hidden.device, hidden.dtype, weight_format)
+    scaled = weight_format != "dense"
     # The caching allocator's blocks are 512-byte aligned; the workspace lives until the stream is done with it.
     workspace = torch.empty(max(moe_workspace_bytes(tokens, top_k, experts, size, ffn), 1), dtype=torch.uint8,
                             device=hidden.device)
@@ -89,8 +97,8 @@ def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: t
         experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
         gate_up_layout=MOE_GATE_UP_LAYOUTS.index(gate_up_layout), alpha=alpha, limit=limit,
         workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
-        w_gate_up_scale=w_gate_up_scale.data_ptr() if group_size else None,
-        w_down_scale=w_down_scale.data_ptr() if group_size else None, group_size=group_size)
+        w_gate_up_scale=w_gate_up_scale.data_ptr() if scaled else None,
+        w_down_scale=w_down_scale.data_ptr() if scaled else None, group_size=group_size)
     launcher.launch(args, torch.cuda.current_stream(hidden.device).cuda_stream)
     return out
 
@@ -104,9 +112,22 @@ def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up=None, b_down=
     return hidden.new_empty((tokens, size))
 
 
+def _weight_format(w_gate_up: torch.Tensor, group_size: int) -> str:
+    if group_size:
+        return "int4"
+    return "fp8" if w_gate_up.dtype == moe_experts_fp8.FP8_DTYPE else "dense"
+
+
 def _check(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, activation, gate_up_layout,
            w_gate_up_scale, w_down_scale, group_size) -> tuple[int, int, int, int, int]:
-    """(T, k, E, H, F) of valid inputs, dense or (group_size given) INT4; a ValueError naming the input otherwise."""
+    """(T, k, E, H, F) of valid inputs, dense, (group_size given) INT4 or (float8_e4m3fn weights) FP8; a ValueError
+    naming the input otherwise."""
+    if _weight_format(w_gate_up, group_size) == "fp8":
+        if w_gate_up_scale is None or w_down_scale is None:
+            raise ValueError("et_trt.moe_experts: FP8 weights need w_gate_up_scale and w_down_scale "
+                             "(moe_experts_fp8.quantize_weights)")
+        return moe_experts_fp8.check_inputs(hidden, topk_ids, topk_weights, w_gate_up, w_gate_up_scale, w_down,
+                                            w_down_scale, b_gate_up, b_down, activation, gate_up_layout)
     if not group_size:
         if w_gate_up_scale is not None or w_down_scale is not None:
             raise ValueError("et_trt.moe_experts: weight scales are given without a group_size (INT4 weights take "

@@ -28,7 +28,8 @@ typedef struct {
   float alpha, limit;
   void* workspace;
   size_t workspace_bytes;
-  // INT4 expert weights (a launcher of int4 images): the bfloat16 group scales and the group size; else null, 0.
+  // INT4 expert weights (a launcher of int4 images): the bfloat16 group scales and the group size; FP8 ones (fp8
+  // images): the float32 scales per output channel and 0; else null, 0.
   const void* w_gate_up_scale;
   const void* w_down_scale;
   int64_t group_size;

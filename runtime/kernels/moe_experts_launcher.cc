@@ -62,8 +62,10 @@ bool is_gemv_kernel(const std::string& kernel) {
 
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
 struct Regions {
-  size_t offs = 0, tiles = 0, sorted = 0, h = 0, y = 0, bytes = 0;
+  size_t offs = 0, tiles = 0, sorted = 0, h = 0, h_scale = 0, xq = 0, xs = 0, y = 0, bytes = 0;
 };
+// Columns of the FP8 activations per block scale (et_trt_backend/kernels/moe_fp8.py's SCALE_BLOCK).
+constexpr int64_t kFp8ScaleBlock = 128;
 
 Regions regions(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn) {
   const size_t pairs = static_cast<size_t>(std::max<int64_t>(tokens * top_k, 0));
@@ -73,7 +75,13 @@ Regions regions(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_s
   // The tile table's bound for any tile height: a tile per pair and one partial tile per expert.
   r.sorted = r.tiles + round_up(4 * (1 + 2 * (pairs + e)));
   r.h = r.sorted + round_up(4 * pairs);
-  r.y = r.h + round_up(2 * pairs * static_cast<size_t>(std::max<int64_t>(ffn, 0)));
+  const size_t f = static_cast<size_t>(std::max<int64_t>(ffn, 0));
+  r.h_scale = r.h + round_up(2 * pairs * f);
+  const size_t t = static_cast<size_t>(std::max<int64_t>(tokens, 0));
+  const size_t size = static_cast<size_t>(std::max<int64_t>(hidden_size, 0));
+  r.xq = r.h_scale + round_up(4 * pairs * static_cast<size_t>(cdiv(static_cast<int64_t>(f), kFp8ScaleBlock)));
+  r.xs = r.xq + round_up(t * size);
+  r.y = r.xs + round_up(4 * t);
   r.bytes = r.y + round_up(4 * pairs * static_cast<size_t>(std::max<int64_t>(hidden_size, 0)));
   return r;
 }
@@ -109,9 +117,12 @@ struct MoEExpertsLauncher::State {
   CUcontext context = nullptr;
   blob::DType dtype = blob::DType::BFloat16;
   std::vector<CUmodule> modules;  // every one loaded, unloaded with the launcher
-  std::vector<Kernel> routes;     // by the experts they hold (block_n = E_PAD, block_k = pairs per program)
+  // by the experts they hold (block_n = E_PAD, block_k = pairs per program); fp8: "moe_route_quantize" (block_m
+  // tokens per quantizing program)
+  std::vector<Kernel> routes;
   std::vector<Gemms> gemms;       // by block_m
   bool int4 = false;              // the GEMM images' weight format is Int4GroupScaled
+  bool fp8 = false;               // ... is Float8RowScaled
   std::vector<Gemvs> gemvs;       // int4: "gemv" first, then "gemv_any"
   Kernel combine;                 // block_m tokens x block_n columns per program
   // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
@@ -172,13 +183,15 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
                     "the images and the launcher from one release");
     if (!is_gemm_kernel(image.kernel) && !is_gemv_kernel(image.kernel)) continue;  // route, combine, gather: any
     const bool int4 = image.weight_format == blob::WeightFormat::Int4GroupScaled;
-    if (!int4 && image.weight_format != blob::WeightFormat::Dense)
+    const bool fp8 = image.weight_format == blob::WeightFormat::Float8RowScaled;
+    if (!int4 && !fp8 && image.weight_format != blob::WeightFormat::Dense)
       return failed("image " + image.kernel + " (" + image.variant + ") has a weight format this launcher does not "
-                    "run (dense or int4)");
-    if (formats_seen && int4 != state->int4)
-      return failed("the GEMM images of one launcher must share one weight format; got dense and int4 ones (make "
-                    "one launcher per format)");
+                    "run (dense, int4 or fp8)");
+    if (formats_seen && (int4 != state->int4 || fp8 != state->fp8))
+      return failed("the GEMM images of one launcher must share one weight format; got two of dense, int4 and fp8 "
+                    "(make one launcher per format)");
     state->int4 = int4;
+    state->fp8 = fp8;
     formats_seen = true;
   }
   Gpu device;
@@ -196,7 +209,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     state->modules.push_back(module.module);
     Kernel kernel{image.kernel + " (" + image.variant + ")", module.function, module.threads, image.shared_bytes,
                   image.block_m, image.block_n, image.block_k};
-    if (image.kernel == "moe_route") {
+    if (image.kernel == (state->fp8 ? "moe_route_quantize" : "moe_route")) {
       state->routes.push_back(kernel);
     } else if (image.kernel == "moe_combine") {
       state->combine = kernel;
@@ -230,7 +243,8 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
   }
   const std::string gpu = device.name + "; images offered: " + offered;
   if (state->routes.empty() || state->combine.function == nullptr)
-    return failed("no moe_route or moe_combine image serves " + gpu +
+    return failed(std::string("no ") + (state->fp8 ? "moe_route_quantize" : "moe_route") +
+                  " or moe_combine image serves " + gpu +
                   ". Re-export with this architecture in the recipe's kernel_archs");
   state->gemms.erase(std::remove_if(state->gemms.begin(), state->gemms.end(), [](const Gemms& g) {
                        return !g.gate_up.function || !g.gate_up_gated.function || !g.down.function;
@@ -248,7 +262,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
                   gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images(..., weight_format=\"int4\"))");
-  if (state->gather.function != nullptr && !state->int4) {  // sm_90a: the wgmma GEMMs where their images serve
+  if (state->gather.function != nullptr && !state->int4 && !state->fp8) {  // sm_90a: the wgmma GEMMs where their images serve
     std::string unavailable;
     state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
     state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
@@ -310,9 +324,13 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   if (a.workspace == nullptr || a.workspace_bytes < r.bytes || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
     return refuse("needs a 256-byte aligned workspace of workspace_bytes() = " + std::to_string(r.bytes) +
                   " bytes; got " + (a.workspace ? std::to_string(a.workspace_bytes) : std::string("none")));
-  if (!state_->int4 && (a.w_gate_up_scale || a.w_down_scale || a.group_size))
-    return refuse("INT4 scales or a group size were given, but the kernel images take dense weights; load the "
-                  "int4 images for INT4 weights");
+  if (!state_->int4 && !state_->fp8 && (a.w_gate_up_scale || a.w_down_scale || a.group_size))
+    return refuse("weight scales or a group size were given, but the kernel images take dense weights; load the "
+                  "int4 or fp8 images for INT4 or FP8 weights");
+  if (state_->fp8 && (a.w_gate_up_scale == nullptr || a.w_down_scale == nullptr || misaligned(a.w_gate_up_scale) ||
+                      misaligned(a.w_down_scale) || a.group_size != 0))
+    return refuse("FP8 weights need w_gate_up_scale and w_down_scale, float32 scales per output channel in 16-byte "
+                  "aligned device buffers, and group_size 0");
   if (state_->int4) {
     if (a.w_gate_up_scale == nullptr || a.w_down_scale == nullptr || misaligned(a.w_gate_up_scale) ||
         misaligned(a.w_down_scale))
@@ -353,6 +371,7 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       }
   const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(a.workspace);
   CUdeviceptr offs = base + r.offs, tiles = base + r.tiles, sorted = base + r.sorted, h = base + r.h, y = base + r.y;
+  CUdeviceptr h_scale = base + r.h_scale, xq = base + r.xq, xs = base + r.xs;
   CUdeviceptr hidden = reinterpret_cast<CUdeviceptr>(a.hidden), ids = reinterpret_cast<CUdeviceptr>(a.topk_ids);
   CUdeviceptr weights = reinterpret_cast<CUdeviceptr>(a.topk_weights), out = reinterpret_cast<CUdeviceptr>(a.out);
   CUdeviceptr w_gate_up = reinterpret_cast<CUdeviceptr>(a.w_gate_up), w_down = reinterpret_cast<CUdeviceptr>(a.w_down);
@@ -409,7 +428,21 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                &group_size, &no_scratch, &no_scratch};
   void* int4_down_args[] = {&h, &sorted, &w_down, &b_down, &weights, &tiles, &offs, &y, &size, &ffn, &has_down_bias,
                             &weights_16bit, &down_scale, &group_size, &no_scratch, &no_scratch};
-  if (!run(*route, cdiv(pairs, route->block_k), 1, route_args)) return false;
+  // FP8: the weight scales beside the weights, the activations' block scales beside h (moe_fp8.py).
+  // FP8: the route's launch also quantizes hidden into xq and xs, in programs after the route's.
+  int32_t route_programs = static_cast<int32_t>(cdiv(pairs, route->block_k));
+  void* fp8_route_args[] = {&ids,    &offs, &sorted, &tiles, &pairs_arg,      &experts,    &block_m,   &hidden,
+                            &xq,     &xs,   &tokens, &size,  &route_programs, &no_scratch, &no_scratch};
+  const int64_t route_grid =
+      route_programs + (state_->fp8 ? cdiv(a.tokens, route->block_m) : 0);
+  void* fp8_gate_up_args[] = {&xq, &xs, &sorted, &w_gate_up, &gate_up_scale, &b_gate_up, &tiles, &offs, &h, &h_scale,
+                              &size, &ffn, &top_k, &block_arg, &activation_arg, &alpha, &limit, &has_gate_up_bias,
+                              &no_scratch, &no_scratch};
+  void* fp8_down_args[] = {&h, &h_scale, &sorted, &w_down, &down_scale, &b_down, &weights, &tiles, &offs, &y, &size,
+                           &ffn, &has_down_bias, &weights_16bit, &no_scratch, &no_scratch};
+  void** gate_up_launch_args = state_->fp8 ? fp8_gate_up_args : state_->int4 ? int4_gate_up_args : gate_up_args;
+  void** down_launch_args = state_->fp8 ? fp8_down_args : state_->int4 ? int4_down_args : down_args;
+  if (!run(*route, route_grid, 1, state_->fp8 ? fp8_route_args : route_args)) return false;
   if (wgmma) {
     // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
     CUdeviceptr gathered = y;
@@ -438,11 +471,8 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       return refuse(message);
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
   } else {
-    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n),
-                          state_->int4 ? int4_gate_up_args : gate_up_args))
-      return false;
-    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), state_->int4 ? int4_down_args : down_args))
-      return false;
+    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
+    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_launch_args)) return false;
   }
   if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
            combine_args))

@@ -29,6 +29,13 @@
 // block is the vector-matrix kernels, one program per pair and block of weight rows, no route: moe_gemv_gate_up,
 // moe_gemv_down (float32 rows by pair), moe_combine (three launches); above, the four launches above with the
 // GEMMs' INT4 builds.
+//
+// FP8 expert weights (images of weight_format Float8RowScaled, et_trt_backend/moe_experts_fp8.py): w_gate_up and
+// w_down are float8 e4m3 ([E, N1, H], [E, H, F]) with float32 scales per output channel (w_gate_up_scale [E, N1],
+// w_down_scale [E, H]); the GEMMs' inputs are quantized to e4m3: hidden per token by extra programs of the route's
+// launch (moe_route_quantize), the activation in blocks of 1 x 128 along K by the gate+up GEMM's epilogue, which
+// writes it with its block scales for the down GEMM. Four launches: moe_route_quantize, the GEMMs' FP8 builds,
+// moe_combine.
 #pragma once
 
 #include <cuda.h>
@@ -84,6 +91,7 @@ struct MoEExpertsArgs {
   GateUpLayout layout = GateUpLayout::kConcat;  // gated activations only
   float alpha = 1.702f, limit = 7.0f;           // kGptOssGLU's
   // INT4 weights only (launchers of int4 images; null and 0 otherwise): the group scales and the group size.
+  // FP8 weights (launchers of fp8 images): the float32 scales per output channel, group_size 0.
   const void* w_gate_up_scale = nullptr;
   const void* w_down_scale = nullptr;
   int64_t group_size = 0;
@@ -96,13 +104,15 @@ struct MoEExpertsArgs {
 class MoEExpertsLauncher {
  public:
   // The workspace one launch needs: the offsets and the sorted pairs, the activations [pairs, F] in the
-  // images' dtype (2 bytes) and the weighted down rows [pairs, H] in float32 (pairs = tokens * top_k).
+  // images' dtype (2 bytes; FP8: 1 byte) and their FP8 block scales [pairs, ceil(F / 128)] in float32, FP8 hidden
+  // [tokens, H] and its scales [tokens], and the weighted down rows [pairs, H] in float32
+  // (pairs = tokens * top_k). The same for every weight format.
   static size_t workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn);
 
   // Loads, for the device of the calling thread's current CUDA context, every MoE experts image that
   // serves it (as GroupedMMLauncher::create picks them; images of other kernels are ignored). They must
   // share one dtype and hold a moe_route, moe_combine and an "any" variant of moe_gate_up and moe_down for
-  // this GPU. The GEMM images must share one weight format (dense or int4: the launcher's); int4 ones also
+  // this GPU. The GEMM images must share one weight format (dense, int4 or fp8: the launcher's); int4 ones also
   // need the "gemv_any" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down. nullptr and
   // *error (naming the GPU, the images offered and the fix) otherwise.
   static std::unique_ptr<MoEExpertsLauncher> create(const std::vector<KernelImageRef>& images, std::string* error);
@@ -114,7 +124,7 @@ class MoEExpertsLauncher {
   // cannot index (tokens * top_k, hidden_size, ffn or an expert's weights at 2^31 - 1024 or more), more
   // experts than the route kernel holds, an activation or layout out of range, blocked8 with ffn % 8 != 0,
   // null or unaligned pointers, a short or unaligned workspace, int4 scales or group size given to a dense
-  // launcher, missing or invalid ones for an int4 launcher, or a failed launch. tokens == 0 or
+  // launcher, missing or invalid ones for an int4 or fp8 launcher, or a failed launch. tokens == 0 or
   // hidden_size == 0 is a no-op; top_k, experts or ffn == 0 writes zeros. Not thread-safe, one stream at a
   // time (as GroupedMMLauncher).
   bool launch(const MoEExpertsArgs& args, CUstream stream, std::string* error);
