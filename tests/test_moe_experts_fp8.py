@@ -42,7 +42,6 @@ def _sass_ops(image, tmp_path) -> collections.Counter:
         r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]+)", sass, re.M))
 
 
-@pytest.mark.usefixtures("kernel_cache")
 # One architecture of each FP8 family (sm_110a compiles as sm_100a does, with the same tilings).
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a", "sm_100a", "sm_120a"])
 def test_every_fp8_arch_compiles(arch, tmp_path):
