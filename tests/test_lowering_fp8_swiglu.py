@@ -135,7 +135,7 @@ def test_blobs_carry_the_swiglu_row_quantizations_only_where_a_grouped_mm_takes_
             "fp16": GroupedMMUse("fp16", True, "fp8"), "dense": GroupedMMUse("bf16", True)}
     for picked, want_swiglu in ((["plain", "plain", "dense"], set()), (["plain", "fused", "fp16"], {"bf16"})):
         calls.clear()
-        got, _ = backend._kernel_images(SimpleNamespace(grouped_mms=[uses[p] for p in picked]), FP8)
+        got, _ = backend._kernel_images(SimpleNamespace(grouped_mms=[uses[p] for p in picked], fused_blocks=[]), FP8)
         assert len(calls) == len(set(calls))  # each form compiled once
         assert {i.dtype for i in got if i.variant.startswith("quantize_rows_swiglu")} == want_swiglu
         assert {i.dtype for i in got if i.variant == "quantize_rows_any"} == {uses[p].dtype for p in picked

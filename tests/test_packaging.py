@@ -8,6 +8,7 @@ from PyPI, building runtime/ with CMake in pip's build environment: a few minute
 import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -108,8 +109,9 @@ def test_installed_export_and_inspect_from_another_folder(installed, exported):
     assert result.returncode == 0, result.stderr[-4000:]
     assert "2 TensorRT partition(s)" in result.stdout, result.stdout[:3000]
     assert "part 'decoder'" in result.stdout and "part 'velocity'" in result.stdout, result.stdout[:3000]
-    if sm90.nvcc_path() is not None:  # the sm_90a kernel of the installed grouped_mm_sm90.cu
-        assert "grouped_mm_wgmma_nk" in result.stdout, result.stdout[:6000]
+    if sm90.nvcc_path() is not None:  # the sm_90a MoE builds of the installed grouped_mm_sm90.cu (nvcc's: persistent)
+        assert re.search(r"sm_90a +cubin moe_gate_up_gated bf16 .*persistent$", result.stdout, re.M), \
+            result.stdout[:6000]
 
 
 @pytest.mark.slow
