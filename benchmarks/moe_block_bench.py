@@ -146,19 +146,23 @@ def launches(fn) -> int:
     return sum(e.count for e in prof.key_averages() if e.device_time_total > 0)
 
 
-def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, contenders) -> dict:
+def block_inputs(tokens, experts, size, ffn, top_k) -> tuple:
+    """Random bf16 operands of one block (SwiGLU weights in the "concat" layout and in "blocked8"), the routing and
+    the float32 reference's output: hidden, ids, weights, w_gate_up, blocked, w_down, ref."""
     gen = torch.Generator(device="cuda").manual_seed(tokens + experts + size)
     hidden = torch.randn(tokens, size, device="cuda", generator=gen).to(torch.bfloat16)
     w_gate_up = (torch.randn(experts, 2 * ffn, size, device="cuda", generator=gen) / size**0.5).to(torch.bfloat16)
     w_down = (torch.randn(experts, size, ffn, device="cuda", generator=gen) / ffn**0.5).to(torch.bfloat16)
     ids, weights = routing(tokens, experts, top_k, tokens + experts)
-    touched = torch.unique(ids[(ids >= 0) & (ids < experts)]).numel()
     blocked, _ = moe_experts.relayout(w_gate_up, None, "concat", "blocked8")
     ref = moe_experts.reference(hidden, ids, weights, w_gate_up, w_down)
-    row = {"shape": name, "tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "top_k": top_k,
-           "err": {}, "launches": {}, "kernels": {},
-           # the weights of the experts the ids touch (gate+up 2F x H, down H x F): the floor's bytes at robot sizes
-           "weight_bytes": touched * 3 * size * ffn * hidden.element_size()}
+    return hidden, ids, weights, w_gate_up, blocked, w_down, ref
+
+
+def checked_calls(name: str, contenders: dict, inputs: tuple, row: dict) -> dict:
+    """label -> a call of each contender on `inputs` (block_inputs') whose output matches the reference; each
+    contender's relative error goes to row["err"] (NaN where it failed)."""
+    hidden, ids, weights, w_gate_up, blocked, w_down, ref = inputs
     fns = {}
     for label, (block, fused) in contenders.items():
         fn = (lambda block=block: block(hidden, ids, weights, blocked, w_down)) if fused else (
@@ -174,23 +178,45 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
         if not row["err"][label] < 2e-2:
             logger.error("%s %s: wrong result (relative error %.3e); not timed", name, label, row["err"][label])
             continue
-        row["launches"][label] = launches(fn)
-        if fused:
-            row["kernels"][label] = block.launcher.last_kernels
         fns[label] = fn
-    pairs = tokens * top_k
-    flops = 6.0 * pairs * size * ffn
+    return fns
+
+
+def timed_calls(fns: dict, tokens, experts, size, ffn, top_k, replay_s, rounds) -> dict[str, list[float]]:
+    """Seconds per call of each of `fns` in each round: CUDA graphs of about replay_s, paired rounds."""
+    flops = 6.0 * tokens * top_k * size * ffn
     estimate = max(flops / 500e12, 2.0 * 3 * experts * size * ffn / 3e12, 20e-6)
     calls = bench.replay_calls(replay_s, estimate)
     graphs = {label: bench.capture(fn, calls) for label, fn in fns.items()}
-    times = bench.time_rounds(graphs, calls, rounds)
+    return bench.time_rounds(graphs, calls, rounds)
+
+
+def paired_ratio(times: dict[str, list[float]], other: str, label: str) -> float:
+    """How many times faster `label` ran than `other`: the median of the rounds' ratios."""
+    return statistics.median(o / f for o, f in zip(times[other], times[label]))
+
+
+def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, contenders) -> dict:
+    inputs = block_inputs(tokens, experts, size, ffn, top_k)
+    ids = inputs[1]
+    touched = torch.unique(ids[(ids >= 0) & (ids < experts)]).numel()
+    row = {"shape": name, "tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "top_k": top_k,
+           "err": {}, "launches": {}, "kernels": {},
+           # the weights of the experts the ids touch (gate+up 2F x H, down H x F): the floor's bytes at robot sizes
+           "weight_bytes": touched * 3 * size * ffn * inputs[0].element_size()}
+    fns = checked_calls(name, contenders, inputs, row)
+    for label, fn in fns.items():
+        row["launches"][label] = launches(fn)
+        if contenders[label][1]:
+            row["kernels"][label] = contenders[label][0].launcher.last_kernels
+    times = timed_calls(fns, tokens, experts, size, ffn, top_k, replay_s, rounds)
     row["us"] = {label: statistics.median(t) * 1e6 for label, t in times.items()}
     row["x"] = {}  # fused contenders over each other contender: the median of the rounds' ratios
     for label in times:
         if label.startswith("fused"):
-            row["x"][label] = {other: statistics.median(o / f for o, f in zip(times[other], times[label]))
-                               for other in times if not other.startswith("fused")}
-    del graphs, hidden, w_gate_up, w_down, blocked
+            row["x"][label] = {other: paired_ratio(times, other, label) for other in times
+                               if not other.startswith("fused")}
+    del fns, inputs
     torch.cuda.empty_cache()
     return row
 

@@ -33,10 +33,11 @@ def _launcher(dtype):
 
 
 def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_ALPHA,
-         limit=moe_experts.GPTOSS_LIMIT):
+         limit=moe_experts.GPTOSS_LIMIT, path="rule"):
     """Launches into a NaN-poisoned output and a workspace of 0xff bytes (NaN in the float rows, -1 in the
     offsets, pairs and tile table), so an unwritten output or a row read before it is written fails the
-    comparison. Returns (out, the kernels that ran)."""
+    comparison; `path`: the GEMM path for this launch (MoEExpertsLauncher.set_gemm_path). Returns (out, the kernels
+    that ran)."""
     from et_trt_backend.kernels.launcher import MoEExpertsArgs, moe_workspace_bytes
 
     hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down = (
@@ -55,15 +56,19 @@ def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_
         experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
         gate_up_layout=MOE_GATE_UP_LAYOUTS.index(layout), alpha=alpha, limit=limit, workspace=workspace.data_ptr(),
         workspace_bytes=workspace.numel())
-    launcher.launch(args, torch.cuda.current_stream().cuda_stream)
+    launcher.set_gemm_path(path)
+    try:
+        launcher.launch(args, torch.cuda.current_stream().cuda_stream)
+    finally:
+        launcher.set_gemm_path("rule")  # the launcher is shared with the other tests
     torch.cuda.synchronize()
     return out.cpu(), launcher.last_kernels
 
 
-def _check(inputs, activation="swiglu", layout="concat", bound=1e-2):
+def _check(inputs, activation="swiglu", layout="concat", bound=1e-2, path="rule"):
     """The kernels' result within `bound` of the float32 reference (relative to its norm), every row written.
     Returns the kernels that ran."""
-    out, kernels = _run(inputs, activation, layout)
+    out, kernels = _run(inputs, activation, layout, path=path)
     want = moe_experts.reference(*inputs, activation=activation, gate_up_layout=layout)
     assert not out.isnan().any(), f"{kernels}: unwritten (NaN-poisoned) outputs remain"
     err = float((out.float() - want.float()).norm() / want.float().norm().clamp_min(1e-6))
@@ -207,6 +212,21 @@ def test_every_wgmma_tile_width():
     hidden, _, weights, w_gate_up, w_down, b_gate_up, b_down = make_inputs(
         len(ids), 1, len(sizes), 256, 136, "swiglu", bias=True, seed=20)
     _assert_path(_check((hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down), "swiglu", "blocked8"))
+
+
+@pytest.mark.parametrize("path", ["wgmma", "tilings"])
+def test_forced_gemm_path(path):
+    """set_gemm_path (benchmarks/moe_sweep.py times each path at every shape): 16 rows per expert on the wgmma path
+    (sm_90 with its images; the Triton tilings elsewhere), 256 rows per expert on the Triton tilings."""
+    rows = 16 if path == "wgmma" else 256
+    kernels = _check(make_inputs(rows * 8 // 2, 2, 8, 256, 136, "swiglu", bias=True, seed=23), "swiglu", "blocked8",
+                     path=path)
+    if path == "wgmma":
+        _assert_path(kernels)
+    else:
+        _assert_triton(kernels)
+    with pytest.raises(ValueError, match="unknown MoE GEMM path"):
+        _launcher(torch.bfloat16).set_gemm_path("fastest")
 
 
 def test_eager_op_matches_reference():

@@ -118,6 +118,7 @@ struct MoEExpertsLauncher::State {
   // per program); null where no image serves this GPU.
   std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
   Kernel gather;
+  MoEGemmPath path = MoEGemmPath::kRule;
   std::string last_kernels;
 };
 
@@ -340,9 +341,11 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       cdiv(a.hidden_size, state_->combine.block_n) > kGridYLimit)
     return refuse("hidden or FFN size needs more column blocks than a grid holds (65535)");
 
-  const bool wgmma = state_->wgmma_gate_up && state_->wgmma_down && gated && a.layout == GateUpLayout::kBlocked8 &&
-                     a.hidden_size % 8 == 0 && a.ffn % 8 == 0 && a.ffn > 0 && a.experts <= kWgmmaMaxExperts &&
-                     per_expert >= kWgmmaMinRowsPerExpert;
+  const bool wgmma_serves = state_->wgmma_gate_up && state_->wgmma_down && gated &&
+                            a.layout == GateUpLayout::kBlocked8 && a.hidden_size % 8 == 0 && a.ffn % 8 == 0 &&
+                            a.ffn > 0 && a.experts <= kWgmmaMaxExperts;
+  const bool wgmma = wgmma_serves && state_->path != MoEGemmPath::kTilings &&
+                     (state_->path == MoEGemmPath::kWgmma || per_expert >= kWgmmaMinRowsPerExpert);
   // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles).
   const Gemvs* gemvs = nullptr;
   if (state_->int4 && pairs <= std::max(a.experts, kInt4GemvMaxRows))
@@ -450,6 +453,8 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   state_->last_kernels = ran;
   return true;
 }
+
+void MoEExpertsLauncher::set_gemm_path(MoEGemmPath path) { state_->path = path; }
 
 const std::string& MoEExpertsLauncher::last_kernels() const { return state_->last_kernels; }
 

@@ -93,6 +93,14 @@ struct MoEExpertsArgs {
   size_t workspace_bytes = 0;
 };
 
+// Which GEMMs a launch runs: the launcher's rule, or one path wherever the shape allows it (benchmarks and tests
+// that time or check a path at shapes the rule gives the other; the Triton tilings serve where wgmma cannot).
+enum class MoEGemmPath : int32_t {
+  kRule = 0,    // the launcher's dispatch rule
+  kWgmma = 1,   // sm_90a's wgmma GEMMs wherever their images, the activation, layout and sizes allow
+  kTilings = 2  // the Triton tilings only
+};
+
 class MoEExpertsLauncher {
  public:
   // The workspace one launch needs: the offsets and the sorted pairs, the activations [pairs, F] in the
@@ -118,6 +126,9 @@ class MoEExpertsLauncher {
   // hidden_size == 0 is a no-op; top_k, experts or ffn == 0 writes zeros. Not thread-safe, one stream at a
   // time (as GroupedMMLauncher).
   bool launch(const MoEExpertsArgs& args, CUstream stream, std::string* error);
+
+  // The path later launches take (kRule until set).
+  void set_gemm_path(MoEGemmPath path);
 
   // The kernels the last successful launch ran, in order, joined by " + " (device checks, benchmarks).
   const std::string& last_kernels() const;
