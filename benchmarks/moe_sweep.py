@@ -51,6 +51,7 @@ PROFILED_CALLS = 5
 # A fused block's kernels, as the launcher names them ("moe_gate_up_gated (wgmma)": "gate_up").
 STAGES = ("route", "gather", "gate_up", "down", "combine")
 SHIPPED = {"triton": "fused_tilings", "wgmma": "fused_wgmma_s4_c2"}
+MARKER = "spin_kernel"  # torch.cuda._sleep's kernel
 
 
 def stage(kernel: str) -> str:
@@ -60,31 +61,36 @@ def stage(kernel: str) -> str:
 def kernel_times(fns: dict, contenders: dict) -> dict[str, dict[str, float]]:
     """label -> device microseconds per call of each of its kernels, the median over PROFILED_CALLS calls, from one
     profiled session per shape (a session's start costs ~0.1 s): our launchers' kernels by stage (their
-    last_kernels name them in launch order), eager's by kernel name (same-named ones summed). The contenders run
-    one after another, ours first, so eager's kernels are the rest."""
+    last_kernels name them in launch order), eager's by kernel name (same-named ones summed). A marker kernel
+    (torch.cuda._sleep's) before each contender's calls splits the session's records; a contender whose records do
+    not match its launches gets none."""
     for fn in fns.values():
         fn()
     torch.cuda.synchronize()
     ours = {label: [stage(k) for k in contenders[label][0].launcher.last_kernels.split(" + ")]
             for label in fns if contenders[label][1]}
-    order = [*ours, *(label for label in fns if label not in ours)]
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for label in order:
+        for fn in fns.values():
+            torch.cuda._sleep(1)
             for _ in range(PROFILED_CALLS):
-                fns[label]()
-            torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
-    times, start = {}, 0
-    for label in order:
-        if label in ours:  # skip anything before its first kernel (CUPTI's own device records, if any)
-            start = next((i for i in range(start, len(kernels)) if "moe_route" in kernels[i].name), len(kernels))
-        per_call = len(ours[label]) if label in ours else (len(kernels) - start) // PROFILED_CALLS
-        chunk = kernels[start:start + per_call * PROFILED_CALLS]
-        start += per_call * PROFILED_CALLS
-        names = ours.get(label) or [e.name for e in chunk[:per_call]]
-        if label in ours and not all("moe_route" in e.name for e in chunk[::per_call]):
-            logger.warning("%s: the profiled kernels do not follow its launches; kernel times left out", label)
+                fn()
+        torch.cuda.synchronize()
+    segments = []  # the records after each marker; those before the first (CUPTI's own, if any) are dropped
+    for event in sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA),
+                        key=lambda e: e.time_range.start):
+        if MARKER in event.name:
+            segments.append([])
+        elif segments:
+            segments[-1].append(event)
+    times = {}
+    for label, chunk in zip(fns, segments):
+        per_call = len(ours[label]) if label in ours else len(chunk) // PROFILED_CALLS
+        if not per_call or len(chunk) != per_call * PROFILED_CALLS or (
+                label in ours and not all("moe_route" in e.name for e in chunk[::per_call])):
+            logger.warning("%s: %d kernel records do not match its launches; kernel times left out", label,
+                           len(chunk))
             continue
+        names = ours.get(label) or [e.name for e in chunk[:per_call]]
         calls = [collections.Counter() for _ in range(PROFILED_CALLS)]
         for i, event in enumerate(chunk):
             calls[i // per_call][names[i % per_call]] += event.time_range.elapsed_us()
