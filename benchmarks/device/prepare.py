@@ -121,13 +121,16 @@ def save_moe_images() -> None:
 # (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA may
 # spread the few tiles of the dispatch shapes better.)
 WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c1": (4, 1)}
-# Its Triton tilings, each timed alone (with "any"): around the shipped "tile" (64 x 64, 3 stages, 4 warps) and
-# "large" (128 x 64, down 128, 3 stages, 8 warps): wider gate+up tiles, deeper pipelines, other warp counts, taller
-# and shorter tiles (sm_90a only, so up to its 227 KiB of shared memory).
-TILING_SWEEP = tuple(moe_aot.MoEGemmConfig(f"m{m}_n{n}_s{stages}_w{warps}", m, n, down_n, 64, stages, warps, 16)
-                     for m, n, down_n, stages, warps in (
-                         (128, 128, 128, 4, 8), (128, 128, 128, 3, 8), (128, 64, 128, 4, 8), (128, 64, 128, 4, 4),
-                         (64, 128, 128, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 4), (256, 64, 64, 3, 8)))
+# Its Triton tilings, each timed alone (with "any"): around the shipped "tile" (64 x 64, K 64, 3 stages, 4 warps)
+# and "large" (128 x 64, down 128, K 64, 3 stages, 8 warps): wider gate+up tiles, deeper pipelines, longer K steps,
+# other warp counts, taller and shorter tiles (sm_90a only, so up to its 227 KiB of shared memory).
+TILING_SWEEP = tuple(
+    moe_aot.MoEGemmConfig(f"m{m}_n{n}_s{stages}_w{warps}" + (f"_k{k}" if k != 64 else ""), m, n, down_n, k, stages,
+                          warps, 16)
+    for m, n, down_n, k, stages, warps in (
+        (128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8), (128, 64, 128, 64, 4, 8), (128, 64, 128, 64, 4, 4),
+        (64, 128, 128, 64, 4, 4), (64, 64, 64, 64, 4, 4), (32, 64, 64, 64, 4, 4), (256, 64, 64, 64, 3, 8),
+        (128, 64, 128, 128, 3, 8), (64, 64, 64, 128, 3, 4)))
 
 
 def save_moe_sweep_images() -> None:
