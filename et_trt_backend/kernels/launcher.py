@@ -82,6 +82,8 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_moe_experts_destroy.argtypes = [ctypes.c_void_p]
         lib.et_trt_moe_experts_set_gemm_path.restype = ctypes.c_int32
         lib.et_trt_moe_experts_set_gemm_path.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.et_trt_moe_experts_rule_path.restype = ctypes.c_int32
+        lib.et_trt_moe_experts_rule_path.argtypes = [ctypes.c_int64] * 5
         lib.et_trt_grouped_mm_images_for_gpu.restype = ctypes.c_int32
         lib.et_trt_grouped_mm_images_for_gpu.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32,
                                                          ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32,
@@ -200,6 +202,12 @@ def moe_workspace_bytes(tokens: int, top_k: int, experts: int, hidden_size: int,
 
 
 MOE_GEMM_PATHS = ("rule", "wgmma", "tilings")  # MoEGemmPath's values, in order
+
+
+def moe_rule_path(tokens: int, top_k: int, experts: int, hidden_size: int, ffn: int) -> str:
+    """The launcher's dispatch rule for a block of these sizes (MoEExpertsLauncher::rule_path): "wgmma" where it
+    takes sm_90a's wgmma GEMMs if they serve the launch, else "tilings". Needs no GPU."""
+    return MOE_GEMM_PATHS[_library().et_trt_moe_experts_rule_path(tokens, top_k, experts, hidden_size, ffn)]
 
 
 class MoEExpertsLauncher:
