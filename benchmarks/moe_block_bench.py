@@ -7,7 +7,8 @@ PyTorch eager and against our unfused GroupedMM kernels plus the glue.
            GroupedMM lowering runs, less TensorRT's own glue kernels
   fused    our MoEExperts kernels through the C++ launcher (moe_experts_launcher.h), gate+up rows in the
            "blocked8" layout the lowering writes; fused_<label> contenders are other image sets
-           (benchmarks/device/prepare.py's moe_bench_images.groups.json)
+           (benchmarks/device/prepare.py's moe_bench_images.groups.json), fused_wgmma the fused images with the
+           wgmma path forced wherever it serves (MoEExpertsLauncher.set_gemm_path)
 
 Runs on a GPU with no Triton in the process: every kernel of ours is an AOT image. Method as
 grouped_mm_bench.py: CUDA graphs of back-to-back calls (~30 ms at the MoE shapes, ~15 ms at robot sizes), every
@@ -50,9 +51,11 @@ logger = logging.getLogger("moe_block_bench")
 # tokens, experts, hidden, FFN, top-k: the MoE layer of the issue's goals, and robot sizes.
 MOE = [(t, 128, 3072, 3072, 8) for t in (3500, 8740)]
 ROBOT = [(t, e, h, h, 2) for t in (1, 32, 256) for e in (8, 64) for h in (1024, 2048)]
-# Where the launcher's choice between the wgmma path and the Triton tilings is checked: 128 and 256 rows per expert
-# (it takes wgmma from 128; the first H100 run measured 64, where Triton won, and the MoE shapes' 219 and 546).
-DISPATCH = [(512, 8, 1024, 1024, 2), (512, 8, 2048, 2048, 2), (1024, 8, 2048, 2048, 2)]
+# Where the launcher's rule (MoEExpertsLauncher::rule_path: wgmma from H, F >= 2560 and 32 rows per expert) is
+# checked against the other path: 64 rows per expert at H 2048 (the old rule's wgmma, slower in the sweep), 512 at
+# 64 experts x H 2048 (the sweep's closest tie on the Triton side), 64 at H 2560 (the size threshold, between the
+# sizes the sweep measured) and 32 rows per expert at the MoE layer's H 3072 (the fewest rows measured faster).
+DISPATCH = [(256, 8, 2048, 2048, 2), (16384, 64, 2048, 2048, 2), (2048, 64, 2560, 2560, 2), (512, 128, 3072, 3072, 8)]
 # Issue 32's "done when": fused over eager at the MoE shapes; over eager and over unfused at robot sizes.
 GOALS = {"moe": {"eager": 1.2}, "robot": {"eager": 1.5, "unfused": 1.2}}
 MAX_ROBOT_LAUNCHES = 4
@@ -146,19 +149,23 @@ def launches(fn) -> int:
     return sum(e.count for e in prof.key_averages() if e.device_time_total > 0)
 
 
-def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, contenders) -> dict:
+def block_inputs(tokens, experts, size, ffn, top_k) -> tuple:
+    """Random bf16 operands of one block (SwiGLU weights in the "concat" layout and in "blocked8"), the routing and
+    the float32 reference's output: hidden, ids, weights, w_gate_up, blocked, w_down, ref."""
     gen = torch.Generator(device="cuda").manual_seed(tokens + experts + size)
     hidden = torch.randn(tokens, size, device="cuda", generator=gen).to(torch.bfloat16)
     w_gate_up = (torch.randn(experts, 2 * ffn, size, device="cuda", generator=gen) / size**0.5).to(torch.bfloat16)
     w_down = (torch.randn(experts, size, ffn, device="cuda", generator=gen) / ffn**0.5).to(torch.bfloat16)
     ids, weights = routing(tokens, experts, top_k, tokens + experts)
-    touched = torch.unique(ids[(ids >= 0) & (ids < experts)]).numel()
     blocked, _ = moe_experts.relayout(w_gate_up, None, "concat", "blocked8")
     ref = moe_experts.reference(hidden, ids, weights, w_gate_up, w_down)
-    row = {"shape": name, "tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "top_k": top_k,
-           "err": {}, "launches": {}, "kernels": {},
-           # the weights of the experts the ids touch (gate+up 2F x H, down H x F): the floor's bytes at robot sizes
-           "weight_bytes": touched * 3 * size * ffn * hidden.element_size()}
+    return hidden, ids, weights, w_gate_up, blocked, w_down, ref
+
+
+def checked_calls(name: str, contenders: dict, inputs: tuple, row: dict) -> dict:
+    """label -> a call of each contender on `inputs` (block_inputs') whose output matches the reference; each
+    contender's relative error goes to row["err"] (NaN where it failed)."""
+    hidden, ids, weights, w_gate_up, blocked, w_down, ref = inputs
     fns = {}
     for label, (block, fused) in contenders.items():
         fn = (lambda block=block: block(hidden, ids, weights, blocked, w_down)) if fused else (
@@ -174,23 +181,45 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
         if not row["err"][label] < 2e-2:
             logger.error("%s %s: wrong result (relative error %.3e); not timed", name, label, row["err"][label])
             continue
-        row["launches"][label] = launches(fn)
-        if fused:
-            row["kernels"][label] = block.launcher.last_kernels
         fns[label] = fn
-    pairs = tokens * top_k
-    flops = 6.0 * pairs * size * ffn
+    return fns
+
+
+def timed_calls(fns: dict, tokens, experts, size, ffn, top_k, replay_s, rounds) -> dict[str, list[float]]:
+    """Seconds per call of each of `fns` in each round: CUDA graphs of about replay_s, paired rounds."""
+    flops = 6.0 * tokens * top_k * size * ffn
     estimate = max(flops / 500e12, 2.0 * 3 * experts * size * ffn / 3e12, 20e-6)
     calls = bench.replay_calls(replay_s, estimate)
     graphs = {label: bench.capture(fn, calls) for label, fn in fns.items()}
-    times = bench.time_rounds(graphs, calls, rounds)
+    return bench.time_rounds(graphs, calls, rounds)
+
+
+def paired_ratio(times: dict[str, list[float]], other: str, label: str) -> float:
+    """How many times faster `label` ran than `other`: the median of the rounds' ratios."""
+    return statistics.median(o / f for o, f in zip(times[other], times[label]))
+
+
+def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, contenders) -> dict:
+    inputs = block_inputs(tokens, experts, size, ffn, top_k)
+    ids = inputs[1]
+    touched = torch.unique(ids[(ids >= 0) & (ids < experts)]).numel()
+    row = {"shape": name, "tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "top_k": top_k,
+           "err": {}, "launches": {}, "kernels": {},
+           # the weights of the experts the ids touch (gate+up 2F x H, down H x F): the floor's bytes at robot sizes
+           "weight_bytes": touched * 3 * size * ffn * inputs[0].element_size()}
+    fns = checked_calls(name, contenders, inputs, row)
+    for label, fn in fns.items():
+        row["launches"][label] = launches(fn)
+        if contenders[label][1]:
+            row["kernels"][label] = contenders[label][0].launcher.last_kernels
+    times = timed_calls(fns, tokens, experts, size, ffn, top_k, replay_s, rounds)
     row["us"] = {label: statistics.median(t) * 1e6 for label, t in times.items()}
     row["x"] = {}  # fused contenders over each other contender: the median of the rounds' ratios
     for label in times:
         if label.startswith("fused"):
-            row["x"][label] = {other: statistics.median(o / f for o, f in zip(times[other], times[label]))
-                               for other in times if not other.startswith("fused")}
-    del graphs, hidden, w_gate_up, w_down, blocked
+            row["x"][label] = {other: paired_ratio(times, other, label) for other in times
+                               if not other.startswith("fused")}
+    del fns, inputs
     torch.cuda.empty_cache()
     return row
 
@@ -204,10 +233,14 @@ def load_contenders(images_path: str) -> dict:
     contenders = {"eager": (glue_block(torch_grouped_mm), False)}
     for label, indices in groups.items():
         chosen = [images[i] for i in indices]
-        if label.startswith("fused"):
-            contenders[label] = (fused_block(MoEExpertsLauncher(chosen), "blocked8"), True)
-        else:
+        if not label.startswith("fused"):
             contenders[label] = (glue_block(ours_grouped_mm(GroupedMMLauncher(chosen))), False)
+            continue
+        contenders[label] = (fused_block(MoEExpertsLauncher(chosen), "blocked8"), True)
+        if label == "fused":  # the dispatch check's other side where the rule takes the Triton tilings
+            forced = MoEExpertsLauncher(chosen)
+            forced.set_gemm_path("wgmma")
+            contenders["fused_wgmma"] = (fused_block(forced, "blocked8"), True)
     return contenders
 
 
@@ -260,17 +293,18 @@ def goals(rows: list[dict]) -> str:
 
 
 def dispatch(r: dict) -> str:
-    """Whether the launcher's path for the shape ("fused") was the faster of the wgmma path and the Triton tilings
-    ("fused_triton"): within 3%, the two runs' noise."""
-    us, kernels = r["us"], r["kernels"].get("fused", "")
+    """Whether the launcher's rule ("fused") took the faster of the wgmma path ("fused_wgmma", forced) and the Triton
+    tilings ("fused_triton"): within 3%, the runs' noise."""
     name = f"{r['shape']} ({r['tokens'] * r['top_k'] // r['experts']} rows per expert)"
-    if "fused" not in us or "fused_triton" not in us:
-        return f"{name}: fused or fused_triton not timed"
-    if "wgmma" not in kernels:
-        return f"{name}: fused took the Triton tilings (no wgmma time to compare)"
-    x = us["fused_triton"] / us["fused"]
-    verdict = "the faster path" if x >= 0.97 else "NOT the faster path: the wgmma threshold belongs higher"
-    return f"{name}: fused (wgmma) x fused_triton {x:.2f}: {verdict}"
+    us, kernels = r["us"], r["kernels"]
+    took, other = ("wgmma", "fused_triton") if "wgmma" in kernels.get("fused", "") else ("tilings", "fused_wgmma")
+    if "fused" not in us or other not in us:
+        return f"{name}: fused or {other} not timed"
+    if other == "fused_wgmma" and "wgmma" not in kernels.get(other, ""):
+        return f"{name}: fused took the Triton tilings (the wgmma path does not serve here)"
+    x = us[other] / us["fused"]
+    verdict = "the faster path" if x >= 0.97 else "NOT the faster path: the rule (rule_path) belongs elsewhere"
+    return f"{name}: fused ({took}) x {other} {x:.2f}: {verdict}"
 
 
 def main() -> None:

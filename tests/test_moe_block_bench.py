@@ -33,10 +33,13 @@ def test_table_and_goals_name_what_was_not_timed(bench):
              {"fused": {"eager": 3.0, "unfused": 1.1}}, {"eager": 14, "unfused": 12, "fused": 5},
              {"eager": 1e-3, "unfused": 1e-3, "fused": 1e-3}, weight_bytes=75_000_000),
     ]
-    times = {"eager": 200.0, "unfused": 180.0, "fused": 100.0, "fused_triton": 90.0}
-    wgmma = {"fused": "moe_route (e64) + moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + "
-                      "moe_combine (any)"}
-    for tokens, fused_us, kernels in [(512, 100.0, wgmma), (1024, 80.0, wgmma), (384, 90.0, {})]:
+    times = {"eager": 200.0, "unfused": 180.0, "fused": 100.0, "fused_triton": 90.0, "fused_wgmma": 110.0}
+    wgmma = "moe_route (e64) + moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + moe_combine (any)"
+    tilings = "moe_route (e64) + moe_gate_up_gated (large) + moe_down (large) + moe_combine (any)"
+    for tokens, fused_us, kernels in [(512, 100.0, {"fused": wgmma}), (1024, 80.0, {"fused": wgmma}),
+                                      (384, 90.0, {"fused": tilings, "fused_wgmma": wgmma}),
+                                      (256, 120.0, {"fused": tilings, "fused_wgmma": wgmma}),
+                                      (128, 90.0, {"fused": tilings, "fused_wgmma": tilings})]:
         rows.append(_row(f"dispatch {tokens}tok 8e h2048", tokens, {**times, "fused": fused_us}, {}, {}, {},
                          kernels, top_k=2, experts=8))
     table, goals = bench.table(rows).split("\n\n")
@@ -51,7 +54,11 @@ def test_table_and_goals_name_what_was_not_timed(bench):
         "robot 32tok 8e h1024: fused not timed (wrong result or missing): NOT MET",
         "robot 256tok 8e h1024: NOT MET: x unfused 1.10 < 1.2, 5 launches > 4",
         "dispatch 512tok 8e h2048 (128 rows per expert): fused (wgmma) x fused_triton 0.90: NOT the faster path: "
-        "the wgmma threshold belongs higher",
+        "the rule (rule_path) belongs elsewhere",
         "dispatch 1024tok 8e h2048 (256 rows per expert): fused (wgmma) x fused_triton 1.12: the faster path",
-        "dispatch 384tok 8e h2048 (96 rows per expert): fused took the Triton tilings (no wgmma time to compare)",
+        "dispatch 384tok 8e h2048 (96 rows per expert): fused (tilings) x fused_wgmma 1.22: the faster path",
+        "dispatch 256tok 8e h2048 (64 rows per expert): fused (tilings) x fused_wgmma 0.92: NOT the faster path: "
+        "the rule (rule_path) belongs elsewhere",
+        "dispatch 128tok 8e h2048 (32 rows per expert): fused took the Triton tilings (the wgmma path does not serve "
+        "here)",
     ]

@@ -17,6 +17,7 @@ from support.moe_inputs import make_inputs
 from support.moe_models import HF_FAMILIES, HF_HIDDEN
 
 from et_trt_backend import moe_experts
+from et_trt_backend.kernels.launcher import moe_rule_path
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS, MOE_GATED_ACTIVATIONS
 
 pytestmark = [
@@ -33,10 +34,11 @@ def _launcher(dtype):
 
 
 def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_ALPHA,
-         limit=moe_experts.GPTOSS_LIMIT):
+         limit=moe_experts.GPTOSS_LIMIT, path="rule"):
     """Launches into a NaN-poisoned output and a workspace of 0xff bytes (NaN in the float rows, -1 in the
     offsets, pairs and tile table), so an unwritten output or a row read before it is written fails the
-    comparison. Returns (out, the kernels that ran)."""
+    comparison; `path`: the GEMM path for this launch (MoEExpertsLauncher.set_gemm_path). Returns (out, the kernels
+    that ran)."""
     from et_trt_backend.kernels.launcher import MoEExpertsArgs, moe_workspace_bytes
 
     hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down = (
@@ -55,15 +57,19 @@ def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_
         experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
         gate_up_layout=MOE_GATE_UP_LAYOUTS.index(layout), alpha=alpha, limit=limit, workspace=workspace.data_ptr(),
         workspace_bytes=workspace.numel())
-    launcher.launch(args, torch.cuda.current_stream().cuda_stream)
+    launcher.set_gemm_path(path)
+    try:
+        launcher.launch(args, torch.cuda.current_stream().cuda_stream)
+    finally:
+        launcher.set_gemm_path("rule")  # the launcher is shared with the other tests
     torch.cuda.synchronize()
     return out.cpu(), launcher.last_kernels
 
 
-def _check(inputs, activation="swiglu", layout="concat", bound=1e-2):
+def _check(inputs, activation="swiglu", layout="concat", bound=1e-2, path="rule"):
     """The kernels' result within `bound` of the float32 reference (relative to its norm), every row written.
     Returns the kernels that ran."""
-    out, kernels = _run(inputs, activation, layout)
+    out, kernels = _run(inputs, activation, layout, path=path)
     want = moe_experts.reference(*inputs, activation=activation, gate_up_layout=layout)
     assert not out.isnan().any(), f"{kernels}: unwritten (NaN-poisoned) outputs remain"
     err = float((out.float() - want.float()).norm() / want.float().norm().clamp_min(1e-6))
@@ -160,9 +166,19 @@ def test_dynamic_tokens_one_launcher():
 
 
 def test_moe_layer_shape():
-    """An MoE layer's proportions at a tenth of the size: 64 experts of hidden 1024 and FFN 512, top-8. 64 rows per
-    expert: the Triton tilings on every GPU (on an H100 they beat the wgmma path there; it starts at 128)."""
-    _assert_triton(_check(make_inputs(512, 8, 64, 1024, 512, "swiglu", seed=17), "swiglu", "blocked8"))
+    """An MoE layer's proportions at a tenth of the size: 64 experts of hidden 1024 and FFN 512, top-8, 64 rows per
+    expert; the launcher takes the path its rule names (the Triton tilings at these sizes)."""
+    kernels = _check(make_inputs(512, 8, 64, 1024, 512, "swiglu", seed=17), "swiglu", "blocked8")
+    _assert_path(kernels, moe_rule_path(512, 8, 64, 1024, 512))
+
+
+def test_rule_takes_wgmma_at_large_sizes():
+    """Hidden and FFN 2560, 32 rows per expert, the rule's wgmma thresholds: the launcher's rule takes the wgmma
+    GEMMs (on sm_90 with its images; elsewhere the Triton tilings), set_gemm_path("tilings") the Triton tilings."""
+    assert moe_rule_path(64, 2, 4, 2560, 2560) == "wgmma"
+    inputs = make_inputs(64, 2, 4, 2560, 2560, "swiglu", seed=24)
+    _assert_path(_check(inputs, "swiglu", "blocked8"), "wgmma")
+    _assert_path(_check(inputs, "swiglu", "blocked8", path="tilings"), "tilings")
 
 
 def _takes_wgmma() -> bool:
@@ -174,39 +190,48 @@ def _takes_wgmma() -> bool:
         not pool or any(i.variant == "wgmma" and i.kernel.startswith("moe_") for i in pool))
 
 
-def _assert_triton(kernels: str) -> None:
-    assert "wgmma" not in kernels and len(kernels.split(" + ")) == 4, kernels
-
-
-def _assert_path(kernels: str) -> None:
-    """sm_90: the wgmma GEMMs behind the gather (five launches); elsewhere the Triton tilings (four)."""
-    if _takes_wgmma():
+def _assert_path(kernels: str, path: str = "wgmma") -> None:
+    """For path "wgmma": on sm_90 the wgmma GEMMs behind the gather (five launches), elsewhere the Triton tilings
+    (four); for "tilings": the Triton tilings."""
+    if path == "wgmma" and _takes_wgmma():
         assert "moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma)" in kernels, kernels
     else:
-        _assert_triton(kernels)
+        assert "wgmma" not in kernels and len(kernels.split(" + ")) == 4, kernels
 
 
 @pytest.mark.parametrize("activation", MOE_GATED_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_many_rows_per_expert(activation, dtype):
-    """128 rows per expert, blocked8 rows, biases, float16 weights, a few invalid ids: on sm_90 the wgmma kernels'
-    epilogues (the activation on rows r and r + 8; the weight, bias and float32 scatter), elsewhere "large"."""
+    """128 rows per expert, blocked8 rows, biases, float16 weights, a few invalid ids, the wgmma path forced: on
+    sm_90 the wgmma kernels' epilogues (the activation on rows r and r + 8; the weight, bias and float32 scatter),
+    elsewhere "large"."""
     _launcher(dtype)
     kernels = _check(make_inputs(1024, 8, 64, 1024, 512, activation, dtype=dtype, bias=True, invalid=0.05,
                                  weights_dtype=dtype if activation == "geglu_erf" else torch.float32,
-                                 seed=MOE_ACTIVATIONS[activation]), activation, "blocked8")
+                                 seed=MOE_ACTIVATIONS[activation]), activation, "blocked8", path="wgmma")
     _assert_path(kernels)
 
 
 def test_every_wgmma_tile_width():
     """Experts of 5 to 253 rows (every tile width 8..256 of grouped_mm_sm90.cu), of 257 and 600 (two and three
-    tiles), of 1 and of none; top-1, shuffled tokens."""
+    tiles), of 1 and of none; top-1, shuffled tokens; the wgmma path forced."""
     sizes = [8 * i - 3 for i in range(1, 33)] + [257, 600, 1, 0]
     ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     ids = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(19))].to(torch.int32)[:, None]
     hidden, _, weights, w_gate_up, w_down, b_gate_up, b_down = make_inputs(
         len(ids), 1, len(sizes), 256, 136, "swiglu", bias=True, seed=20)
-    _assert_path(_check((hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down), "swiglu", "blocked8"))
+    _assert_path(_check((hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down), "swiglu", "blocked8",
+                        path="wgmma"))
+
+
+def test_forced_gemm_path():
+    """set_gemm_path (benchmarks/moe_sweep.py times each path at every shape): 16 rows per expert, where the rule
+    takes the Triton tilings, on the wgmma path (sm_90 with its images; the Triton tilings elsewhere)."""
+    assert moe_rule_path(64, 2, 8, 256, 136) == "tilings"
+    _assert_path(_check(make_inputs(64, 2, 8, 256, 136, "swiglu", bias=True, seed=23), "swiglu", "blocked8",
+                        path="wgmma"))
+    with pytest.raises(ValueError, match="unknown MoE GEMM path"):
+        _launcher(torch.bfloat16).set_gemm_path("fastest")
 
 
 def test_eager_op_matches_reference():

@@ -83,8 +83,39 @@ def test_bad_arch_and_dtype_are_named():
 def test_launcher_library_exports_the_moe_abi(launcher_library):
     shared = launcher_library / "libet_trt_grouped_mm.so"
     exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True, check=True).stdout
-    for symbol in ("create", "launch", "workspace_bytes", "last_kernels", "destroy"):
+    for symbol in ("create", "launch", "workspace_bytes", "set_gemm_path", "rule_path", "last_kernels", "destroy"):
         assert f"et_trt_moe_experts_{symbol}" in exported
+
+
+# (tokens, top_k, experts, H = F) -> the faster path on an H100 (benchmarks/results/h100_moe_sweep/: best Triton
+# tiling / best wgmma build in parentheses), and the sizes around the rule's two thresholds.
+_MEASURED_PATHS = {
+    (3500, 8, 128, 3072): "wgmma",  # 1.12
+    (512, 8, 128, 3072): "wgmma",  # 32 rows per expert: 1.05
+    (8740, 8, 128, 3072): "wgmma",  # 1.16
+    (16384, 2, 64, 2048): "tilings",  # 512 rows per expert: 0.97
+    (512, 2, 64, 2048): "tilings",  # 0.98
+    (16384, 2, 64, 1024): "tilings",  # 32768 rows: 0.77
+    (1024, 2, 8, 1024): "tilings",  # 256 rows per expert: 0.46
+    (255, 8, 128, 3072): "tilings",  # 15.9 rows per expert: too few (not measured)
+    (128, 2, 8, 2560): "wgmma",  # the thresholds themselves: 2560, 32 rows per expert
+    (127, 2, 8, 2560): "tilings",
+    (128, 2, 8, 2552): "tilings",
+}
+
+
+def test_dispatch_rule_follows_the_h100_sweep(launcher_library, monkeypatch):
+    """The launcher's dispatch rule, asked through the C ABI with no GPU, takes the path the H100 sweep measured
+    faster; ffn alone below the size threshold, no pairs and no experts take the Triton tilings."""
+    from et_trt_backend.kernels import launcher
+
+    monkeypatch.setenv(launcher.LIBRARY_ENV, str(launcher_library / "libet_trt_grouped_mm.so"))
+    monkeypatch.setattr(launcher, "_lib", None)
+    got = {shape: launcher.moe_rule_path(*shape, shape[-1]) for shape in _MEASURED_PATHS}
+    assert got == _MEASURED_PATHS
+    assert launcher.moe_rule_path(3500, 8, 128, 3072, 768) == "tilings"
+    assert launcher.moe_rule_path(0, 8, 128, 3072, 3072) == "tilings"
+    assert launcher.moe_rule_path(3500, 8, 0, 3072, 3072) == "tilings"
 
 
 def test_args_struct_matches_the_c_header(tmp_path):

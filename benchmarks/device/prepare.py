@@ -5,6 +5,7 @@
                                                # the grouped GEMM's tests)
     python benchmarks/device/prepare.py --int4 # only what benchmarks/device/int4_run.sh needs
     python benchmarks/device/prepare.py --moe-fp8  # only what benchmarks/device/moe_fp8_run.sh needs
+    python benchmarks/device/prepare.py --sweep # only what benchmarks/device/moe_sweep_run.sh needs
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -17,6 +18,8 @@
 .device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
                            "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
                            it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
+.device/moe_sweep_images.json (+ .groups.json)  benchmarks/moe_sweep.py's contenders: the shipped Triton tilings,
+                           the wgmma GEMMs built with other stages and cluster sizes, other Triton tilings (--sweep)
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
@@ -81,12 +84,15 @@ def save_fp8_bench_images() -> None:
 
 
 def save_contenders(name: str, contenders: dict) -> list:
-    """.device/<name>.json: every contender's images in turn; <name>.groups.json: which of them each launches.
-    Returns the images."""
-    images, groups = [], {}
+    """.device/<name>.json: the contenders' images, each once (a call carries at most 64 MiB); <name>.groups.json:
+    which of them each launches. Returns the images."""
+    images, groups, index = [], {}, {}
     for label, chosen in contenders.items():
-        groups[label] = list(range(len(images), len(images) + len(chosen)))
-        images += chosen
+        for image in chosen:
+            if id(image) not in index:
+                index[id(image)] = len(images)
+                images.append(image)
+        groups[label] = [index[id(image)] for image in chosen]
     save_images(OUT / f"{name}.json", images)
     (OUT / f"{name}.groups.json").write_text(json.dumps(groups))
     return images
@@ -127,12 +133,44 @@ def save_moe_fp8_images() -> None:
     })
 
 
+# benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.
+# (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA may
+# spread the few tiles of the dispatch shapes better.)
+WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c1": (4, 1)}
+# Its Triton tilings, each timed alone (with "any"): around the shipped "tile" (64 x 64, K 64, 3 stages, 4 warps)
+# and "large" (128 x 64, down 128, K 64, 3 stages, 8 warps): wider gate+up tiles, deeper pipelines, longer K steps,
+# other warp counts, taller and shorter tiles (sm_90a only, so up to its 227 KiB of shared memory).
+TILING_SWEEP = tuple(
+    moe_aot.MoEGemmConfig(f"m{m}_n{n}_s{stages}_w{warps}" + (f"_k{k}" if k != 64 else ""), m, n, down_n, k, stages,
+                          warps, 16)
+    for m, n, down_n, k, stages, warps in (
+        (128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8), (128, 64, 128, 64, 4, 8), (128, 64, 128, 64, 4, 4),
+        (64, 128, 128, 64, 4, 4), (64, 64, 64, 64, 4, 4), (32, 64, 64, 64, 4, 4), (256, 64, 64, 64, 3, 8),
+        (128, 64, 128, 128, 3, 8), (64, 64, 64, 128, 3, 4)))
+
+
+def save_moe_sweep_images() -> None:
+    """.device/moe_sweep_images.json and its groups: "fused_tilings", the shipped Triton tilings (the launcher's
+    choice among them); "fused_wgmma_*", those plus the row gather and a wgmma build (WGMMA_SWEEP);
+    "fused_tile_<variant>", one tiling of TILING_SWEEP plus "any" (H or F not a multiple of 16). All bf16 cubins for
+    sm_90a."""
+    shipped = [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
+    tilings = [i for i in shipped if i.variant != "wgmma" and i.kernel != "moe_gather"]
+    gather = [i for i in shipped if i.kernel == "moe_gather"]
+    needed = [i for i in tilings if i.kernel in ("moe_route", "moe_combine") or i.variant == "any"]
+    contenders = {"fused_tilings": tilings}
+    for label, (stages, cluster) in WGMMA_SWEEP.items():
+        wgmma = [sm90.image("bf16", stages, cluster, moe=mode) for mode in sm90.MOE_MODES]
+        contenders[label] = tilings + gather + wgmma
+    for config in TILING_SWEEP:
+        tiling = moe_aot.gemm_images(ARCH, "bf16", "cubin", configs=[config])
+        contenders[f"fused_tile_{config.variant}"] = needed + tiling
+    images = save_contenders("moe_sweep_images", contenders)
+    logging.info("%d images, %.1f MB", len(images), (OUT / "moe_sweep_images.json").stat().st_size / 1e6)
+
+
 def save_int4_images(executorch: pathlib.Path) -> None:
-    """.device/moe_fp8_images.json  the FP8 MoE experts kernels for sm_90a, both dtypes (--moe-fp8; tests)
-.device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
-                           "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
-                           it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
-.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
+    """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
     images = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype, "int4")
               + aot.grouped_mm_images([ARCH], dtype, True, "int4")]
     images += [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
@@ -178,6 +216,7 @@ def main() -> None:
     parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
     parser.add_argument("--int4", action="store_true", help="only the INT4 experts' images (int4_run.sh)")
     parser.add_argument("--moe-fp8", action="store_true", help="only the FP8 MoE block's images (moe_fp8_run.sh)")
+    parser.add_argument("--sweep", action="store_true", help="only the MoE sweep's images (moe_sweep_run.sh)")
     parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
                         help="a git directory of pytorch/executorch (--int4)")
     args = parser.parse_args()
@@ -185,6 +224,9 @@ def main() -> None:
     copy_flatbuffers()
     if args.moe_fp8:
         save_moe_fp8_images()
+        return
+    if args.sweep:
+        save_moe_sweep_images()
         return
     if args.int4:
         save_int4_images(args.executorch)

@@ -80,6 +80,10 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_moe_experts_last_kernels.restype = ctypes.c_char_p
         lib.et_trt_moe_experts_last_kernels.argtypes = [ctypes.c_void_p]
         lib.et_trt_moe_experts_destroy.argtypes = [ctypes.c_void_p]
+        lib.et_trt_moe_experts_set_gemm_path.restype = ctypes.c_int32
+        lib.et_trt_moe_experts_set_gemm_path.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.et_trt_moe_experts_rule_path.restype = ctypes.c_int32
+        lib.et_trt_moe_experts_rule_path.argtypes = [ctypes.c_int64] * 5
         lib.et_trt_grouped_mm_images_for_gpu.restype = ctypes.c_int32
         lib.et_trt_grouped_mm_images_for_gpu.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32,
                                                          ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32,
@@ -197,6 +201,15 @@ def moe_workspace_bytes(tokens: int, top_k: int, experts: int, hidden_size: int,
     return _library().et_trt_moe_experts_workspace_bytes(tokens, top_k, experts, hidden_size, ffn)
 
 
+MOE_GEMM_PATHS = ("rule", "wgmma", "tilings")  # MoEGemmPath's values, in order
+
+
+def moe_rule_path(tokens: int, top_k: int, experts: int, hidden_size: int, ffn: int) -> str:
+    """The launcher's dispatch rule for a block of these sizes (MoEExpertsLauncher::rule_path): "wgmma" where it
+    takes sm_90a's wgmma GEMMs if they serve the launch, else "tilings". Needs no GPU."""
+    return MOE_GEMM_PATHS[_library().et_trt_moe_experts_rule_path(tokens, top_k, experts, hidden_size, ffn)]
+
+
 class MoEExpertsLauncher:
     """The fused MoE experts kernels' launcher for the current CUDA context's GPU (moe_experts_launcher.h)."""
 
@@ -207,6 +220,13 @@ class MoEExpertsLauncher:
         error = ctypes.create_string_buffer(2048)
         if _library().et_trt_moe_experts_launch(self._handle, ctypes.byref(args), stream, error, len(error)) != 0:
             raise LauncherError(error.value.decode())
+
+    def set_gemm_path(self, path: str) -> None:
+        """The GEMMs later launches run: "rule" (the launcher's dispatch rule), "wgmma" (sm_90a's wgmma GEMMs
+        wherever they serve) or "tilings" (the Triton tilings only)."""
+        if path not in MOE_GEMM_PATHS:
+            raise ValueError(f"unknown MoE GEMM path {path!r}; use one of {MOE_GEMM_PATHS}")
+        _library().et_trt_moe_experts_set_gemm_path(self._handle, MOE_GEMM_PATHS.index(path))
 
     @property
     def last_kernels(self) -> str:

@@ -166,8 +166,10 @@ def _route_and_combine(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
     return images
 
 
-def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[KernelImage]:
-    """Each tiling's gate+up (non-gated and gated) and down; INT4 ones take the packed weights and their scales."""
+def gemm_images(arch: str, dtype: str, fmt: str, weight_format: str = "dense",
+                configs: Sequence[MoEGemmConfig] | None = None) -> list[KernelImage]:
+    """Each tiling's gate+up (non-gated and gated) and down; INT4 ones take the packed weights and their scales.
+    `configs`: other tilings than the shipped ones (benchmarks/device/prepare.py's sweep)."""
     from et_trt_backend.kernels import moe_experts as source
 
     int4 = weight_format == "int4"
@@ -177,7 +179,7 @@ def _gemm_images(arch: str, dtype: str, fmt: str, weight_format: str) -> list[Ke
                                                                           "group_size": "constexpr"}
     constants = {"INT4": int4} if int4 else {"scale_ptr": None, "group_size": 0, "INT4": False}
     images = []
-    for config in INT4_GEMM_CONFIGS if int4 else MOE_GEMM_CONFIGS:
+    for config in configs or (INT4_GEMM_CONFIGS if int4 else MOE_GEMM_CONFIGS):
         sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
         for gated in (False, True):
             signature = {**_pointers(f"x_ptr:x sorted_ptr:i32 {weights} bias_ptr:x tiles_ptr:i32 offs_ptr:i32 h_ptr:x",
@@ -301,7 +303,7 @@ def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -
 
     if weight_format == "fp8":
         return _fp8_images(arch, dtype)
-    images = _route_and_combine(arch, dtype, fmt) + _gemm_images(arch, dtype, fmt, weight_format)
+    images = _route_and_combine(arch, dtype, fmt) + gemm_images(arch, dtype, fmt, weight_format)
     if weight_format == "int4":
         images += gemv_images(arch, dtype, fmt)
     elif aot._capability(arch) == 90 and fmt == "cubin":

@@ -32,8 +32,8 @@ scales at scale_ptr, group_size; BLOCK_K 32, int4_tiles.py); dense builds take s
 constexprs, not parameters. For few pairs per expert the launcher runs int4_kernels.py's vector-matrix kernels
 instead (no route).
 
-The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, at sizes
-of many rows per expert, it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
+The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, where its
+dispatch rule says (MoEExpertsLauncher::rule_path: large hidden and FFN sizes, enough rows per expert), it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
 two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order for its TMA loads: five launches.
 """
 

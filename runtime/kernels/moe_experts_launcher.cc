@@ -20,13 +20,16 @@ size_t round_up(size_t value) { return (value + 255) / 256 * 256; }
 // The kernels index pairs, rows and columns with 32-bit integers, plus up to one tile past the end.
 constexpr int64_t kIndexLimit = (int64_t{1} << 31) - 1024;
 constexpr int64_t kGridYLimit = 65535;
-// The wgmma kernels serve launches of at least this many rows per expert on average, with gated activations,
-// blocked8 rows, H and F multiples of 8 (TMA's 16-byte rows; 16-row gate/up blocks) and at most 1024 experts (its
-// group table). Measured on an H100 (benchmarks/results/h100_moe_block/), the block with the Triton tilings took
-// 0.64x-0.75x the time of the one with the wgmma path (its row gather a fifth launch) at 64 rows per expert (256
-// tokens, 8 experts, top-2), and 1.21x-1.25x at 219 and 546 (the MoE shapes); interpolated in log(rows) between
-// those shapes the ratio crosses 1 at ~130-140 rows, and 128 is the Triton tilings' tallest tile ("large").
-constexpr int64_t kWgmmaMinRowsPerExpert = 128;
+// The dispatch rule (rule_path): on sm_90a the wgmma GEMMs take launches whose hidden and FFN sizes are both at
+// least kWgmmaMinSize with at least kWgmmaMinRowsPerExpert rows per expert on average; the Triton tilings take the
+// rest. Measured on an H100 (benchmarks/results/h100_moe_sweep/, the block's median, best Triton tiling / best wgmma
+// build): H = F = 1024 at 8-64 experts and 16-512 rows per expert 0.46-0.92; H = F = 2048 0.72-0.98 (a tie at 64
+// experts); H = F = 3072 at 128 experts, top-8, 1.05-1.16 from 32 rows per expert (512 tokens) to 546 (8740). The
+// size decides, not the rows: 32768 rows at 64 experts x H 1024 still 0.77. 2560 lies between the sizes measured
+// slower (2048) and faster (3072); 32 rows is the fewest measured faster (fewer rows read the weights once either
+// way and the wgmma path's row gather is a fifth launch).
+constexpr int64_t kWgmmaMinSize = 2560;
+constexpr int64_t kWgmmaMinRowsPerExpert = 32;
 constexpr int64_t kWgmmaMaxExperts = 1024;
 
 struct Kernel {
@@ -129,6 +132,7 @@ struct MoEExpertsLauncher::State {
   // per program); null where no image serves this GPU.
   std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
   Kernel gather;
+  MoEGemmPath path = MoEGemmPath::kRule;
   std::string last_kernels;
 };
 
@@ -141,6 +145,14 @@ MoEExpertsLauncher::~MoEExpertsLauncher() {
   for (CUmodule module : state_->modules) cu.cuModuleUnload(module);
   CUcontext popped = nullptr;
   cu.cuCtxPopCurrent(&popped);
+}
+
+MoEGemmPath MoEExpertsLauncher::rule_path(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size,
+                                          int64_t ffn) {
+  const int64_t pairs = tokens * top_k;
+  const bool wgmma = experts > 0 && pairs / kWgmmaMinRowsPerExpert >= experts &&
+                     std::min(hidden_size, ffn) >= kWgmmaMinSize;
+  return wgmma ? MoEGemmPath::kWgmma : MoEGemmPath::kTilings;
 }
 
 size_t MoEExpertsLauncher::workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size,
@@ -358,9 +370,13 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       cdiv(a.hidden_size, state_->combine.block_n) > kGridYLimit)
     return refuse("hidden or FFN size needs more column blocks than a grid holds (65535)");
 
-  const bool wgmma = state_->wgmma_gate_up && state_->wgmma_down && gated && a.layout == GateUpLayout::kBlocked8 &&
-                     a.hidden_size % 8 == 0 && a.ffn % 8 == 0 && a.ffn > 0 && a.experts <= kWgmmaMaxExperts &&
-                     per_expert >= kWgmmaMinRowsPerExpert;
+  const bool wgmma_serves = state_->wgmma_gate_up && state_->wgmma_down && gated &&
+                            a.layout == GateUpLayout::kBlocked8 && a.hidden_size % 8 == 0 && a.ffn % 8 == 0 &&
+                            a.ffn > 0 && a.experts <= kWgmmaMaxExperts;
+  const MoEGemmPath path = state_->path == MoEGemmPath::kRule
+                               ? rule_path(a.tokens, a.top_k, a.experts, a.hidden_size, a.ffn)
+                               : state_->path;
+  const bool wgmma = wgmma_serves && path == MoEGemmPath::kWgmma;
   // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles).
   const Gemvs* gemvs = nullptr;
   if (state_->int4 && pairs <= std::max(a.experts, kInt4GemvMaxRows))
@@ -480,6 +496,8 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   state_->last_kernels = ran;
   return true;
 }
+
+void MoEExpertsLauncher::set_gemm_path(MoEGemmPath path) { state_->path = path; }
 
 const std::string& MoEExpertsLauncher::last_kernels() const { return state_->last_kernels; }
 

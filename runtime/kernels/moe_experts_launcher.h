@@ -18,9 +18,9 @@
 //   moe_combine  out[t] = the sum over j of its pairs' rows, rounded
 // (four launches). On sm_90a, with the wgmma kernel's MoE images ("moe_gate_up_gated" and "moe_down" of
 // variant "wgmma", run through GroupedMMLauncher) and "moe_gather": for gated activations, blocked8 rows,
-// hidden and FFN sizes multiples of 8, at most 1024 experts and at least 128 pairs per expert on average, the
-// two GEMMs are those, behind moe_gather, which copies the rows in pair order for their TMA loads (five).
-// Elsewhere the Triton tilings serve every size.
+// hidden and FFN sizes multiples of 8 and at most 1024 experts, where rule_path() says kWgmma, the two GEMMs are
+// those, behind moe_gather, which copies the rows in pair order for their TMA loads (five). Elsewhere the Triton
+// tilings serve every size.
 //
 // INT4 expert weights (images of weight_format Int4GroupScaled, et_trt_backend/int4_weights.py): w_gate_up and
 // w_down are packed INT4 (uint8 [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2]) with bfloat16 group
@@ -101,6 +101,14 @@ struct MoEExpertsArgs {
   size_t workspace_bytes = 0;
 };
 
+// Which GEMMs a launch runs: the launcher's rule, or one path wherever the shape allows it (benchmarks and tests
+// that time or check a path at shapes the rule gives the other; the Triton tilings serve where wgmma cannot).
+enum class MoEGemmPath : int32_t {
+  kRule = 0,    // the launcher's dispatch rule
+  kWgmma = 1,   // sm_90a's wgmma GEMMs wherever their images, the activation, layout and sizes allow
+  kTilings = 2  // the Triton tilings only
+};
+
 class MoEExpertsLauncher {
  public:
   // The workspace one launch needs: the offsets and the sorted pairs, the activations [pairs, F] in the
@@ -128,6 +136,15 @@ class MoEExpertsLauncher {
   // hidden_size == 0 is a no-op; top_k, experts or ffn == 0 writes zeros. Not thread-safe, one stream at a
   // time (as GroupedMMLauncher).
   bool launch(const MoEExpertsArgs& args, CUstream stream, std::string* error);
+
+  // The path later launches take (kRule until set).
+  void set_gemm_path(MoEGemmPath path);
+
+  // The dispatch rule, the one place it is written (the C ABI's et_trt_moe_experts_rule_path asks it): kWgmma where
+  // a launch of these sizes takes the wgmma GEMMs if they serve it (sm_90a with their images, gated activation,
+  // blocked8 rows, hidden and FFN sizes multiples of 8, at most 1024 experts), else kTilings. Where they do not
+  // serve, a launch takes the Triton tilings whatever this says. The measurements behind it: the .cc.
+  static MoEGemmPath rule_path(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn);
 
   // The kernels the last successful launch ran, in order, joined by " + " (device checks, benchmarks).
   const std::string& last_kernels() const;
