@@ -156,7 +156,7 @@ def table(rows: list[dict]) -> str:
                      + " | " + " | ".join(f"{x[o]:.2f}x" if o in x else "-" for o in labels[:3]) + " | "
                      + " / ".join(str(r["launches"].get(label, "-")) for label in labels)
                      + " | " + " / ".join(f"{r['err'].get(label, float('nan')):.1e}" for label in ("torch_fp8", "fused_fp8"))
-                     f" | {r['kernels'].get('fused_fp8', '-')} |" +
+                     + f" | {r['kernels'].get('fused_fp8', '-')} |" +
                      "".join(f" {us[label]:.1f} |" if label in us else " - |" for label in others))
     return "\n".join(lines) + "\n\n" + goals(rows)
 

@@ -55,7 +55,9 @@ def _check(inputs, activation="swiglu", layout="concat"):
     err, err_float32 = _relative_error(out, emulated), _relative_error(out, float32)
     print(f"{activation} {layout} {tuple(hidden.shape)}: {kernels}: {err:.2e} (FP8 reference), {err_float32:.2e} "
           "(float32)")
-    assert err <= 2e-2 and err_float32 <= 5e-2, (kernels, err, err_float32)
+    # Against float32 the e4m3 activations dominate: its unit roundoff is 2**-4, and with one token the norm-wise
+    # error averages few elements (H100: 5.45e-2 at 1 x 128, exact against the FP8 reference).
+    assert err <= 2e-2 and err_float32 <= 6.25e-2, (kernels, err, err_float32)
     return kernels
 
 
