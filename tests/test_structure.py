@@ -95,3 +95,10 @@ def test_benchmark_results_hold_results_not_code():
     code = {".py", ".sh", ".patch", ".cu", ".cuh", ".cc", ".cpp", ".h"}
     found = [str(path.relative_to(ROOT)) for path in (ROOT / "benchmarks" / "results").rglob("*") if path.suffix in code]
     assert found == [], "move these out of benchmarks/results/ (git history keeps them)"
+
+
+def test_every_benchmark_and_device_script_parses():
+    """The benchmarks run only on the device; a syntax error there would cost a device call to find
+    (moe_fp8_block_bench.py's missing '+' did)."""
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")) + sorted((ROOT / "tests").glob("*_check.py")):
+        ast.parse(path.read_text(), str(path))  # raises SyntaxError naming the file and line
