@@ -431,7 +431,9 @@ __device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 
 
 #elif ET_TRT_MOE == 2
 // Mode 2's epilogue: (acc + bias) * the pair's weight, float32, straight to the pair's row of y. For one (j, h, e)
-// the 8 lanes of one row write 8 consecutive floats: whole 32-byte sectors.
+// the 8 lanes of one row write 8 consecutive floats: whole 32-byte sectors. Each lane first loads the pairs and
+// weights of rows lane, lane + 32, ... (independent loads, in flight together); the row loop takes them from the
+// lane that holds them by shuffle: two rounds of global-memory latency per tile instead of two per row.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
                                                   float* y, const MoEEpilogue& moe, int N) {
@@ -442,15 +444,25 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
   for (int h = 0; h < 2; ++h)
     if (moe.bias != nullptr && feature + 8 * h < N)
       bias[h] = to_float(static_cast<const T*>(moe.bias)[static_cast<int64_t>(tile.group) * N + feature + 8 * h]);
+  constexpr int kLoads = (WIDTH + 31) / 32;
+  int pairs[kLoads];
+  float weights[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i)
+    pairs[i] = 32 * i + lane < tile.rows ? moe.sorted[tile.first_row + 32 * i + lane] : 0;
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i)
+    weights[i] = 32 * i + lane >= tile.rows ? 0.f
+                 : moe.weights_16bit        ? to_float(static_cast<const T*>(moe.weights)[pairs[i]])
+                                            : static_cast<const float*>(moe.weights)[pairs[i]];
 #pragma unroll
   for (int j = 0; j < WIDTH / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int row = 8 * j + 2 * (lane % 4) + e;
+      const int row = 8 * j + 2 * (lane % 4) + e;  // 32 * (j / 4) + row % 32: held by lane row % 32
+      const int pair = __shfl_sync(0xffffffffu, pairs[j / 4], row % 32);
+      const float weight = __shfl_sync(0xffffffffu, weights[j / 4], row % 32);
       if (row >= tile.rows) continue;
-      const int pair = moe.sorted[tile.first_row + row];
-      const float weight = moe.weights_16bit ? to_float(static_cast<const T*>(moe.weights)[pair])
-                                             : static_cast<const float*>(moe.weights)[pair];
       float* dst = y + static_cast<int64_t>(pair) * N;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
