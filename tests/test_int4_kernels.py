@@ -86,5 +86,7 @@ def test_moe_experts_images_for_orin(tmp_path):
 def test_int4_forms_are_refused_where_they_cannot_run():
     with pytest.raises(ValueError, match=r"INT4 kernels take weights stored \[G, N, K\] only"):
         aot.grouped_mm_images(["sm_87"], "bf16", False, "int4")
-    with pytest.raises(ValueError, match="weight_format 'dense' or 'int4'"):
+    with pytest.raises(ValueError, match="weight_format 'dense', 'int4' or 'fp8', not 'int3'"):
+        moe_aot.moe_experts_images(["sm_87"], "bf16", "int3")
+    with pytest.raises(ValueError, match="sm_87 has no FP8 tensor cores"):  # FP8 where INT4 runs: refused
         moe_aot.moe_experts_images(["sm_87"], "bf16", "fp8")

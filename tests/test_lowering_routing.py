@@ -211,7 +211,7 @@ def test_grouped_mm_kernel_form_stores_weights_once_untransposed():
     (node,) = [n for n in model.graph.node if n.op_type == "GroupedMM"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert node.domain == "et_trt"
-    assert attrs == {"trans_b": 1, "activation": 0, "plugin_version": b"1", "plugin_namespace": b"et_trt"}
+    assert attrs == {"trans_b": 1, "activation": 0, "group_size": 0, "plugin_version": b"1", "plugin_namespace": b"et_trt"}
     (weight,) = [t for t in model.graph.initializer if t.name == node.input[1]]
     assert list(weight.dims) == [4, 32, 16]
     assert "Transpose" not in [n.op_type for n in model.graph.node]
