@@ -307,6 +307,26 @@ def dispatch(r: dict) -> str:
     return f"{name}: fused ({took}) x {other} {x:.2f}: {verdict}"
 
 
+def bench_shapes(shapes, bench_block, contenders: dict, json_path: pathlib.Path, ratios: str, rounded) -> list[dict]:
+    """bench_block at each (name, *shape), the rows written to json_path after each (kept if a later shape fails);
+    one shape's failure (out of memory, a capture error) leaves the others' figures. `rounded` rounds one entry of
+    a row's "x" for the log line."""
+    rows = []
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    for name, *shape in shapes:
+        try:
+            rows.append(bench_block(name, *shape, contenders=contenders))
+        except Exception:
+            logger.exception("%s: failed", name)
+            torch.cuda.empty_cache()
+            continue
+        logger.info("%s: %s us; %s: %s", name, {label: round(us, 1) for label, us in rows[-1]["us"].items()},
+                    ratios, {label: rounded(x) for label, x in rows[-1]["x"].items()})
+        json_path.write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py")
@@ -321,20 +341,10 @@ def main() -> None:
     if not args.skip_robot:
         shapes += [(f"robot {t}tok {e}e h{h}", t, e, h, f, k, 0.015, 15) for t, e, h, f, k in ROBOT]
         shapes += [(f"dispatch {t}tok {e}e h{h}", t, e, h, f, k, 0.015, 15) for t, e, h, f, k in DISPATCH]
-    rows = []
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, *shape in shapes:
-        try:
-            rows.append(bench_block(name, *shape, contenders=contenders))
-        except Exception:  # one shape's failure (out of memory, a capture error) leaves the others' figures
-            logger.exception("%s: failed", name)
-            torch.cuda.empty_cache()
-            continue
-        logger.info("%s: %s us; fused over the others: %s", name,
-                    {label: round(us, 1) for label, us in rows[-1]["us"].items()},
-                    {label: {other: round(x, 3) for other, x in xs.items()} for label, xs in rows[-1]["x"].items()})
-        (args.out / "moe_block_bench.json").write_text(json.dumps(rows, indent=1))  # kept if a later shape fails
+    rows = bench_shapes(shapes, bench_block, contenders, args.out / "moe_block_bench.json", "fused over the others",
+                        lambda xs: {other: round(x, 3) for other, x in xs.items()})
     bench.save_results(args.out, "moe_block_bench", rows, table(rows))
+
 
 
 if __name__ == "__main__":

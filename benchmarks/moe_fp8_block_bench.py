@@ -188,19 +188,8 @@ def main() -> None:
     shapes = [(f"{t}tok", t, e, h, f, k, 0.03, 15) for t, e, h, f, k in block_bench.MOE]
     if not args.skip_robot:
         shapes += [(f"robot {t}tok {e}e h{h}", t, e, h, f, k, 0.015, 11) for t, e, h, f, k in block_bench.ROBOT]
-    rows = []
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, *shape in shapes:
-        try:
-            rows.append(bench_block(name, *shape, contenders=contenders))
-        except Exception:  # one shape's failure (out of memory, a capture error) leaves the others' figures
-            logger.exception("%s: failed", name)
-            torch.cuda.empty_cache()
-            continue
-        logger.info("%s: %s us; fused_fp8 over the others: %s", name,
-                    {label: round(us, 1) for label, us in rows[-1]["us"].items()},
-                    {label: round(x, 3) for label, x in rows[-1]["x"].items()})
-        (args.out / "moe_fp8_block_bench.json").write_text(json.dumps(rows, indent=1))
+    rows = block_bench.bench_shapes(shapes, bench_block, contenders, args.out / "moe_fp8_block_bench.json",
+                                    "fused_fp8 over the others", lambda x: round(x, 3))
     bench.save_results(args.out, "moe_fp8_block_bench", rows, table(rows))
 
 
