@@ -7,8 +7,9 @@ intermediate rows, -1 in the routing buffers), so an unwritten element or a row 
 - GroupedMM: the tensor-core build of grouped_mm_kernel (INT4 = True) and grouped_mm_int4_gemv_kernel, at odd K
   and N (K 40: one chunk and a padded one), every group size, empty groups and invalid offsets;
 - the MoEExperts op: route + INT4 gate+up + INT4 down + combine, the vector-matrix path (gate+up, down,
-  combine; and with the down and combine in one launch) and the per-expert path (int4_rows.py, the same launches), every gated activation and layout, biases,
-  invalid ids, odd sizes, float16 routing weights, an expert's pairs over several windows and row blocks.
+  combine; and with the down and combine in one launch) and the per-expert path (int4_rows.py, the same
+  launches), every gated activation and layout, biases, invalid ids, odd sizes, float16 routing weights, an
+  expert's pairs over several windows and row blocks.
 
 Every check is float16: the interpreter's bfloat16 is wrong (Triton 3.9: tl.dot off by 1e10 on unit inputs, and
 float32 -> bfloat16 truncates instead of rounding to nearest). Prints "interpreter ok" last.
@@ -24,7 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from support.int4_cases import grouped_case, moe_case, relative_error  # noqa: E402
 
 from et_trt_backend import int4_weights, moe_experts  # noqa: E402
-from et_trt_backend.kernels import int4_kernels, int4_rows, grouped_mm, moe_aot, moe_experts as moe_kernels  # noqa: E402
+from et_trt_backend.kernels import grouped_mm, int4_kernels, int4_rows, moe_aot  # noqa: E402
+from et_trt_backend.kernels import moe_experts as moe_kernels  # noqa: E402
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS  # noqa: E402
 
 # The kernels accumulate in float32 like the reference; what differs is the order of the sums, which flips a rare
@@ -210,7 +212,8 @@ def main():
     case.ids = torch.stack([torch.zeros(20), torch.ones(20)], 1).int()
     case.ids[3, 0] = 4
     case.ids[9, 1] = -(2**31)
-    check_moe("moe skewed", case, paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows, moe_rows_long_window))
+    check_moe("moe skewed", case,
+              paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows, moe_rows_long_window))
     # Every id invalid: every output row zero.
     case = moe_case(3, 2, 4, 32, 16, dtype=torch.float16, seed=6)
     case.ids.fill_(9)

@@ -80,42 +80,69 @@ def _tile_times_rows(x_rows, row_ok, w_ptr, scale_ptr, rows, rows_ok, K, group_s
 
 
 @triton.jit
+def _gate_up_rows(x_ptr, pair, present, w_ptr, scale_ptr, bias_ptr, h_ptr, gate_rows, f, f_ok, H, F, top_k,
+                  layout_block, group_size, activation, alpha, limit, has_bias, GATED: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+    """h[pair, f] for the pairs present (one expert's), gate and up rows in one loop when gated."""
+    dtype = h_ptr.dtype.element_ty
+    x_rows = x_ptr + (pair // top_k).to(tl.int64) * H
+    if GATED:  # rows gate, up, gate, up...: the [BLOCK_M, BLOCK_N, 2] view splits into the two
+        both_rows = tl.reshape(tl.join(gate_rows, gate_rows + layout_block), (2 * BLOCK_N,))
+        both_ok = tl.reshape(tl.join(f_ok, f_ok), (2 * BLOCK_N,))
+        both = _tile_times_rows(x_rows, present, w_ptr, scale_ptr, both_rows, both_ok, H, group_size, BLOCK_M,
+                                2 * BLOCK_N, BLOCK_C)
+        g, u = tl.split(tl.reshape(both, (BLOCK_M, BLOCK_N, 2)))
+    else:
+        g = _tile_times_rows(x_rows, present, w_ptr, scale_ptr, gate_rows, f_ok, H, group_size, BLOCK_M, BLOCK_N,
+                             BLOCK_C)
+        u = g
+    if has_bias:
+        g += tl.load(bias_ptr + gate_rows, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            u += tl.load(bias_ptr + gate_rows + layout_block, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+    h = _activate(g.to(dtype).to(tl.float32), u.to(dtype).to(tl.float32), activation, alpha, limit, GATED)
+    tl.store(h_ptr + pair.to(tl.int64)[:, None] * F + f[None, :], h.to(dtype), mask=present[:, None] & f_ok[None, :])
+
+
+@triton.jit
+def _down_rows(h_ptr, pair, present, w_ptr, scale_ptr, bias_ptr, weights_ptr, y_ptr, weight_rows, rn, n_ok, H, F,
+               group_size, has_bias, weights_16bit, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_C: tl.constexpr):
+    """y[pair, rn] = topk_weights[pair] * (h[pair] @ w_down rows^T (+ bias)) in float32, for the pairs present (one
+    expert's)."""
+    acc = _tile_times_rows(h_ptr + pair.to(tl.int64) * F, present, w_ptr, scale_ptr, weight_rows, n_ok, F, group_size,
+                           BLOCK_M, BLOCK_N, BLOCK_C)
+    if has_bias:
+        acc += tl.load(bias_ptr + weight_rows, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if weights_16bit:
+        weight = tl.load(weights_ptr.to(tl.pointer_type(h_ptr.dtype.element_ty), bitcast=True) + pair, mask=present,
+                         other=0.0).to(tl.float32)
+    else:
+        weight = tl.load(weights_ptr + pair, mask=present, other=0.0)
+    tl.store(y_ptr + pair.to(tl.int64)[:, None] * H + rn[None, :], acc * weight[:, None],
+             mask=present[:, None] & n_ok[None, :])
+
+
+@triton.jit
 def moe_int4_rows_gate_up_kernel(x_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, h_ptr, pairs, E, H, F, top_k,
                                  layout_block, group_size, activation, alpha, limit, has_bias, GATED: tl.constexpr,
                                  BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_M: tl.constexpr,
                                  WINDOW: tl.constexpr):
     """moe_int4_gemv_gate_up_kernel's launch and result, each weight tile read once for all of its expert's pairs:
     program (p, f-block) serves expert e = topk_ids[p] if p is e's first pair (the others return at once), BLOCK_M
-    of e's pairs at a time (tensor cores, _tile_times_rows), gate and up rows in one loop when gated."""
-    dtype = h_ptr.dtype.element_ty
+    of e's pairs at a time (tensor cores, _tile_times_rows)."""
     p = tl.program_id(0)
     e = tl.load(ids_ptr + p)
     if (e >= 0) & (e < E) & _first_pair_of_expert(ids_ptr, p, e, WINDOW):
         f = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        f_ok = f < F
         rows_per_expert, gate_row = _layout_rows(f, F, layout_block, GATED)
-        gate_rows = e.to(tl.int64) * rows_per_expert + gate_row
         start = p
         while start < pairs:
             pair, present, start = _next_rows_of_expert(ids_ptr, e, start, pairs, BLOCK_M, WINDOW)
-            x_rows = x_ptr + (pair // top_k).to(tl.int64) * H
-            if GATED:  # rows gate, up, gate, up...: the [BLOCK_M, BLOCK_N, 2] view splits into the two
-                both_rows = tl.reshape(tl.join(gate_rows, gate_rows + layout_block), (2 * BLOCK_N,))
-                both_ok = tl.reshape(tl.join(f_ok, f_ok), (2 * BLOCK_N,))
-                both = _tile_times_rows(x_rows, present, w_ptr, scale_ptr, both_rows, both_ok, H, group_size,
-                                        BLOCK_M, 2 * BLOCK_N, BLOCK_C)
-                g, u = tl.split(tl.reshape(both, (BLOCK_M, BLOCK_N, 2)))
-            else:
-                g = _tile_times_rows(x_rows, present, w_ptr, scale_ptr, gate_rows, f_ok, H, group_size, BLOCK_M,
-                                     BLOCK_N, BLOCK_C)
-                u = g
-            if has_bias:
-                g += tl.load(bias_ptr + gate_rows, mask=f_ok, other=0.0).to(tl.float32)[None, :]
-                if GATED:
-                    u += tl.load(bias_ptr + gate_rows + layout_block, mask=f_ok, other=0.0).to(tl.float32)[None, :]
-            h = _activate(g.to(dtype).to(tl.float32), u.to(dtype).to(tl.float32), activation, alpha, limit, GATED)
-            tl.store(h_ptr + pair.to(tl.int64)[:, None] * F + f[None, :], h.to(dtype),
-                     mask=present[:, None] & f_ok[None, :])
+            if tl.max(present.to(tl.int32), 0) > 0:  # a window without e's pairs costs only its search
+                _gate_up_rows(x_ptr, pair, present, w_ptr, scale_ptr, bias_ptr, h_ptr,
+                              e.to(tl.int64) * rows_per_expert + gate_row, f, f < F, H, F, top_k, layout_block,
+                              group_size, activation, alpha, limit, has_bias, GATED, BLOCK_M, BLOCK_N, BLOCK_C)
 
 
 @triton.jit
@@ -128,19 +155,10 @@ def moe_int4_rows_down_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weight
     e = tl.load(ids_ptr + p)
     if (e >= 0) & (e < E) & _first_pair_of_expert(ids_ptr, p, e, WINDOW):
         rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = rn < H
-        weight_rows = e.to(tl.int64) * H + rn
         start = p
         while start < pairs:
             pair, present, start = _next_rows_of_expert(ids_ptr, e, start, pairs, BLOCK_M, WINDOW)
-            acc = _tile_times_rows(h_ptr + pair.to(tl.int64) * F, present, w_ptr, scale_ptr, weight_rows, n_ok, F,
-                                   group_size, BLOCK_M, BLOCK_N, BLOCK_C)
-            if has_bias:
-                acc += tl.load(bias_ptr + weight_rows, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            if weights_16bit:
-                weight = tl.load(weights_ptr.to(tl.pointer_type(h_ptr.dtype.element_ty), bitcast=True) + pair,
-                                 mask=present, other=0.0).to(tl.float32)
-            else:
-                weight = tl.load(weights_ptr + pair, mask=present, other=0.0)
-            tl.store(y_ptr + pair.to(tl.int64)[:, None] * H + rn[None, :], acc * weight[:, None],
-                     mask=present[:, None] & n_ok[None, :])
+            if tl.max(present.to(tl.int32), 0) > 0:
+                _down_rows(h_ptr, pair, present, w_ptr, scale_ptr, bias_ptr, weights_ptr, y_ptr,
+                           e.to(tl.int64) * H + rn, rn, rn < H, H, F, group_size, has_bias, weights_16bit, BLOCK_M,
+                           BLOCK_N, BLOCK_C)
