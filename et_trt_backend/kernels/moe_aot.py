@@ -87,7 +87,9 @@ class MoEGemvConfig:
 # two loops). Few pairs make few programs: fewer rows and longer runs of K each keep more bytes in flight.
 # "gemv_any" takes the same blocking (not timed on its own).
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
-                    MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
+                    MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True),
+                    MoEGemvConfig("rows", 16, 8, 4, 2, 16, block_m=16),
+                    MoEGemvConfig("rows_any", 16, 8, 4, 2, 1, block_m=16))
 # The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
 # down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
 # spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory

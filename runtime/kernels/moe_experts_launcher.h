@@ -70,9 +70,10 @@ constexpr int32_t kMoEActivationCount = 8;
 constexpr bool is_gated(MoEActivation activation) { return static_cast<int32_t>(activation) <= 3; }
 
 // INT4 launches (the header's comment): the vector-matrix kernels up to this many pairs, the per-expert kernels up to
-// kInt4PerExpertMaxPairs, the tiles above. PROVISIONAL until the H100 sweep (benchmarks/int4_gemv_sweep.py).
+// kInt4PerExpertMaxPairs, the tiles above. Not yet measured (the H100 sweep, benchmarks/int4_gemv_sweep.py, decides):
+// the vector-matrix kernels to 4 tokens of top-2, the per-expert ones to 256.
 constexpr int64_t kInt4PerPairMaxPairs = 8;
-constexpr int64_t kInt4PerExpertMaxPairs = int64_t{1} << 30;
+constexpr int64_t kInt4PerExpertMaxPairs = 512;
 
 // plugin_names.MOE_GATE_UP_LAYOUTS: where feature f's gate and up rows lie among an expert's 2F gate+up
 // weight rows, as a block B: gate row (f / B) * 2B + f % B, up row that + B.
