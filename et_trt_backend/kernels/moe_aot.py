@@ -85,11 +85,14 @@ class MoEGemvConfig:
 # on the shapes the launcher runs on this path (1-4 tokens at 8 and 16 experts, 1-32 at 64): 1.023x the best
 # blocking per shape (geometric mean; worst 1.06x), 1.09x faster than the first blocking (8 rows x 256, 3 deep,
 # two loops). Few pairs make few programs: fewer rows and longer runs of K each keep more bytes in flight.
-# "gemv_any" takes the same blocking (not timed on its own).
+# "gemv_any" takes the same blocking (not timed on its own). The per-expert kernels ("rows", int4_rows.py): 16 pairs x
+# 16 features (32 gate+up rows) x 256 of K a step, 4 warps, 2 stages, picked before the H100 sweep's figures (the
+# sweep's candidates around it; none of them spills on sm_90a); "rows_any" with 128 of K a step (256 spilled a
+# register in its down kernel on sm_100a and sm_110a).
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True),
                     MoEGemvConfig("rows", 16, 8, 4, 2, 16, block_m=16),
-                    MoEGemvConfig("rows_any", 16, 8, 4, 2, 1, block_m=16))
+                    MoEGemvConfig("rows_any", 16, 4, 4, 2, 1, block_m=16))
 # The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
 # down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
 # spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory
