@@ -54,7 +54,7 @@ def _check_cubins(images, tmp_path) -> None:
         if "gemv" in image.variant:  # CUDA-core dot products, vector loads of the packed rows (per pair)
             assert ops["HMMA"] == 0 and ops["FFMA"] > 0, (what, ops["HMMA"], ops["FFMA"])
             assert ops["LDG"] > 0, what
-        else:  # mma.sync on the unpacked values: Ampere's tensor cores (tiles; per expert: TF32)
+        else:  # mma.sync on the unpacked values: Ampere's tensor cores
             assert ops["HMMA"] > 0, f"{what}: no mma.sync in the sm_87 SASS"
 
 

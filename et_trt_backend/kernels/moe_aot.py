@@ -12,8 +12,8 @@ weight_format "int4" (expert_precision "int4", et_trt_backend/int4_weights.py): 
 dense ones: they read no weights), the two GEMMs' INT4 builds of the same tilings with BLOCK_K 32 (weight_format
 "int4"), and the vector-matrix kernels the launcher takes for few pairs per expert (int4_kernels.py): kernels
 "moe_gemv_gate_up", "moe_gemv_gate_up_gated" and "moe_gemv_down", variants "gemv" (H and F multiples of 16) and
-"gemv_any", with "moe_gemv_down_combine" (down and combine in one launch), and the per-expert kernels
-(int4_rows.py) under the same names, variants "rows" and "rows_any"; no wgmma builds.
+"gemv_any", with "moe_gemv_down_combine" (down and combine in one launch); no wgmma builds. gemv_images also
+builds int4_rows.py's per-expert kernels under the same names for blockings of block_m > 0 (benchmarks only).
 
 weight_format "fp8" (expert_precision "fp8" where the architecture has FP8 MMA; moe_fp8.py): "moe_route_quantize"
 (variants as moe_route's: the route and hidden's quantization in one launch), the combine image and the two GEMMs'
@@ -85,14 +85,11 @@ class MoEGemvConfig:
 # on the shapes the launcher runs on this path (1-4 tokens at 8 and 16 experts, 1-32 at 64): 1.023x the best
 # blocking per shape (geometric mean; worst 1.06x), 1.09x faster than the first blocking (8 rows x 256, 3 deep,
 # two loops). Few pairs make few programs: fewer rows and longer runs of K each keep more bytes in flight.
-# "gemv_any" takes the same blocking (not timed on its own). The per-expert kernels ("rows", int4_rows.py): 16 pairs x
-# 16 features (32 gate+up rows) x 256 of K a step, 4 warps, 2 stages, picked before the H100 sweep's figures (the
-# sweep's candidates around it; none of them spills on sm_90a); "rows_any" with 128 of K a step (256 spilled a
-# register in its down kernel on sm_100a and sm_110a).
+# "gemv_any" takes the same blocking (not timed on its own). The per-expert kernels (int4_rows.py, block_m > 0) are
+# not shipped: the second H100 sweep (benchmarks/results/h100_int4/sweep2/) found them faster than the tiles only at a
+# few cells, by 2-13%, and no one blocking of them faster at both hidden sizes; they stay the sweep's candidates.
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
-                    MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True),
-                    MoEGemvConfig("rows", 16, 8, 4, 2, 16, block_m=16),
-                    MoEGemvConfig("rows_any", 16, 4, 4, 2, 1, block_m=16))
+                    MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
 # The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
 # down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
 # spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory

@@ -48,34 +48,14 @@ struct Gemms {
   int size_multiple = 16;  // H and F must be multiples of this ("any": 1)
 };
 
-// The INT4 kernels without a route of one blocking (moe_aot.py's MOE_GEMV_CONFIGS): per pair ("gemv", "gemv_any":
-// int4_kernels.py's vector-matrix kernels) or per expert ("rows", "rows_any": int4_rows.py), one launch form;
-// "_any" variants take any H and F, the others multiples of 16.
+// The INT4 vector-matrix kernels of one blocking (moe_aot.py's MOE_GEMV_CONFIGS): "gemv" (H and F multiples of 16)
+// or "gemv_any".
 struct Gemvs {
   std::string variant;
   Kernel gate_up, gate_up_gated, down;
   int size_multiple = 16;
-  bool per_expert = false;
-  Kernel down_combine;  // per pair: the down and the combine in one launch, by token (null in older exports)
+  Kernel down_combine;  // the down and the combine in one launch, by token (null in older exports)
 };
-
-// The INT4 kernels without a route that serve a launch of `pairs` pairs (nullptr: the tiles, after the route): per
-// pair up to kInt4PerPairMaxPairs, per expert up to kInt4PerExpertMaxPairs. Images without the per-expert kernels
-// (an older export) keep the per-pair kernels' rule of that release.
-const Gemvs* int4_without_route(const std::vector<Gemvs>& all, int64_t pairs, int64_t experts, int64_t hidden,
-                                int64_t ffn) {
-  auto find = [&](bool per_expert) -> const Gemvs* {
-    for (const Gemvs& candidate : all)  // "gemv" / "rows" before their "_any"
-      if (candidate.per_expert == per_expert && hidden % candidate.size_multiple == 0 &&
-          ffn % candidate.size_multiple == 0)
-        return &candidate;
-    return nullptr;
-  };
-  const Gemvs* per_expert = find(true);
-  if (per_expert == nullptr) return pairs <= std::max(experts, kInt4GemvMaxRows) ? find(false) : nullptr;
-  if (pairs <= kInt4PerPairMaxPairs) return find(false);
-  return pairs <= kInt4PerExpertMaxPairs ? per_expert : nullptr;
-}
 
 bool is_gemm_kernel(const std::string& kernel) {
   return kernel == "moe_gate_up" || kernel == "moe_gate_up_gated" || kernel == "moe_down";
@@ -148,7 +128,7 @@ struct MoEExpertsLauncher::State {
   std::vector<Gemms> gemms;       // by block_m
   bool int4 = false;              // the GEMM images' weight format is Int4GroupScaled
   bool fp8 = false;               // ... is Float8RowScaled
-  std::vector<Gemvs> gemvs;       // int4: those of aligned sizes first, then "_any"
+  std::vector<Gemvs> gemvs;       // int4: "gemv" first, then "gemv_any"
   Kernel combine;                 // block_m tokens x block_n columns per program
   // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
   // per program); null where no image serves this GPU.
@@ -253,8 +233,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       auto gemvs = std::find_if(state->gemvs.begin(), state->gemvs.end(),
                                 [&](const Gemvs& g) { return g.variant == image.variant; });
       if (gemvs == state->gemvs.end()) {
-        const bool any = image.variant.size() >= 4 && image.variant.compare(image.variant.size() - 4, 4, "_any") == 0;
-        state->gemvs.push_back({image.variant, {}, {}, {}, any ? 1 : 16, image.variant.rfind("rows", 0) == 0, {}});
+        state->gemvs.push_back({image.variant, {}, {}, {}, image.variant == "gemv_any" ? 1 : 16, {}});
         gemvs = state->gemvs.end() - 1;
       }
       Kernel& slot = image.kernel == "moe_gemv_down"           ? gemvs->down
@@ -294,9 +273,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
                      }), state->gemvs.end());
   std::sort(state->gemvs.begin(), state->gemvs.end(),
             [](const Gemvs& a, const Gemvs& b) { return a.size_multiple > b.size_multiple; });
-  if (state->int4 && std::none_of(state->gemvs.begin(), state->gemvs.end(), [](const Gemvs& g) {
-        return !g.per_expert && g.size_multiple == 1;
-      }))
+  if (state->int4 && (state->gemvs.empty() || state->gemvs.back().size_multiple != 1))
     return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
                   gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images(..., weight_format=\"int4\"))");
@@ -403,9 +380,14 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                ? rule_path(a.tokens, a.top_k, a.experts, a.hidden_size, a.ffn)
                                : state_->path;
   const bool wgmma = wgmma_serves && path == MoEGemmPath::kWgmma;
-  // INT4 at robot batch sizes: the kernels without a route (per pair or per expert), else the tiles.
-  const Gemvs* gemvs =
-      state_->int4 ? int4_without_route(state_->gemvs, pairs, a.experts, a.hidden_size, a.ffn) : nullptr;
+  // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles).
+  const Gemvs* gemvs = nullptr;
+  if (state_->int4 && pairs <= std::max(a.experts, kInt4GemvMaxRows))
+    for (const Gemvs& candidate : state_->gemvs)  // "gemv" first; create() keeps a "gemv_any"
+      if (a.hidden_size % candidate.size_multiple == 0 && a.ffn % candidate.size_multiple == 0) {
+        gemvs = &candidate;
+        break;
+      }
   const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(a.workspace);
   CUdeviceptr offs = base + r.offs, tiles = base + r.tiles, sorted = base + r.sorted, h = base + r.h, y = base + r.y;
   CUdeviceptr h_scale = base + r.h_scale, xq = base + r.xq, xs = base + r.xs;

@@ -25,14 +25,10 @@
 // INT4 expert weights (images of weight_format Int4GroupScaled, et_trt_backend/int4_weights.py): w_gate_up and
 // w_down are packed INT4 (uint8 [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2]) with bfloat16 group
 // scales (w_gate_up_scale [E, N1, ceil(H / g)], w_down_scale [E, H, ceil(F / g)], g = group_size); the semantics
-// are the same with the weights q * scale (exact in float32). Up to kInt4PerPairMaxPairs pairs the block is the
-// vector-matrix kernels, one program per pair (gate+up) or token (down) and block of weight rows, no route:
-// moe_gemv_gate_up and moe_gemv_down_combine (two launches); up to kInt4PerExpertMaxPairs the per-expert kernels
-// of the same launch form (variants "rows", "rows_any"), one program per expert and block of weight rows, all of
-// that expert's pairs on the tensor cores: moe_gemv_gate_up, moe_gemv_down (float32 rows by pair), moe_combine
-// (three); above, the four launches above with the GEMMs' INT4 builds. Images of an older export (no per-expert
-// kernels, no moe_gemv_down_combine) run the vector-matrix kernels up to max(experts, kInt4GemvMaxRows) pairs,
-// their down and moe_combine as two launches.
+// are the same with the weights q * scale (exact in float32). With pairs <= max(experts, kInt4GemvMaxRows) the
+// block is the vector-matrix kernels, one program per pair (gate+up) or token (down) and block of weight rows, no
+// route: moe_gemv_gate_up, moe_gemv_down_combine (two launches; images of an older export without it: moe_gemv_down,
+// float32 rows by pair, and moe_combine); above, the four launches above with the GEMMs' INT4 builds.
 //
 // FP8 expert weights (images of weight_format Float8RowScaled, et_trt_backend/moe_experts_fp8.py): w_gate_up and
 // w_down are float8 e4m3 ([E, N1, H], [E, H, F]) with float32 scales per output channel (w_gate_up_scale [E, N1],
@@ -68,12 +64,6 @@ enum class MoEActivation : int32_t {
 constexpr int32_t kMoEActivationCount = 8;
 // Gated activations take a gate+up output of 2F columns; the others F.
 constexpr bool is_gated(MoEActivation activation) { return static_cast<int32_t>(activation) <= 3; }
-
-// INT4 launches (the header's comment): the vector-matrix kernels up to this many pairs, the per-expert kernels up to
-// kInt4PerExpertMaxPairs, the tiles above. Not yet measured (the H100 sweep, benchmarks/int4_gemv_sweep.py, decides):
-// the vector-matrix kernels to 4 tokens of top-2, the per-expert ones to 256.
-constexpr int64_t kInt4PerPairMaxPairs = 8;
-constexpr int64_t kInt4PerExpertMaxPairs = 512;
 
 // plugin_names.MOE_GATE_UP_LAYOUTS: where feature f's gate and up rows lie among an expert's 2F gate+up
 // weight rows, as a block B: gate row (f / B) * 2B + f % B, up row that + B.
