@@ -2,7 +2,9 @@
 once for all of its expert's pairs (et_trt_backend/int4_weights.py's packed layout and semantics).
 
 They take int4_kernels.py's vector-matrix kernels' launch and arguments (grid (pairs, column blocks), no route, the
-same combine after them), so the launcher runs either by the rows per expert: program (p, block) serves expert
+same combine after them), so the launcher can run either under the same kernel names. Not shipped: on an H100
+(benchmarks/results/h100_int4/sweep2/) they beat the tiles only at a few cells, by 2-13%; benchmarks/
+int4_gemv_sweep.py times them (prepare.py's ROWS_SWEEP). Program (p, block) serves expert
 e = topk_ids[p] when p is e's first pair and returns at once otherwise; it finds e's pairs BLOCK_M at a time among
 WINDOW pairs and multiplies their rows with its weight rows on the tensor cores, one K step of BLOCK_C 32-element
 chunks (16-byte vector loads of each packed row) per iteration. The vector-matrix kernels read an expert's weights
