@@ -25,9 +25,9 @@ class Messages final : public nvinfer1::ILogger {
   std::string text;
 };
 
-// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them), their INT4 builds, and one
+// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them), their INT4 and FP8 builds, and one
 // GroupedMM image, which the MoEExperts plugin ignores.
-constexpr int kImages = 7;
+constexpr int kImages = 10;
 std::vector<uint8_t> moe_blob() {
   flatbuffers::FlatBufferBuilder fbb;
   const std::vector<uint8_t> sha256(32, 0);
@@ -41,7 +41,10 @@ std::vector<uint8_t> moe_blob() {
                           Record{"moe_down", blob::WeightFormat::Dense}, Record{"moe_combine", blob::WeightFormat::Dense},
                           Record{"grouped_mm_tile_nk", blob::WeightFormat::Dense},
                           Record{"moe_gate_up_gated", blob::WeightFormat::Int4GroupScaled},
-                          Record{"moe_down", blob::WeightFormat::Int4GroupScaled}}) {
+                          Record{"moe_down", blob::WeightFormat::Int4GroupScaled},
+                          Record{"moe_route_quantize", blob::WeightFormat::Float8RowScaled},
+                          Record{"moe_gate_up_gated", blob::WeightFormat::Float8RowScaled},
+                          Record{"moe_down", blob::WeightFormat::Float8RowScaled}}) {
     auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 1, &sha256);
     kernels.push_back(blob::CreateKernelImageDirect(fbb, r.name, "any", true, "sm_89", blob::ImageFormat::Cubin, image,
                                                     r.name, blob::DType::BFloat16, 4, 0, 0, 1, 0, 0, 64, 64, false,
@@ -128,8 +131,8 @@ TEST_F(MoEExpertsPluginBuild, RefusesTypesSayingWhy) {
       {{DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16, DataType::kHALF},
        "w_down must be hidden's kBF16; it is kHALF"},
       {{DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16},
-       "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases; the "
-       "node has 4"},
+       "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases, or 9 with "
+       "FP8 weights (both biases, then w_gate_up_scale, w_down_scale); the node has 4"},
   };
   for (const Case& c : cases) {
     messages_.text.clear();
@@ -268,6 +271,89 @@ TEST_F(MoEExpertsPluginBuild, RefusesMalformedInt4FormsSayingWhy) {
                                 "the INT4 scale groups' size 32, 64 or 128; got INT64 [48]"),
             std::string::npos)
       << messages_.text;
+}
+
+// The FP8 form: e4m3 weights, both biases, and the weights' float32 scales per output channel; group_size 0.
+const std::vector<DataType> kFp8Node = {DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kFP8,
+                                        DataType::kFP8,  DataType::kBF16,  DataType::kBF16,  DataType::kFLOAT,
+                                        DataType::kFLOAT};
+
+nvinfer1::Dims dims(std::initializer_list<int64_t> values) {
+  nvinfer1::Dims d{};
+  d.nbDims = static_cast<int32_t>(values.size());
+  int i = 0;
+  for (int64_t v : values) d.d[i++] = v;
+  return d;
+}
+
+TEST_F(MoEExpertsPluginBuild, TakesTheFp8FormOfItsFp8Images) {
+  auto p = plugin(Node{});
+  ASSERT_NE(p, nullptr) << messages_.text;
+  DataType out = DataType::kFLOAT;
+  EXPECT_EQ(output_type(*p, kFp8Node, &out), 0);
+  EXPECT_EQ(out, DataType::kBF16);
+  EXPECT_EQ(messages_.text, "");
+  std::vector<nvinfer1::DynamicPluginTensorDesc> io(10);
+  for (int i = 0; i < 10; ++i) {
+    io[i].desc.type = i < 9 ? kFp8Node[i] : DataType::kBF16;
+    io[i].desc.format = nvinfer1::TensorFormat::kLINEAR;
+  }
+  for (int pos = 0; pos < 10; ++pos) EXPECT_TRUE(build(*p)->supportsFormatCombination(pos, io.data(), 9, 1)) << pos;
+  io[3].desc.type = DataType::kINT8;  // INT4 bytes are not this node's
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(3, io.data(), 9, 1));
+  io[7].desc.type = DataType::kBF16;  // nor INT4's scales
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(7, io.data(), 9, 1));
+
+  // Shapes: T = 5 tokens, k = 2, E = 4, H = 32, F = 48 (gated: N1 = 96); scales [E, N1] and [E, H].
+  std::vector<nvinfer1::PluginTensorDesc> in(9);
+  const nvinfer1::Dims shapes[] = {dims({5, 32}), dims({5, 2}),  dims({5, 2}),  dims({4, 96, 32}), dims({4, 32, 48}),
+                                   dims({4, 96}), dims({4, 32}), dims({4, 96}), dims({4, 32})};
+  for (int i = 0; i < 9; ++i) {
+    in[i].type = kFp8Node[i];
+    in[i].format = nvinfer1::TensorFormat::kLINEAR;
+    in[i].dims = shapes[i];
+  }
+  nvinfer1::PluginTensorDesc output{};
+  output.dims = shapes[0];
+  auto* runtime =
+      static_cast<nvinfer1::IPluginV3OneRuntime*>(p->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  EXPECT_EQ(runtime->onShapeChange(in.data(), 9, &output, 1), 0) << messages_.text;
+  in[8].dims = dims({4, 48});  // w_down's scales per its H = 32 output channels, not per F
+  EXPECT_EQ(runtime->onShapeChange(in.data(), 9, &output, 1), -1);
+  EXPECT_NE(messages_.text.find("inconsistent shapes (activation 0, N1 = 2F, FP8: weights [E, N, K], scales [E, N]): "
+                                "hidden[5, 32]"),
+            std::string::npos)
+      << messages_.text;
+  in[8].dims = dims({4, 32, 1});  // INT4's rank
+  EXPECT_EQ(runtime->onShapeChange(in.data(), 9, &output, 1), -1);
+  EXPECT_NE(messages_.text.find("w_down_scale is [4, 32, 1]"), std::string::npos) << messages_.text;
+}
+
+TEST_F(MoEExpertsPluginBuild, RefusesMalformedFp8FormsSayingWhy) {
+  struct Case {
+    std::vector<DataType> inputs;
+    const char* message;
+  };
+  std::vector<DataType> int8_weights = kFp8Node, bf16_scales = kFp8Node, half = kFp8Node, no_scales = kFp8Node;
+  int8_weights[4] = DataType::kINT8;
+  bf16_scales[7] = DataType::kBF16;
+  for (int i : {0, 5, 6}) half[i] = DataType::kHALF;
+  no_scales.pop_back();
+  const std::vector<Case> cases = {
+      {int8_weights, "w_down must be kFP8 (FP8 e4m3 weights); it is kINT8"},
+      {bf16_scales, "w_gate_up_scale must be kFLOAT (FP8 scales per output channel); it is kBF16"},
+      {half, "the blob has no MoE experts kernel image of FP8 weights for hidden's kHALF (it has bf16); re-export with "
+             "fused_experts on, expert_precision = \"fp8\" and this precision"},
+      {no_scales, "or 9 with FP8 weights (both biases, then w_gate_up_scale, w_down_scale); the node has 8"},
+  };
+  for (const Case& c : cases) {
+    messages_.text.clear();
+    auto p = plugin(Node{});
+    ASSERT_NE(p, nullptr);
+    DataType out = DataType::kFLOAT;
+    EXPECT_EQ(output_type(*p, c.inputs, &out), -1) << c.message;
+    EXPECT_NE(messages_.text.find(c.message), std::string::npos) << messages_.text;
+  }
 }
 
 }  // namespace
