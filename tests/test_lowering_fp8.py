@@ -24,7 +24,7 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 from onnx import numpy_helper
 
-from et_trt_backend import moe_experts, moe_experts_fp8, quantization
+from et_trt_backend import moe_experts, moe_experts_fp8, preflight, quantization
 from et_trt_backend.engines import onnx_build
 from et_trt_backend.lowering import GroupedMMUse, LoweringError, lower_to_onnx
 from et_trt_backend.onnx_analysis import fp8_grouped_mms, fp8_moe_experts, moe_blocks
@@ -188,6 +188,20 @@ def test_fused_block_is_one_fp8_moe_experts_node(fused):
     # w_gate_up [4, 192, 32] + w_down [4, 32, 96]: a byte each; a float32 scale per output channel.
     assert fp8_moe_experts(model) == [{"node": node.name, "weights_bytes": 4 * 192 * 32 + 4 * 32 * 96,
                                       "scales_bytes": 4 * (4 * 192 + 4 * 32)}]
+
+
+def test_preflight_takes_the_fused_fp8_form_and_names_what_is_wrong_in_it(fused):
+    contents = fused[3]
+    model = onnx.load_from_string(contents.onnx)
+    assert preflight.check(model) == []
+    node = _fused_node(contents)
+    scale = next(t for t in model.graph.initializer if t.name == node.input[7])
+    scale.data_type = onnx.TensorProto.BFLOAT16  # INT4's scale type
+    messages = [v.message for v in preflight.check(model)]
+    assert any("w_gate_up_scale is BF16; the plugin takes FP32 scales" in m for m in messages), messages
+    del node.input[8]  # 8 inputs: neither the dense nor a quantized form
+    assert any("needs inputs hidden, topk_ids, topk_weights, w_gate_up, w_down" in v.message
+               for v in preflight.check(model))
 
 
 def _relative_error(got, want) -> float:

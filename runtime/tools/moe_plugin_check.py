@@ -7,9 +7,9 @@ does (created from the node's attributes, serialized, created again from its fie
 enqueue), with the model's own expert weights and random tokens, ids (some out of range) and routing weights.
 Each output (poisoned with NaN before the run) is compared with et_trt_backend.moe_experts.reference in float32
 (nodes with INT4 weights, group_size > 0: int4_weights.moe_experts_reference, the same math with q * scale; nodes
-with FP8 weights, e4m3 with float32 scales: moe_experts_fp8.reference, which quantizes the GEMMs' inputs as the
-kernels do, and, norm-wise, moe_experts.reference in float32 with the same dequantized weights, issue 32's
-measure), and the plugin's enqueue is timed (CUDA events, 200 calls after 20). Needs torch with CUDA; no TensorRT,
+with FP8 weights, e4m3 with float32 scales: norm-wise, moe_experts_fp8.reference, which quantizes the GEMMs' inputs
+as the kernels do; also reported, not checked: the norm-wise error against moe_experts.reference in float32 with the
+same dequantized weights, issue 32's measure), and the plugin's enqueue is timed (CUDA events, 200 calls after 20). Needs torch with CUDA; no TensorRT,
 no Triton, no ExecuTorch.
 
     python runtime/tools/moe_plugin_check.py NODES.json [--lib PATH]
@@ -40,9 +40,9 @@ WEIGHT_DTYPES = {**DTYPES, "int8": torch.int8, "fp8": torch.float8_e4m3fn, "f32"
 TRT_TYPES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.float8_e4m3fn: 6,
              torch.bfloat16: 7}  # nvinfer1::DataType
 TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}  # of the output's largest magnitude; float32 accumulation on both sides
-# FP8 weights, norm-wise against float32 with the same dequantized weights: the e4m3 activations' rounding (unit
-# roundoff 2**-4; tests/test_moe_experts_fp8_gpu.py's bound, the eager op measured 4.4e-2 at the MoE shapes).
-FP8_FLOAT32_TOLERANCE = 6.25e-2
+# FP8 weights, norm-wise against moe_experts_fp8.reference (tests/test_moe_experts_fp8_gpu.py's bound): the kernels
+# round an activation to e4m3 one step off the reference's where its quotient lies near a tie (moe_fp8.py).
+FP8_TOLERANCE = 2e-2
 TOKENS = (1, 16, 512)
 TOP_K = (1, 2)
 
@@ -120,7 +120,8 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
     torch.cuda.synchronize()
     options = dict(activation=node["activation_name"], gate_up_layout=node["gate_up_layout"], alpha=node["alpha"],
                    limit=node["limit"])
-    float32 = None  # FP8: the norm-wise error against float32 of the same dequantized weights
+    float32 = None  # FP8: the norm-wise error against float32 of the same dequantized weights (reported)
+    tolerance = FP8_TOLERANCE if fp8 else TOLERANCE[dtype_name]
     if group_size:
         want = int4_weights.moe_experts_reference(hidden, ids, routing, w_gate_up, scales[0], w_down, scales[1],
                                                   b_gate_up, b_down, group_size=group_size, **options).float()
@@ -130,11 +131,11 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
         dense = moe_experts.reference(hidden.float(), ids, routing, moe_experts_fp8.dequantize(w_gate_up, scales[0]),
                                       moe_experts_fp8.dequantize(w_down, scales[1]), b_gate_up.float(), b_down.float(),
                                       **options)
-        float32 = ((out.float() - dense).norm() / dense.norm().clamp_min(1e-6)).item()
+        float32 = _norm_error(out, dense)
     else:
         want = moe_experts.reference(hidden, ids, routing, w_gate_up, w_down, b_gate_up, b_down, **options).float()
-    scale = max(want.abs().max().item(), 1e-6)
-    relative = (out.float() - want).abs().max().item() / scale
+    relative = _norm_error(out, want) if fp8 else \
+        (out.float() - want).abs().max().item() / max(want.abs().max().item(), 1e-6)
     for _ in range(20):
         enqueue()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -144,8 +145,11 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
     end.record()
     torch.cuda.synchronize()
     return {"relative": relative, "float32": float32, "us": start.elapsed_time(end) * 1000 / 200,
-            "workspace": workspace.numel(),
-            "ok": relative <= TOLERANCE[dtype_name] and (float32 is None or float32 <= FP8_FLOAT32_TOLERANCE)}
+            "workspace": workspace.numel(), "ok": relative <= tolerance}
+
+
+def _norm_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out.float() - reference.float()).norm() / reference.float().norm().clamp_min(1e-6)).item()
 
 
 def main() -> int:
@@ -158,8 +162,8 @@ def main() -> int:
         return 2
     lib = _library(args.lib or args.nodes.parent / "libet_trt_moe_plugin_check.so")
     print(f"GPU: {torch.cuda.get_device_name()}")
-    print("| blob | node | dtype | activation, layout | top-k | tokens | error (of max) | FP8: vs float32 (norm) | "
-          "enqueue (us) | result |")
+    print("| blob | node | dtype | activation, layout | top-k | tokens | error (of max; FP8: norm-wise) | "
+          "FP8: vs float32 (norm-wise) | enqueue (us) | result |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for blob_name, nodes in json.loads(args.nodes.read_text()).items():
