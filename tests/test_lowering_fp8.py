@@ -194,9 +194,11 @@ def test_preflight_takes_the_fused_fp8_form_and_names_what_is_wrong_in_it(fused)
     contents = fused[3]
     model = onnx.load_from_string(contents.onnx)
     assert preflight.check(model) == []
-    node = _fused_node(contents)
-    scale = next(t for t in model.graph.initializer if t.name == node.input[7])
-    scale.data_type = onnx.TensorProto.BFLOAT16  # INT4's scale type
+    (node,) = [n for n in model.graph.node if n.op_type == MOE_EXPERTS_OP]
+    next(t for t in model.graph.initializer if t.name == node.input[7]).data_type = onnx.TensorProto.BFLOAT16
+    for value in model.graph.value_info:  # INT4's scale type, wherever the ONNX records the type
+        if value.name == node.input[7]:
+            value.type.tensor_type.elem_type = onnx.TensorProto.BFLOAT16
     messages = [v.message for v in preflight.check(model)]
     assert any("w_gate_up_scale is BF16; the plugin takes FP32 scales" in m for m in messages), messages
     del node.input[8]  # 8 inputs: neither the dense nor a quantized form
