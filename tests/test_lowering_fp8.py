@@ -148,12 +148,16 @@ def _fused_node(contents) -> onnx.NodeProto:
     return node
 
 
-def _dequantized_experts(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """A copy of the partition whose expert weights (the 3-D ones, [E, out, in]) are their dequantized FP8 values."""
+def _dequantized_experts(program: torch.export.ExportedProgram, stored_in_out: bool = False) \
+        -> torch.export.ExportedProgram:
+    """A copy of the partition whose expert weights (the 3-D ones, [E, out, in], or [E, in, out] where
+    `stored_in_out`) are their dequantized FP8 values (a scale per output channel)."""
     twin = copy.deepcopy(program)
     for name, value in twin.state_dict.items():
         if value.dim() == 3:
-            twin.state_dict[name] = moe_experts_fp8.dequantize(*quantization.quantize_weights_fp8(value))
+            weights = value.transpose(1, 2) if stored_in_out else value
+            dequantized = moe_experts_fp8.dequantize(*quantization.quantize_weights_fp8(weights))
+            twin.state_dict[name] = dequantized.transpose(1, 2) if stored_in_out else dequantized
     return twin
 
 
@@ -226,6 +230,32 @@ def test_fused_fp8_partition_computes_the_model_with_dequantized_weights(fused):
         error = _relative_error(got, run_partition_float32(twin, [x])[0].numpy())
         assert 1e-3 < error < 6.25e-2, error  # the activations' rounding shows (they were quantized), bounded
         assert _relative_error(got, run_partition_float32(program, [x])[0].numpy()) > error
+
+
+def test_gpt_oss_block_with_biases_lowers_to_the_fp8_form():
+    """transformers' GPT-OSS block (biased experts, interleaved clamped GLU): its FP8 MoEExperts node keeps the
+    model's biases in the part's precision and computes the block with its dequantized FP8 weights, biases added
+    where the kernels add them (ONNX float32 twin against the partition in float32)."""
+    x = torch.randn(1, 6, moe_models.HF_HIDDEN).to(moe_models.DTYPE)
+    with torch.no_grad():
+        exported = torch.export.export(moe_models.hf_moe_block("gpt_oss"), (x,),
+                                       dynamic_shapes=({1: torch.export.Dim("tokens", min=1, max=512)},))
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner({"default": FUSED_RECIPE})])
+    (program, contents), = delegated_parts(edge)
+    node = _fused_node(contents)
+    assert len(node.input) == 9
+    model = external_data.onnx_with_weights(contents.onnx, contents.weights)
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert all(initializers[name].astype(np.float32).any() for name in node.input[5:7])  # the model's own biases
+    assert "gptoss_glu" in moe_blocks(model)[0]["detail"]
+    twin = _dequantized_experts(program, stored_in_out=True)  # transformers' GPT-OSS: [E, H, 2F] and [E, F, H]
+    reference = onnx_reference.to_float32(model)
+    (spec,) = contents.inputs
+    x = torch.randn(concrete_shape(spec, 48))
+    got = onnx_reference.evaluator(reference).run(None, {spec.name: x.numpy()})
+    want = run_partition_float32(twin, [x])
+    (index,) = [i for i, value in enumerate(want) if value.shape == x.shape]  # the block's output (not the router's)
+    assert 1e-3 < _relative_error(got[index], want[index].numpy()) < 6.25e-2
 
 
 def test_lowering_op_matches_the_independent_fp8_reference():
