@@ -37,8 +37,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 
 from . import routing_rewrites, translations
 from .errors import LoweringError
-from . import int4_experts
-from .fp8_experts import quantize_experts
+from . import fp8_experts, int4_experts
 from .fp8_swiglu import fuse_swiglu
 from .moe_fusion import FUSED, MoEBlockForm, fuse_moe_blocks
 from .precision import apply_precision, truncate_double
@@ -251,14 +250,21 @@ def _onnx_registry():
     return registry, decompositions
 
 
-def _int4_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockForm]) -> list[MoEBlockForm]:
-    """The program's experts made INT4 (int4_experts.py); the fused blocks' forms saying so."""
-    group_size = int4_group_size(options)
-    fused, grouped = int4_experts.quantize_experts(program, group_size)
-    logger.info("expert_precision int4 (group %d): %d MoEExperts node(s) and %d GroupedMM(s) with INT4 weights",
-                group_size, fused, grouped)
-    return [dataclasses.replace(form, detail=f"{form.detail}, INT4 weights (group {group_size})")
-            if form.form == FUSED else form for form in moe_blocks]
+def _quantized_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockForm]) -> list[MoEBlockForm]:
+    """The program's experts made FP8 (fp8_experts.py) or INT4 (int4_experts.py), per expert_precision; the fused
+    blocks' forms saying so."""
+    if options.expert_precision == "fp8":
+        weights = "FP8 weights (e4m3, a float32 scale per output channel)"
+        fused, grouped = fp8_experts.quantize_experts(program)
+        logger.info("expert_precision fp8: %d of the GroupedMM(s) compute their input's SwiGLU", fuse_swiglu(program))
+    else:
+        group_size = int4_group_size(options)
+        weights = f"INT4 weights (group {group_size})"
+        fused, grouped = int4_experts.quantize_experts(program, group_size)
+    logger.info("expert_precision %s: %d MoEExperts node(s) and %d GroupedMM(s) with %s", options.expert_precision,
+                fused, grouped, weights)
+    return [dataclasses.replace(form, detail=f"{form.detail}, {weights}") if form.form == FUSED else form
+            for form in moe_blocks]
 
 
 def has_translation(target) -> bool:
@@ -286,11 +292,8 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
         truncate_double(program)
     apply_precision(program, options.precision)
     moe_blocks = fuse_moe_blocks(program, options)
-    if options.expert_precision == "fp8":
-        logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
-        logger.info("expert_precision fp8: %d of them compute their input's SwiGLU", fuse_swiglu(program))
-    elif options.expert_precision == "int4":
-        moe_blocks = _int4_experts(program, options, moe_blocks)
+    if options.expert_precision in ("fp8", "int4"):
+        moe_blocks = _quantized_experts(program, options, moe_blocks)
     elif options.int4_group_size is not None:
         logger.warning("int4_group_size = %d has no effect on this part: its expert_precision is %s, not \"int4\"",
                        options.int4_group_size, f'"{options.expert_precision}"' if options.expert_precision else
