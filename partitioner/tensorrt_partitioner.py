@@ -94,6 +94,14 @@ def _detour(region: set[Node]) -> list[Node]:
     return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
 
 
+def _holds_preserved_ops(program: ExportedProgram) -> bool:
+    """Whether a graph of `program` (control-flow branches included) calls an op of op_support.PRESERVED_OPS."""
+    preserved = set(op_support.PRESERVED_OPS)
+    return any(node.op == "call_function" and aten_overload(node.target) in preserved
+               for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
+               for node in module.graph.nodes)
+
+
 _FLOAT64_BOUNDARY = (
     "a float64 tensor would cross the TensorRT partition boundary, and TensorRT binds no float64; the "
     "partition computes float64 in float32 (truncate_double), and the cast to and from float64 stays on "
@@ -169,10 +177,15 @@ class TensorRTPartitioner(Partitioner):
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
-    ) -> tuple[list[torch._ops.OpOverload], Callable[[Node], bool]]:
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[Node], bool] | None]:
         # Preserve every occurrence: decomposing them gives ops that are neither
         # core ATen nor lowerable. An unsupported one is reported by partition()
         # with its source line, which beats a verifier error about a decomposed op.
+        # The check function makes ExecuTorch keep the ops that its decomposition table lacks (_grouped_mm, histc,
+        # bucketize: without it the verifier refuses them as not core ATen), at the price of a third trace of the
+        # whole program. A program that holds none of the ops needs no function, and is traced once or twice.
+        if not _holds_preserved_ops(ep):
+            return list(op_support.PRESERVED_OPS), None
         return list(op_support.PRESERVED_OPS), lambda node: True
 
     # ---- partitioning ----

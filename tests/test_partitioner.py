@@ -91,6 +91,29 @@ def test_ops_to_not_decompose_preserves_with_a_check_function(policy_program):
     assert callable(check)
 
 
+def test_a_program_without_preserved_ops_gives_no_check_function_and_is_traced_once_less(monkeypatch):
+    """With a check function ExecuTorch traces the whole program three times (its EDGE_DO_NOT_DECOMP path), without
+    one once or twice: a program that holds no preserved op gets none, and is delegated all the same."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    program = torch.export.export(model, (torch.randn(2, 8),))
+    ops, check = TensorRTPartitioner().ops_to_not_decompose(program)
+    assert check is None and set(ops) == set(op_support.PRESERVED_OPS)
+
+    traces = []
+    run_decompositions = torch.export.ExportedProgram.run_decompositions
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        lambda self, *args, **kwargs: traces.append(1) or run_decompositions(self, *args, **kwargs))
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner({"default": {"engine_build": "never"}})])
+    # ExecuTorch's functionalization and decomposition to core ATen (a third trace with a check function), then the
+    # ONNX exporter's of the one partition
+    assert len(traces) == 3
+    calls = [n.target for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+    assert calls and all(target is torch.ops.higher_order.executorch_call_delegate
+                         or getattr(target, "__name__", "") == "getitem" for target in calls), calls
+
+
 # ---- MoE variants written like public libraries -----------------------------------
 VARIANTS = {
     "softmax-top2-index_put": dict(),
