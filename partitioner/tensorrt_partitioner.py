@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import sympy
 import torch
+from executorch.exir import EdgeCompileConfig
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
@@ -156,12 +157,23 @@ class TensorRTPartitioner(Partitioner):
     (see et_trt_backend.recipe). One partitioner serves every program of an
     export (partitioner=[TensorRTPartitioner(recipe)]), so that the recipe is
     checked against all of them together.
+
+    preserved_ops_in_config: the caller passes edge_compile_config() to to_edge_transform_and_lower as its
+    compile_config (export() does): ExecuTorch then traces each program once where it would trace it three times.
     """
 
-    def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None):
+    def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None, *,
+                 preserved_ops_in_config: bool = False):
         super().__init__()
         self.recipe = Recipe.coerce(recipe)
         self._programs = ProgramRegistry()
+        self._preserved_ops_in_config = preserved_ops_in_config
+
+    @staticmethod
+    def edge_compile_config() -> EdgeCompileConfig:
+        """ExecuTorch's default edge config, its verifier accepting the preserved ops that are not core ATen (the
+        compile_config of a partitioner made with preserved_ops_in_config=True)."""
+        return EdgeCompileConfig(_core_aten_ops_exception_list=list(op_support.PRESERVED_OPS))
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
@@ -183,8 +195,9 @@ class TensorRTPartitioner(Partitioner):
         # with its source line, which beats a verifier error about a decomposed op.
         # The check function makes ExecuTorch keep the ops that its decomposition table lacks (_grouped_mm, histc,
         # bucketize: without it the verifier refuses them as not core ATen), at the price of a third trace of the
-        # whole program. A program that holds none of the ops needs no function, and is traced once or twice.
-        if not _holds_preserved_ops(ep):
+        # whole program. Without one ExecuTorch traces it once or twice; that keeps them where the compile config's
+        # verifier accepts them (edge_compile_config), or where the program holds none.
+        if self._preserved_ops_in_config or not _holds_preserved_ops(ep):
             return list(op_support.PRESERVED_OPS), None
         return list(op_support.PRESERVED_OPS), lambda node: True
 
