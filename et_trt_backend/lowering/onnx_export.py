@@ -241,13 +241,41 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
 
 
 @functools.cache
-def _onnx_registry():
-    from torch.onnx._internal.exporter import _decomp, _registration
+def _export_registry(grouped_gemm_kernel: bool):
+    """The ONNX exporter's op registry: torchlib's translations, and ours (translations.translation_table) before
+    them, as torch.onnx.export builds it. Built once per process: torch.onnx.export builds it anew for every
+    partition (about 0.5 CPU-second each; the first, 0.9)."""
+    from torch.onnx._internal.exporter import _constants, _registration
 
-    registry = _registration.ONNXRegistry.from_torchlib()
-    decompositions = _decomp.create_onnx_friendly_decomposition_table(
-        _decomp.get_onnx_implemented_overloads(registry))
-    return registry, decompositions
+    registry = _registration.ONNXRegistry.from_torchlib(
+        opset_version=max(translations.ONNX_OPSET, _constants.TORCHLIB_OPSET))
+    for target, function in translations.translation_table(grouped_gemm_kernel).items():
+        registry.register_op(target, function, is_complex=False)
+    return registry
+
+
+def _export(program: torch.export.ExportedProgram, grouped_gemm_kernel: bool):
+    """torch.onnx.export(program, dynamo=True, custom_translation_table=translations.translation_table(...),
+    optimize=True) with the registry built once (_export_registry); the same ONNXProgram."""
+    from torch.onnx._internal.exporter import _core
+
+    return _core.export(
+        program,
+        registry=_export_registry(grouped_gemm_kernel),
+        dynamic_shapes={},
+        input_names=list(program.graph_signature.user_inputs),
+        opset_version=translations.ONNX_OPSET,
+        optimize=True,
+        verbose=False,
+    )
+
+
+@functools.cache
+def _onnx_decompositions():
+    from torch.onnx._internal.exporter import _decomp
+
+    return _decomp.create_onnx_friendly_decomposition_table(
+        _decomp.get_onnx_implemented_overloads(_export_registry(True)))
 
 
 def _quantized_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockForm]) -> list[MoEBlockForm]:
@@ -271,9 +299,8 @@ def has_translation(target) -> bool:
     """Whether the lowering translates `target` (an ATen, edge or dim-order overload) to ONNX:
     by a rewrite, an et-trt translation, torchlib, or a decomposition into those."""
     target = aten_target(target)
-    registry, decompositions = _onnx_registry()
-    return (target in routing_rewrites.REWRITTEN_TARGETS or target in translations.translation_table(True)
-            or registry.is_registered(target) or target in decompositions)
+    return (target in routing_rewrites.REWRITTEN_TARGETS or _export_registry(True).is_registered(target)
+            or target in _onnx_decompositions())
 
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
@@ -303,15 +330,7 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)
 
     logger.info("exporting partition to ONNX (opset %d)", translations.ONNX_OPSET)
-    onnx_program = torch.onnx.export(
-        program,
-        dynamo=True,
-        custom_translation_table=translations.translation_table(kernel),
-        input_names=list(program.graph_signature.user_inputs),
-        opset_version=translations.ONNX_OPSET,
-        optimize=True,
-        verbose=False,
-    )
+    onnx_program = _export(program, kernel)
     # One name per value: the exporter names the inputs after the partition's arguments (say "getitem_3", a
     # delegate's output in the program) after naming the values inside after their FX nodes, which can
     # give an inner value the same name; NVIDIA's parser then finds a cycle. Inputs and outputs keep theirs.
