@@ -6,6 +6,7 @@
     python benchmarks/device/prepare.py --int4 # only what benchmarks/device/int4_run.sh needs
     python benchmarks/device/prepare.py --moe-fp8  # only what benchmarks/device/moe_fp8_run.sh needs
     python benchmarks/device/prepare.py --sweep # only what benchmarks/device/moe_sweep_run.sh needs
+    python benchmarks/device/prepare.py --moe --sweep  # both: benchmarks/device/moe_run.sh with MOE_SWEEP=1
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -118,7 +119,7 @@ def save_moe_images() -> None:
     save_contenders("moe_bench_images", {
         "unfused": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
         "fused": fused,
-        "fused_triton": [i for i in fused if i.variant != "wgmma" and i.kernel != "moe_gather"],
+        "fused_triton": [i for i in fused if i.variant != "wgmma"],
     })
 
 
@@ -135,33 +136,29 @@ def save_moe_fp8_images() -> None:
 
 # benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.
 # (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA may
-# spread the few tiles of the dispatch shapes better.)
-WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c1": (4, 1)}
-# Its Triton tilings, each timed alone (with "any"): around the shipped "tile" (64 x 64, K 64, 3 stages, 4 warps)
-# and "large" (128 x 64, down 128, K 64, 3 stages, 8 warps): wider gate+up tiles, deeper pipelines, longer K steps,
-# other warp counts, taller and shorter tiles (sm_90a only, so up to its 227 KiB of shared memory).
+# spread the few tiles of the dispatch shapes better; clusters of 4 read a quarter of the rows from L2 per CTA.)
+WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c1": (4, 1), "fused_wgmma_s4_c4": (4, 4)}
+# Its Triton tilings, each timed alone (with "any"): the two that won most often in the last full sweep of twelve
+# (benchmarks/results/h100_moe_sweep/: 128 x 128 tiles with 3 and 4 stages, 8 warps, the best Triton tiling at many
+# rows per expert, where the dispatch rule's edge lies; sm_90a only, so up to its 227 KiB of shared memory).
 TILING_SWEEP = tuple(
     moe_aot.MoEGemmConfig(f"m{m}_n{n}_s{stages}_w{warps}" + (f"_k{k}" if k != 64 else ""), m, n, down_n, k, stages,
                           warps, 16)
-    for m, n, down_n, k, stages, warps in (
-        (128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8), (128, 64, 128, 64, 4, 8), (128, 64, 128, 64, 4, 4),
-        (64, 128, 128, 64, 4, 4), (64, 64, 64, 64, 4, 4), (32, 64, 64, 64, 4, 4), (256, 64, 64, 64, 3, 8),
-        (128, 64, 128, 128, 3, 8), (64, 64, 64, 128, 3, 4)))
+    for m, n, down_n, k, stages, warps in ((128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8)))
 
 
 def save_moe_sweep_images() -> None:
     """.device/moe_sweep_images.json and its groups: "fused_tilings", the shipped Triton tilings (the launcher's
-    choice among them); "fused_wgmma_*", those plus the row gather and a wgmma build (WGMMA_SWEEP);
+    choice among them); "fused_wgmma_*", those plus a wgmma build (WGMMA_SWEEP);
     "fused_tile_<variant>", one tiling of TILING_SWEEP plus "any" (H or F not a multiple of 16). All bf16 cubins for
     sm_90a."""
     shipped = [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
-    tilings = [i for i in shipped if i.variant != "wgmma" and i.kernel != "moe_gather"]
-    gather = [i for i in shipped if i.kernel == "moe_gather"]
+    tilings = [i for i in shipped if i.variant != "wgmma"]
     needed = [i for i in tilings if i.kernel in ("moe_route", "moe_combine") or i.variant == "any"]
     contenders = {"fused_tilings": tilings}
     for label, (stages, cluster) in WGMMA_SWEEP.items():
         wgmma = [sm90.image("bf16", stages, cluster, moe=mode) for mode in sm90.MOE_MODES]
-        contenders[label] = tilings + gather + wgmma
+        contenders[label] = tilings + wgmma
     for config in TILING_SWEEP:
         tiling = moe_aot.gemm_images(ARCH, "bf16", "cubin", configs=[config])
         contenders[f"fused_tile_{config.variant}"] = needed + tiling
@@ -227,7 +224,8 @@ def main() -> None:
         return
     if args.sweep:
         save_moe_sweep_images()
-        return
+        if not args.moe:  # --moe --sweep: moe_run.sh with MOE_SWEEP=1 (tests, sweep and block benchmark)
+            return
     if args.int4:
         save_int4_images(args.executorch)
         save_int4_sweep_images()

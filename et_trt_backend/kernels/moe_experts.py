@@ -34,7 +34,7 @@ instead (no route).
 
 The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, where its
 dispatch rule says (MoEExpertsLauncher::rule_path: large hidden and FFN sizes, enough rows per expert), it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
-two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order for its TMA loads: five launches.
+two GEMMs here; its gate+up GEMM gathers the rows from hidden itself (one TMA load per row): four launches.
 """
 
 import triton
@@ -319,17 +319,3 @@ def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.cons
         acc += tl.load(y_ptr + pair[:, None] * H + rh[None, :], mask=used[:, None] & h_ok[None, :], other=0.0)
     tl.store(out_ptr + rt.to(tl.int64)[:, None] * H + rh[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=t_ok[:, None] & h_ok[None, :])
-
-
-@triton.jit
-def moe_gather_kernel(x_ptr, sorted_ptr, offs_ptr, a_ptr, H, E, top_k, BLOCK_R: tl.constexpr,
-                      BLOCK_H: tl.constexpr):
-    """a[r] = hidden[pairs[r] // k] for the valid pairs' rows r < offs[E - 1] (the wgmma path's A operand)."""
-    rows = tl.load(offs_ptr + E - 1)
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    row_ok = r < rows
-    token = tl.load(sorted_ptr + r, mask=row_ok, other=0) // top_k
-    mask = row_ok[:, None] & (c < H)[None, :]
-    values = tl.load(x_ptr + token.to(tl.int64)[:, None] * H + c[None, :], mask=mask)
-    tl.store(a_ptr + r.to(tl.int64)[:, None] * H + c[None, :], values, mask=mask)
