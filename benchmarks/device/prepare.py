@@ -135,9 +135,10 @@ def save_moe_fp8_images() -> None:
 
 
 # benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.
-# (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA may
-# spread the few tiles of the dispatch shapes better; clusters of 4 read a quarter of the rows from L2 per CTA.)
-WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c1": (4, 1), "fused_wgmma_s4_c4": (4, 4)}
+# (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA were
+# within 1% of two, or slower, in the last sweep, benchmarks/results/h100_moe_sweep/; clusters of 4 read a quarter
+# of a tile's rows from L2 per CTA, half of what clusters of 2 read.)
+WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c4": (4, 4)}
 # Its Triton tilings, each timed alone (with "any"): the two that won most often in the last full sweep of twelve
 # (benchmarks/results/h100_moe_sweep/: 128 x 128 tiles with 3 and 4 stages, 8 warps, the best Triton tiling at many
 # rows per expert, where the dispatch rule's edge lies; sm_90a only, so up to its 227 KiB of shared memory).
