@@ -90,7 +90,17 @@ def main():
     assert (out == 0).all() and (offs == 0).all()
     # More experts than one chunk's bins need: E 100 of E_PAD 128, route chunks of 32.
     check("100 experts", make_inputs(30, 4, 100, 16, 16, "relu2", dtype=torch.float16, seed=7), "relu2", chunk=32, e_pad=128)
+    check_round()
     print("interpreter ok")
+
+
+def check_round():
+    """moe_round_kernel rounds the float32 sums to the output's dtype, element for element, and stops at n."""
+    sums = torch.randn(7, 300)
+    out = torch.full((7 * 300 + 5,), float("nan"), dtype=torch.float16)  # float16: see the module docstring
+    kernels.moe_round_kernel[(triton.cdiv(sums.numel(), 256),)](sums, out, sums.numel(), BLOCK=256)
+    assert torch.equal(out[:-5], sums.flatten().half()) and out[-5:].isnan().all(), "round"
+    print("round: ok")
 
 
 if __name__ == "__main__":

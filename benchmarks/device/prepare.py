@@ -119,7 +119,7 @@ def save_moe_images() -> None:
     save_contenders("moe_bench_images", {
         "unfused": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
         "fused": fused,
-        "fused_triton": [i for i in fused if i.variant != "wgmma"],
+        "fused_triton": [i for i in fused if i.variant != "wgmma" and i.kernel != "moe_round"],
     })
 
 
@@ -150,16 +150,17 @@ TILING_SWEEP = tuple(
 
 def save_moe_sweep_images() -> None:
     """.device/moe_sweep_images.json and its groups: "fused_tilings", the shipped Triton tilings (the launcher's
-    choice among them); "fused_wgmma_*", those plus a wgmma build (WGMMA_SWEEP);
+    choice among them); "fused_wgmma_*", those plus a wgmma build (WGMMA_SWEEP) and moe_round;
     "fused_tile_<variant>", one tiling of TILING_SWEEP plus "any" (H or F not a multiple of 16). All bf16 cubins for
     sm_90a."""
     shipped = [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
-    tilings = [i for i in shipped if i.variant != "wgmma"]
+    tilings = [i for i in shipped if i.variant != "wgmma" and i.kernel != "moe_round"]
+    rounding = [i for i in shipped if i.kernel == "moe_round"]
     needed = [i for i in tilings if i.kernel in ("moe_route", "moe_combine") or i.variant == "any"]
     contenders = {"fused_tilings": tilings}
     for label, (stages, cluster) in WGMMA_SWEEP.items():
         wgmma = [sm90.image("bf16", stages, cluster, moe=mode) for mode in sm90.MOE_MODES]
-        contenders[label] = tilings + wgmma
+        contenders[label] = tilings + wgmma + rounding
     for config in TILING_SWEEP:
         tiling = moe_aot.gemm_images(ARCH, "bf16", "cubin", configs=[config])
         contenders[f"fused_tile_{config.variant}"] = needed + tiling

@@ -47,11 +47,14 @@
 // no separate gather launch: at 3500 tokens the copy took ~120 us of a ~4.3 ms block). TMA places a one-row box
 // where a taller box would put that row (the 128-byte swizzle follows the shared-memory address), so the
 // consumers read the stage as before; rows of a tile past its valid rows are not loaded (their outputs are not
-// stored). Mode 1: W holds 2F rows per expert in the "blocked8" layout (16-row blocks of 8 gate rows and
+// stored). Mode 1 also zeroes MoEEpilogue::zero (the down GEMM's sums) with the producer warpgroup's idle warps 1-3.
+// Mode 1: W holds 2F rows per expert in the "blocked8" layout (16-row blocks of 8 gate rows and
 // the same features' 8 up rows), so a thread's accumulator rows r and r + 8 are one feature's gate and up; the
 // epilogue adds the bias, rounds both, applies the gated activation (MoEEpilogue::activation), rounds, and writes
-// out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and writes
-// float32 rows at the pair's place: out is float [pairs, N], row sorted[r]. The launcher passes MoEEpilogue after out.
+// out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and adds the
+// float32 row into its token's sums (red.global.add): out is float [rows / top_k, N], zeroed by mode 1, row
+// sorted[r] / top_k; a small kernel rounds the sums (the combine: no [pairs, N] float32 rows written and read back,
+// 344 MB each way at 3500 tokens). The launcher passes MoEEpilogue after out.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -351,7 +354,9 @@ struct MoEEpilogue {
   int32_t weights_16bit;
   int32_t activation;
   float alpha, limit;
-  int32_t top_k;  // mode 1: a is hidden [rows / top_k, K], a tile's row r its row sorted[r] / top_k
+  int32_t top_k;  // a is hidden [rows / top_k, K] (mode 1) and out the sums [rows / top_k, N] (mode 2)
+  float* zero;    // mode 1: zero_count floats (a multiple of 4, 16-byte aligned) set to 0
+  int64_t zero_count;
 };
 
 #if ET_TRT_MOE
@@ -438,13 +443,13 @@ __device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 
 }
 
 #elif ET_TRT_MOE == 2
-// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, straight to the pair's row of y. For one (j, h, e)
-// the 8 lanes of one row write 8 consecutive floats: whole 32-byte sectors. Each lane first loads the pairs and
-// weights of rows lane, lane + 32, ... (independent loads, in flight together); the row loop takes them from the
-// lane that holds them by shuffle: two rounds of global-memory latency per tile instead of two per row.
+// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, added to its token's row of the sums. For one
+// (j, h, e) the 8 lanes of one row add to 8 consecutive floats: whole 32-byte sectors. Each lane first loads the
+// pairs and weights of rows lane, lane + 32, ... (independent loads, in flight together); the row loop takes them
+// from the lane that holds them by shuffle: two rounds of global-memory latency per tile instead of two per row.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                  float* y, const MoEEpilogue& moe, int N) {
+                                                  float* sums, const MoEEpilogue& moe, int N) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int feature = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // and feature + 8
   float bias[2] = {0.f, 0.f};
@@ -453,28 +458,30 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
     if (moe.bias != nullptr && feature + 8 * h < N)
       bias[h] = to_float(static_cast<const T*>(moe.bias)[static_cast<int64_t>(tile.group) * N + feature + 8 * h]);
   constexpr int kLoads = (WIDTH + 31) / 32;
-  int pairs[kLoads];
+  int tokens[kLoads];  // the pairs first, then their tokens
   float weights[kLoads];
 #pragma unroll
   for (int i = 0; i < kLoads; ++i)
-    pairs[i] = 32 * i + lane < tile.rows ? moe.sorted[tile.first_row + 32 * i + lane] : 0;
+    tokens[i] = 32 * i + lane < tile.rows ? moe.sorted[tile.first_row + 32 * i + lane] : 0;
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i)
+  for (int i = 0; i < kLoads; ++i) {
     weights[i] = 32 * i + lane >= tile.rows ? 0.f
-                 : moe.weights_16bit        ? to_float(static_cast<const T*>(moe.weights)[pairs[i]])
-                                            : static_cast<const float*>(moe.weights)[pairs[i]];
+                 : moe.weights_16bit        ? to_float(static_cast<const T*>(moe.weights)[tokens[i]])
+                                            : static_cast<const float*>(moe.weights)[tokens[i]];
+    tokens[i] /= moe.top_k;
+  }
 #pragma unroll
   for (int j = 0; j < WIDTH / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int row = 8 * j + 2 * (lane % 4) + e;  // 32 * (j / 4) + row % 32: held by lane row % 32
-      const int pair = __shfl_sync(0xffffffffu, pairs[j / 4], row % 32);
+      const int token = __shfl_sync(0xffffffffu, tokens[j / 4], row % 32);
       const float weight = __shfl_sync(0xffffffffu, weights[j / 4], row % 32);
       if (row >= tile.rows) continue;
-      float* dst = y + static_cast<int64_t>(pair) * N;
+      float* dst = sums + static_cast<int64_t>(token) * N;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (feature + 8 * h < N) dst[feature + 8 * h] = (acc[4 * j + 2 * h + e] + bias[h]) * weight;
+      for (int h = 0; h < 2; ++h)  // the result unused: red.global.add.f32
+        if (feature + 8 * h < N) atomicAdd(&dst[feature + 8 * h], (acc[4 * j + 2 * h + e] + bias[h]) * weight);
     }
   }
 }
@@ -722,7 +729,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
     // Registers move to the consumers: 128 x 40 + 256 x 232 <= 64K.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     constexpr int kLoaders = kMoE == 1 ? 32 : 1;
-    if (threadIdx.x >= kLoaders) return;
+    if (threadIdx.x >= kLoaders) {
+#if ET_TRT_MOE == 1
+      // Warps 1-3 zero the down GEMM's sums meanwhile (they are read only once this grid has finished).
+      constexpr int kZeroing = 128 - kLoaders;
+      float4* zero = reinterpret_cast<float4*>(moe.zero);
+      for (int64_t i = static_cast<int64_t>(blockIdx.x) * kZeroing + threadIdx.x - kLoaders; i < moe.zero_count / 4;
+           i += static_cast<int64_t>(gridDim.x) * kZeroing)
+        zero[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+      return;
+    }
     const int lane = threadIdx.x;
     auto next_stage = [&] {
       if (++stage == STAGES) {

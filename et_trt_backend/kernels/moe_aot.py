@@ -100,6 +100,7 @@ FP8_ROUTE_WARPS = 8  # with 4, moe_route_quantize e256 spills a register on sm_9
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
+ROUND_BLOCK = 1024  # elements per program of moe_round
 _NUM_WARPS = 4  # route and combine
 
 
@@ -309,12 +310,18 @@ def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -
 
 
 def _sm90_images(arch: str, dtype: str) -> list[KernelImage]:
-    """The wgmma kernel's MoE builds (their gate+up GEMM gathers its rows itself); [] without nvcc (the Triton
-    tilings serve)."""
+    """The wgmma kernel's MoE builds (their gate+up GEMM gathers its rows itself, their down GEMM sums the pairs per
+    token) and moe_round, which rounds those sums; [] without nvcc (the Triton tilings serve)."""
+    from et_trt_backend.kernels import moe_experts as source
+
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a MoE images lack the wgmma kernel (the Triton tilings serve)")
         return []
-    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down")]
+    signature = {**_pointers("sums_ptr:f32 out_ptr:x", dtype), "n": "i64", "BLOCK": "constexpr"}
+    round_image = _compile("moe_round", "any", source.moe_round_kernel, signature, {"BLOCK": ROUND_BLOCK},
+                           {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
+                           (1, ROUND_BLOCK, 0))
+    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), round_image]
 
 
 def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "dense") -> list[KernelImage]:

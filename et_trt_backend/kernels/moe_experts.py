@@ -34,7 +34,8 @@ instead (no route).
 
 The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, where its
 dispatch rule says (MoEExpertsLauncher::rule_path: large hidden and FFN sizes, enough rows per expert), it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
-two GEMMs here; its gate+up GEMM gathers the rows from hidden itself (one TMA load per row): four launches.
+two GEMMs here; its gate+up GEMM gathers the rows from hidden itself (one TMA load per row), its down GEMM adds each
+pair's weighted row into float32 sums per token, and moe_round_kernel rounds those into out: four launches.
 """
 
 import triton
@@ -319,3 +320,11 @@ def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.cons
         acc += tl.load(y_ptr + pair[:, None] * H + rh[None, :], mask=used[:, None] & h_ok[None, :], other=0.0)
     tl.store(out_ptr + rt.to(tl.int64)[:, None] * H + rh[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=t_ok[:, None] & h_ok[None, :])
+
+
+@triton.jit
+def moe_round_kernel(sums_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out = the wgmma path's float32 sums [T, H] rounded to out's dtype, n = T * H elements."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < n
+    tl.store(out_ptr + i, tl.load(sums_ptr + i, mask=ok).to(out_ptr.dtype.element_ty), mask=ok)

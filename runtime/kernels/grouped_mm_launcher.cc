@@ -410,9 +410,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
     return fail(error, "grouped_mm: a MoE epilogue is given iff the launcher runs a MoE experts GEMM " + shape);
   if (moe && (k == 0 || groups == 0)) return fail(error, "grouped_mm: a MoE experts GEMM needs K and groups " + shape);
   const bool gather = state_->moe == MoEGemm::kGateUp;  // a is hidden, [rows / top_k, K]
-  if (gather && (moe->sorted == nullptr || moe->top_k <= 0 || rows % moe->top_k != 0))
-    return fail(error, "grouped_mm: the MoE gate+up GEMM gathers its rows: it needs sorted and a top_k that divides "
-                       "rows " + shape);
+  if (moe && (moe->sorted == nullptr || moe->top_k <= 0 || rows % moe->top_k != 0))
+    return fail(error, "grouped_mm: a MoE experts GEMM needs sorted and a top_k that divides rows " + shape);
+  if (gather && moe->zero_count != 0 &&
+      (moe->zero == nullptr || moe->zero_count % 4 != 0 || (reinterpret_cast<uintptr_t>(moe->zero) & 15) != 0))
+    return fail(error, "grouped_mm: the MoE gate+up GEMM zeroes whole 16-byte aligned float4s " + shape);
   const int64_t a_rows = gather ? rows / moe->top_k : rows;
   if (rows == 0 || n == 0) return true;
   if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
@@ -557,7 +559,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                       &rows_arg, &k_arg, &n_arg, &groups_arg};
   void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  static_assert(sizeof(MoEEpilogue) == 48, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
+  static_assert(sizeof(MoEEpilogue) == 64, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
   MoEEpilogue moe_arg = moe ? *moe : MoEEpilogue{};
   void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
