@@ -57,7 +57,7 @@ DISPATCH = ([(t, 64, 2048, 2048, 2) for t in (16384, 32768)]
                if (r * e // 2, e, h) != (16384, 64, 2048)])
 PROFILED_CALLS = 5
 # A fused block's kernels, as the launcher names them ("moe_gate_up_gated (wgmma)": "gate_up").
-STAGES = ("route", "gate_up", "down", "combine", "round")  # round: the wgmma path's combine
+STAGES = ("route", "gather", "gate_up", "down", "combine")
 SHIPPED = {"triton": "fused_tilings", "wgmma": "fused_wgmma_s4_c2"}
 MARKER = "spin_kernel"  # torch.cuda._sleep's kernel
 
@@ -151,7 +151,7 @@ def moe_table(row: dict) -> str:
     gate_up_tflop = 2 * down_tflop  # 2F columns
     lines = [f"### {row['shape']} ({row['rows_per_expert']:.0f} rows per expert; {gate_up_tflop + down_tflop:.2f} "
              "TFLOP)",
-             "| contender | block us | x eager | gate_up us (TFLOP/s) | down us (TFLOP/s) | route+combine us |"
+             "| contender | block us | x eager | gate_up us (TFLOP/s) | down us (TFLOP/s) | route+gather+combine us |"
              " err |", "|---|---|---|---|---|---|---|"]
     for label in sorted(row["us"], key=row["us"].get):
         k = row["kernel_us"].get(label, {})
@@ -162,7 +162,7 @@ def moe_table(row: dict) -> str:
         else:
             cells = [f"{k[s]:.0f} ({t / k[s] * 1e6:.0f})" if k.get(s) else "-"
                      for s, t in (("gate_up", gate_up_tflop), ("down", down_tflop))]
-            cells.append(f"{sum(k.get(s, 0.0) for s in ('route', 'combine', 'round')):.0f}" if k else "-")
+            cells.append(f"{sum(k.get(s, 0.0) for s in ('route', 'gather', 'combine')):.0f}" if k else "-")
         x = row["x_eager"].get(label)
         lines.append(f"| {short(label)} | {row['us'][label]:.0f} | {f'{x:.2f}x' if x else '-'} | " + " | ".join(cells)
                      + f" | {row['err'].get(label, float('nan')):.1e} |")

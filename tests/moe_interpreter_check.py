@@ -90,17 +90,25 @@ def main():
     assert (out == 0).all() and (offs == 0).all()
     # More experts than one chunk's bins need: E 100 of E_PAD 128, route chunks of 32.
     check("100 experts", make_inputs(30, 4, 100, 16, 16, "relu2", dtype=torch.float16, seed=7), "relu2", chunk=32, e_pad=128)
-    check_round()
+    check_gather()
     print("interpreter ok")
 
 
-def check_round():
-    """moe_round_kernel rounds the float32 sums to the output's dtype, element for element, and stops at n."""
-    sums = torch.randn(7, 300)
-    out = torch.full((7 * 300 + 5,), float("nan"), dtype=torch.float16)  # float16: see the module docstring
-    kernels.moe_round_kernel[(triton.cdiv(sums.numel(), 256),)](sums, out, sums.numel(), BLOCK=256)
-    assert torch.equal(out[:-5], sums.flatten().half()) and out[-5:].isnan().all(), "round"
-    print("round: ok")
+def check_gather():
+    """moe_gather_kernel copies the valid pairs' rows of hidden in sorted order and nothing past them."""
+    hidden, ids, *_ = make_inputs(13, 3, 5, 40, 16, "swiglu", dtype=torch.float16, invalid=0.2, seed=8)
+    pairs, experts = ids.numel(), 5
+    offs = torch.full((experts,), -1, dtype=torch.int32)
+    order = torch.full((pairs,), -1, dtype=torch.int32)
+    tiles = torch.full((1 + 2 * (pairs + experts),), -1, dtype=torch.int32)
+    kernels.moe_route_kernel[(triton.cdiv(pairs, 16),)](ids, offs, order, tiles, pairs, experts, 16, CHUNK=16, E_PAD=16)
+    gathered = torch.full((pairs, 40), float("nan"), dtype=hidden.dtype)
+    kernels.moe_gather_kernel[(triton.cdiv(pairs, 4), triton.cdiv(40, 16))](hidden, order, offs, gathered, 40,
+                                                                            experts, 3, BLOCK_R=4, BLOCK_H=16)
+    valid = int(offs[-1])
+    assert valid < pairs and torch.equal(gathered[:valid], hidden[order[:valid].long() // 3]), "gather"
+    assert gathered[valid:].isnan().all(), "gather wrote past the valid pairs"
+    print("gather: ok")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def test_table_and_goals_name_what_was_not_timed(bench):
              {"eager": 1e-3, "unfused": 1e-3, "fused": 1e-3}, weight_bytes=75_000_000),
     ]
     times = {"eager": 200.0, "unfused": 180.0, "fused": 100.0, "fused_triton": 90.0, "fused_wgmma": 110.0}
-    wgmma = "moe_route (e64) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + moe_round (any)"
+    wgmma = "moe_route (e64) + moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + moe_combine (any)"
     tilings = "moe_route (e64) + moe_gate_up_gated (large) + moe_down (large) + moe_combine (any)"
     for tokens, fused_us, kernels in [(512, 100.0, {"fused": wgmma}), (1024, 80.0, {"fused": wgmma}),
                                       (384, 90.0, {"fused": tilings, "fused_wgmma": wgmma}),

@@ -49,10 +49,10 @@ def test_every_default_arch_compiles(arch, tmp_path):
     names = collections.Counter(i.kernel for i in cubins)
     configs = len(moe_aot.MOE_GEMM_CONFIGS)
     cap = int(arch.removeprefix("sm_").rstrip("a"))
-    sm90 = cap == 90 and moe_aot.sm90.nvcc_path() is not None  # the wgmma GEMMs (sm90.py), moe_round
+    sm90 = cap == 90 and moe_aot.sm90.nvcc_path() is not None  # the wgmma GEMMs and their gather (sm90.py)
     assert names == {"moe_route": len(moe_aot.MOE_ROUTE_CONFIGS), "moe_gate_up": configs,
                      "moe_gate_up_gated": configs + sm90, "moe_down": configs + sm90, "moe_combine": 1,
-                     **({"moe_round": 1} if sm90 else {})}
+                     **({"moe_gather": 1} if sm90 else {})}
     for image in cubins:
         wgmma = image.variant == "wgmma"
         assert image.image.bytes()[:4] == b"\x7fELF" and image.dtype == "bf16" and image.persistent == wgmma

@@ -10,7 +10,8 @@ from support.benchmark_modules import benchmark_module
 from torch.autograd import DeviceType
 
 TRITON_KERNELS = "moe_route (e64) + moe_gate_up_gated (large) + moe_down (large) + moe_combine (any)"
-WGMMA_KERNELS = "moe_route (e64) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + moe_round (any)"
+WGMMA_KERNELS = ("moe_route (e64) + moe_gather (any) + moe_gate_up_gated (wgmma) + moe_down (wgmma) + "
+                 "moe_combine (any)")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,8 @@ def test_tables_pick_the_faster_path_and_name_what_was_not_timed(sweep):
         _row("moe 3500tok 128e h3072 top8", 3500, 128, 3072, 8,
              {"eager": 4700.0, "fused_tilings": 5500.0, "fused_wgmma_s4_c2": 4000.0},
              {"eager": {"void cutlass::device_kernel<GemmUniversal>": 3000.0, "index_add": 500.0},
-              "fused_wgmma_s4_c2": {"route": 10.0, "gate_up": 2500.0, "down": 1250.0, "round": 240.0}}),
+              "fused_wgmma_s4_c2": {"route": 10.0, "gather": 100.0, "gate_up": 2500.0, "down": 1250.0,
+                                    "combine": 140.0}}),
     ]
     text = sweep.report(rows)
     shipped, best, by_rows, moe = text.split("\n\n")
@@ -51,7 +53,7 @@ def test_tables_pick_the_faster_path_and_name_what_was_not_timed(sweep):
     table = moe.splitlines()
     assert table[0] == "### moe 3500tok 128e h3072 top8 (219 rows per expert; 1.59 TFLOP)"
     assert all(line.count("|") == table[1].count("|") for line in table[1:])
-    # 1.06 TFLOP of gate+up in 2.5 ms, 0.53 of down in 1.25 ms; route + round 250 us
+    # 1.06 TFLOP of gate+up in 2.5 ms, 0.53 of down in 1.25 ms; route + gather + combine 250 us
     assert table[3] == "| wgmma_s4_c2 | 4000 | 1.18x | 2500 (423) | 1250 (423) | 250 | 1.0e-03 |"
     assert table[4] == "| eager | 4700 | 1.00x | 3000 (both GEMMs) | - | - | 1.0e-03 |"
     assert table[5].startswith("| tilings | 5500 | 0.85x | - | - | - |")
@@ -69,8 +71,8 @@ def test_kernel_records_are_split_by_contender(sweep, monkeypatch):
     fns = {
         "fused_tilings": launches(["moe_route_kernel", "moe_gate_up_kernel", "moe_down_kernel", "moe_combine_kernel"],
                                   [1.0, 100.0, 50.0, 5.0]),
-        "fused_wgmma_s4_c2": launches(["moe_route_kernel", "grouped_mm_wgmma", "grouped_mm_wgmma",
-                                       "moe_round_kernel"], [1.0, 80.0, 40.0, 5.0]),
+        "fused_wgmma_s4_c2": launches(["moe_route_kernel", "moe_gather_kernel", "grouped_mm_wgmma",
+                                       "grouped_mm_wgmma", "moe_combine_kernel"], [1.0, 3.0, 80.0, 40.0, 5.0]),
         "fused_broken": launches(["moe_route_kernel", "moe_combine_kernel"], [1.0, 2.0]),  # says 4 kernels, runs 2
         "eager": launches(["gemm", "index_add", "gemm"], [10.0, 2.0, 20.0]),
     }
@@ -100,6 +102,7 @@ def test_kernel_records_are_split_by_contender(sweep, monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     times = sweep.kernel_times(fns, contenders)
     assert times["fused_tilings"] == {"route": 1.0, "gate_up": 100.0, "down": 50.0, "combine": 5.0}
-    assert times["fused_wgmma_s4_c2"] == {"route": 1.0, "gate_up": 80.0, "down": 40.0, "round": 5.0}
+    assert times["fused_wgmma_s4_c2"] == {"route": 1.0, "gather": 3.0, "gate_up": 80.0, "down": 40.0,
+                                          "combine": 5.0}
     assert "fused_broken" not in times
     assert times["eager"] == {"gemm": 30.0, "index_add": 2.0}

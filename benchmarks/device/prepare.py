@@ -119,7 +119,7 @@ def save_moe_images() -> None:
     save_contenders("moe_bench_images", {
         "unfused": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
         "fused": fused,
-        "fused_triton": [i for i in fused if i.variant != "wgmma" and i.kernel != "moe_round"],
+        "fused_triton": [i for i in fused if i.variant != "wgmma" and i.kernel != "moe_gather"],
     })
 
 
@@ -138,7 +138,7 @@ def save_moe_fp8_images() -> None:
 # (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA were
 # within 1% of two, or slower, in the last sweep, benchmarks/results/h100_moe_sweep/; clusters of 4 read a quarter
 # of a tile's rows from L2 per CTA, half of what clusters of 2 read.)
-WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c4": (4, 4)}
+WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2)}
 # Its Triton tilings, each timed alone (with "any"): the two that won most often in the last full sweep of twelve
 # (benchmarks/results/h100_moe_sweep/: 128 x 128 tiles with 3 and 4 stages, 8 warps, the best Triton tiling at many
 # rows per expert, where the dispatch rule's edge lies; sm_90a only, so up to its 227 KiB of shared memory).
@@ -150,17 +150,17 @@ TILING_SWEEP = tuple(
 
 def save_moe_sweep_images() -> None:
     """.device/moe_sweep_images.json and its groups: "fused_tilings", the shipped Triton tilings (the launcher's
-    choice among them); "fused_wgmma_*", those plus a wgmma build (WGMMA_SWEEP) and moe_round;
+    choice among them); "fused_wgmma_*", those plus the row gather and a wgmma build (WGMMA_SWEEP);
     "fused_tile_<variant>", one tiling of TILING_SWEEP plus "any" (H or F not a multiple of 16). All bf16 cubins for
     sm_90a."""
     shipped = [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
-    tilings = [i for i in shipped if i.variant != "wgmma" and i.kernel != "moe_round"]
-    rounding = [i for i in shipped if i.kernel == "moe_round"]
+    tilings = [i for i in shipped if i.variant != "wgmma" and i.kernel != "moe_gather"]
+    gather = [i for i in shipped if i.kernel == "moe_gather"]
     needed = [i for i in tilings if i.kernel in ("moe_route", "moe_combine") or i.variant == "any"]
     contenders = {"fused_tilings": tilings}
     for label, (stages, cluster) in WGMMA_SWEEP.items():
         wgmma = [sm90.image("bf16", stages, cluster, moe=mode) for mode in sm90.MOE_MODES]
-        contenders[label] = tilings + wgmma + rounding
+        contenders[label] = tilings + gather + wgmma
     for config in TILING_SWEEP:
         tiling = moe_aot.gemm_images(ARCH, "bf16", "cubin", configs=[config])
         contenders[f"fused_tile_{config.variant}"] = needed + tiling

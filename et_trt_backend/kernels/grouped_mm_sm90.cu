@@ -17,7 +17,7 @@
 // epilogue. The grid is persistent; every CTA walks the same tile list, built in
 // shared memory from the offsets at start (no device-to-host copy).
 //
-// Clusters of CLUSTER CTAs (1, 2 or 4) take neighbouring weight blocks of the same rows:
+// Clusters of CLUSTER CTAs (1 or 2) take neighbouring weight blocks of the same rows:
 // each CTA loads its own weight block and 1/CLUSTER of the rows, multicast to every
 // CTA of the cluster. The rows are most of a stage's bytes (224 of 352 rows at 3500
 // tokens), so a pair reads a third less from L2; on the H200, which runs these GEMMs
@@ -34,27 +34,17 @@
 // Parameters (the launcher, runtime/kernels, is the only caller): TMA descriptors
 // for a [rows, K] with boxes of 8, 16, ..., 256 / CLUSTER rows by 128 bytes (64 16-bit or
 // 128 fp8 elements), one per height of the share of a tile's rows a CTA loads (a share
-// is one load; TMA's cost grows with the number of boxes; MoE mode 1: only the first, of
-// one-row boxes over hidden), and W [G, N, K] (box 1 x 128
+// is one load; TMA's cost grows with the number of boxes), and W [G, N, K] (box 1 x 128
 // x 128 bytes), all with 128-byte swizzle and zero fill, then offs, out, in FP8 mode
 // a_scale and b_scale, then rows, K, N, G. G <= MAX_GROUPS. The launcher reads CLUSTER
 // from the kernel's required cluster width. FP8 needs K % 16 == 0 (TMA's 16-byte strides).
 // MoE modes (-DET_TRT_MOE=1 or 2; the fused MoE experts op, et_trt_backend/kernels/moe_experts.py has the
-// semantics): the rows are the token-expert pairs sorted by expert (MoEEpilogue::sorted: each row's pair), offs their
-// experts' ends, and no tail group is written. Mode 1 (gate+up) gathers its rows from hidden: a is hidden
-// [rows / top_k, K] with boxes of one row, and warp 0 of the producer loads row r of a tile from hidden row
-// sorted[r] / top_k, one TMA load per row and stage, multicast as the shares above (no permuted copy of hidden,
-// no separate gather launch: at 3500 tokens the copy took ~120 us of a ~4.3 ms block). TMA places a one-row box
-// where a taller box would put that row (the 128-byte swizzle follows the shared-memory address), so the
-// consumers read the stage as before; rows of a tile past its valid rows are not loaded (their outputs are not
-// stored). Mode 1 also zeroes MoEEpilogue::zero (the down GEMM's sums) with the producer warpgroup's idle warps 1-3.
-// Mode 1: W holds 2F rows per expert in the "blocked8" layout (16-row blocks of 8 gate rows and
+// semantics): a is the token-expert pairs' rows sorted by expert, offs their experts' ends, and no tail group is
+// written. Mode 1 (gate+up): W holds 2F rows per expert in the "blocked8" layout (16-row blocks of 8 gate rows and
 // the same features' 8 up rows), so a thread's accumulator rows r and r + 8 are one feature's gate and up; the
 // epilogue adds the bias, rounds both, applies the gated activation (MoEEpilogue::activation), rounds, and writes
-// out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and adds the
-// float32 row into its token's sums (red.global.add): out is float [rows / top_k, N], zeroed by mode 1, row
-// sorted[r] / top_k; a small kernel rounds the sums (the combine: no [pairs, N] float32 rows written and read back,
-// 344 MB each way at 3500 tokens). The launcher passes MoEEpilogue after out.
+// out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and writes
+// float32 rows at the pair's place: out is float [pairs, N], row sorted[r]. The launcher passes MoEEpilogue after out.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -70,8 +60,8 @@
 #ifndef MAX_GROUPS
 #error "compile with -DMAX_GROUPS=<largest G>"
 #endif
-#if !defined(CLUSTER) || (CLUSTER != 1 && CLUSTER != 2 && CLUSTER != 4)
-#error "compile with -DCLUSTER=1, 2 or 4 (CTAs sharing one tile's rows)"
+#if !defined(CLUSTER) || (CLUSTER != 1 && CLUSTER != 2)
+#error "compile with -DCLUSTER=1 or 2 (CTAs sharing one tile's rows)"
 #endif
 #if !defined(ET_TRT_FP8) || (ET_TRT_FP8 != 0 && ET_TRT_FP8 != 1)
 #error "compile with -DET_TRT_FP8=0 (a and W in ET_TRT_ELEM) or 1 (float8 e4m3 with scales)"
@@ -345,7 +335,7 @@ __device__ __forceinline__ void store_staged(const T* staging, int staged_rows, 
 }
 
 // What the MoE modes' epilogues read (the launcher's MoEEpilogue, runtime/kernels/grouped_mm_launcher.h, field
-// for field). bias: [G, N] in ET_TRT_ELEM or null; sorted: each row's pair (both modes); weights: the routing weights,
+// for field). bias: [G, N] in ET_TRT_ELEM or null; sorted: each row's pair (mode 2); weights: the routing weights,
 // float32 or (weights_16bit) ET_TRT_ELEM, by pair (mode 2); activation: plugin_names.MOE_ACTIVATIONS (gated, mode 1).
 struct MoEEpilogue {
   const void* bias;
@@ -354,9 +344,6 @@ struct MoEEpilogue {
   int32_t weights_16bit;
   int32_t activation;
   float alpha, limit;
-  int32_t top_k;  // a is hidden [rows / top_k, K] (mode 1) and out the sums [rows / top_k, N] (mode 2)
-  float* zero;    // mode 1: zero_count floats (a multiple of 4, 16-byte aligned) set to 0
-  int64_t zero_count;
 };
 
 #if ET_TRT_MOE
@@ -443,13 +430,13 @@ __device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 
 }
 
 #elif ET_TRT_MOE == 2
-// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, added to its token's row of the sums. For one
-// (j, h, e) the 8 lanes of one row add to 8 consecutive floats: whole 32-byte sectors. Each lane first loads the
-// pairs and weights of rows lane, lane + 32, ... (independent loads, in flight together); the row loop takes them
-// from the lane that holds them by shuffle: two rounds of global-memory latency per tile instead of two per row.
+// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, straight to the pair's row of y. For one (j, h, e)
+// the 8 lanes of one row write 8 consecutive floats: whole 32-byte sectors. Each lane first loads the pairs and
+// weights of rows lane, lane + 32, ... (independent loads, in flight together); the row loop takes them from the
+// lane that holds them by shuffle: two rounds of global-memory latency per tile instead of two per row.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                  float* sums, const MoEEpilogue& moe, int N) {
+                                                  float* y, const MoEEpilogue& moe, int N) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int feature = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // and feature + 8
   float bias[2] = {0.f, 0.f};
@@ -458,30 +445,28 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
     if (moe.bias != nullptr && feature + 8 * h < N)
       bias[h] = to_float(static_cast<const T*>(moe.bias)[static_cast<int64_t>(tile.group) * N + feature + 8 * h]);
   constexpr int kLoads = (WIDTH + 31) / 32;
-  int tokens[kLoads];  // the pairs first, then their tokens
+  int pairs[kLoads];
   float weights[kLoads];
 #pragma unroll
   for (int i = 0; i < kLoads; ++i)
-    tokens[i] = 32 * i + lane < tile.rows ? moe.sorted[tile.first_row + 32 * i + lane] : 0;
+    pairs[i] = 32 * i + lane < tile.rows ? moe.sorted[tile.first_row + 32 * i + lane] : 0;
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
+  for (int i = 0; i < kLoads; ++i)
     weights[i] = 32 * i + lane >= tile.rows ? 0.f
-                 : moe.weights_16bit        ? to_float(static_cast<const T*>(moe.weights)[tokens[i]])
-                                            : static_cast<const float*>(moe.weights)[tokens[i]];
-    tokens[i] /= moe.top_k;
-  }
+                 : moe.weights_16bit        ? to_float(static_cast<const T*>(moe.weights)[pairs[i]])
+                                            : static_cast<const float*>(moe.weights)[pairs[i]];
 #pragma unroll
   for (int j = 0; j < WIDTH / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int row = 8 * j + 2 * (lane % 4) + e;  // 32 * (j / 4) + row % 32: held by lane row % 32
-      const int token = __shfl_sync(0xffffffffu, tokens[j / 4], row % 32);
+      const int pair = __shfl_sync(0xffffffffu, pairs[j / 4], row % 32);
       const float weight = __shfl_sync(0xffffffffu, weights[j / 4], row % 32);
       if (row >= tile.rows) continue;
-      float* dst = sums + static_cast<int64_t>(token) * N;
+      float* dst = y + static_cast<int64_t>(pair) * N;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)  // the result unused: red.global.add.f32
-        if (feature + 8 * h < N) atomicAdd(&dst[feature + 8 * h], (acc[4 * j + 2 * h + e] + bias[h]) * weight);
+      for (int h = 0; h < 2; ++h)
+        if (feature + 8 * h < N) dst[feature + 8 * h] = (acc[4 * j + 2 * h + e] + bias[h]) * weight;
     }
   }
 }
@@ -725,22 +710,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
 #endif
   const int steps = schedule.whole + schedule.rest * schedule.pieces;
   int stage = 0, phase = 0;
-  if (warpgroup == 0) {  // producer: one thread issues every load; mode 1's row loads are warp 0's
+  if (warpgroup == 0) {  // producer: one thread issues every load
     // Registers move to the consumers: 128 x 40 + 256 x 232 <= 64K.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    constexpr int kLoaders = kMoE == 1 ? 32 : 1;
-    if (threadIdx.x >= kLoaders) {
-#if ET_TRT_MOE == 1
-      // Warps 1-3 zero the down GEMM's sums meanwhile (they are read only once this grid has finished).
-      constexpr int kZeroing = 128 - kLoaders;
-      float4* zero = reinterpret_cast<float4*>(moe.zero);
-      for (int64_t i = static_cast<int64_t>(blockIdx.x) * kZeroing + threadIdx.x - kLoaders; i < moe.zero_count / 4;
-           i += static_cast<int64_t>(gridDim.x) * kZeroing)
-        zero[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-#endif
-      return;
-    }
-    const int lane = threadIdx.x;
+    if (threadIdx.x != 0) return;
     auto next_stage = [&] {
       if (++stage == STAGES) {
         stage = 0;
@@ -756,46 +729,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
       const int share = (eighths + CLUSTER - 1) / CLUSTER * kWidthStep;
       const int share_start = rank * share;
       const int share_rows = min(share, tile.width - share_start);
-#if ET_TRT_MOE == 1
-      // The hidden row of each of this lane's rows of the share (share_start + lane + 32j), -1 past the tile's rows.
-      constexpr int kRowsPerLane = kMaxWidth / CLUSTER / 32;
-      const int share_end = min(share_start + share_rows, tile.rows);
-      int token[kRowsPerLane];
-#pragma unroll
-      for (int j = 0; j < kRowsPerLane; ++j) {
-        const int row = share_start + lane + 32 * j;
-        token[j] = row < share_end ? moe.sorted[tile.first_row + row] / moe.top_k : -1;
-      }
-      const uint32_t bytes = kWeightBytes + tile.rows * kSwizzleBytes;
-#else
       const CUtensorMap* rows_map = &a_maps.by_height[max(share_rows, kWidthStep) / kWidthStep - 1];
       const uint32_t bytes = kWeightBytes + tile.width * kSwizzleBytes;
-#endif
       for (int k = 0; k < k_steps; ++k) {
+        barrier_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
         uint8_t* base = stages + stage * kStageBytes;
-        if (lane == 0) {
-          barrier_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
-          barrier_expect_bytes(&full[stage], bytes);
-          tma_load_3d(base, &w_map, k * kBlockK, tile.feature, tile.group, &full[stage]);
-        }
-#if ET_TRT_MOE == 1
-        __syncwarp();  // the stage is free: every lane loads its rows
-#pragma unroll
-        for (int j = 0; j < kRowsPerLane; ++j) {
-          if (token[j] < 0) continue;
-          uint8_t* dst = base + kWeightBytes + (share_start + lane + 32 * j) * kSwizzleBytes;
-          if constexpr (CLUSTER == 1)
-            tma_load_2d(dst, &a_maps.by_height[0], k * kBlockK, token[j], &full[stage]);
-          else
-            tma_load_2d_multicast(dst, &a_maps.by_height[0], k * kBlockK, token[j], &full[stage]);
-        }
-#else
+        barrier_expect_bytes(&full[stage], bytes);
+        tma_load_3d(base, &w_map, k * kBlockK, tile.feature, tile.group, &full[stage]);
         if constexpr (CLUSTER == 1)
           tma_load_2d(base + kWeightBytes, rows_map, k * kBlockK, tile.first_row, &full[stage]);
-        else if (share_rows > 0)  // a narrow tile's rows are the first CTAs' alone
+        else if (share_rows > 0)  // a tile of 8 rows is the first CTA's alone
           tma_load_2d_multicast(base + kWeightBytes + share_start * kSwizzleBytes, rows_map, k * kBlockK,
                                 tile.first_row + share_start, &full[stage]);
-#endif
         next_stage();
       }
     }
@@ -803,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
     // last release, so none arrives after this CTA has exited.
     if constexpr (CLUSTER > 1)
       for (int s = 0; s < STAGES; ++s) {
-        if (lane == 0) barrier_wait(&empty[stage], phase ^ 1);
+        barrier_wait(&empty[stage], phase ^ 1);
         next_stage();
       }
     return;

@@ -6,7 +6,7 @@ the images carry what runtime/kernels/moe_experts_launcher.cc needs. Image names
 "moe_down", "moe_combine"; the GEMMs' variants are their tilings (MOE_GEMM_CONFIGS), which the launcher picks by
 the rows per expert; a gate+up and a down image of one variant share BLOCK_M (the route kernel's tile table).
 sm_90a adds the wgmma kernel's MoE builds (sm90.py: "moe_gate_up_gated" and "moe_down" of variant "wgmma", with
-nvcc; the gate+up one gathers its rows from hidden).
+nvcc) and "moe_gather", which copies their rows.
 
 weight_format "int4" (expert_precision "int4", et_trt_backend/int4_weights.py): the route and combine images (the
 dense ones: they read no weights), the two GEMMs' INT4 builds of the same tilings with BLOCK_K 32 (weight_format
@@ -100,7 +100,7 @@ FP8_ROUTE_WARPS = 8  # with 4, moe_route_quantize e256 spills a register on sm_9
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
 COMBINE_BLOCK = (8, 256)  # tokens x columns per program
-ROUND_BLOCK = 1024  # elements per program of moe_round
+GATHER_BLOCK = (16, 128)  # rows x columns per program (16 x 256 spilled a register pair to local memory on sm_90a)
 _NUM_WARPS = 4  # route and combine
 
 
@@ -299,29 +299,30 @@ def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> li
 
 
 def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -> list[KernelImage]:
+    from et_trt_backend.kernels import moe_experts as source
+
     if weight_format == "fp8":
         return _fp8_images(arch, dtype)
     images = _route_and_combine(arch, dtype, fmt) + gemm_images(arch, dtype, fmt, weight_format)
     if weight_format == "int4":
         images += gemv_images(arch, dtype, fmt)
     elif aot._capability(arch) == 90 and fmt == "cubin":
-        images += _sm90_images(arch, dtype)
+        images += _sm90_images(arch, dtype, source)
     return images
 
 
-def _sm90_images(arch: str, dtype: str) -> list[KernelImage]:
-    """The wgmma kernel's MoE builds (their gate+up GEMM gathers its rows itself, their down GEMM sums the pairs per
-    token) and moe_round, which rounds those sums; [] without nvcc (the Triton tilings serve)."""
-    from et_trt_backend.kernels import moe_experts as source
-
+def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:
+    """The wgmma kernel's MoE builds and the row gather before them; [] without nvcc (the Triton tilings serve)."""
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a MoE images lack the wgmma kernel (the Triton tilings serve)")
         return []
-    signature = {**_pointers("sums_ptr:f32 out_ptr:x", dtype), "n": "i64", "BLOCK": "constexpr"}
-    round_image = _compile("moe_round", "any", source.moe_round_kernel, signature, {"BLOCK": ROUND_BLOCK},
-                           {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
-                           (1, ROUND_BLOCK, 0))
-    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), round_image]
+    signature = {**_pointers("x_ptr:x sorted_ptr:i32 offs_ptr:i32 a_ptr:x", dtype), "H": "i32", "E": "i32",
+                 "top_k": "i32", "BLOCK_R": "constexpr", "BLOCK_H": "constexpr"}
+    gather = _compile("moe_gather", "any", source.moe_gather_kernel, signature,
+                      {"BLOCK_R": GATHER_BLOCK[0], "BLOCK_H": GATHER_BLOCK[1]},
+                      {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
+                      (GATHER_BLOCK[0], GATHER_BLOCK[1], 0))
+    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), gather]
 
 
 def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "dense") -> list[KernelImage]:

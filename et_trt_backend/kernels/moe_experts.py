@@ -34,8 +34,7 @@ instead (no route).
 
 The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, where its
 dispatch rule says (MoEExpertsLauncher::rule_path: large hidden and FFN sizes, enough rows per expert), it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
-two GEMMs here; its gate+up GEMM gathers the rows from hidden itself (one TMA load per row), its down GEMM adds each
-pair's weighted row into float32 sums per token, and moe_round_kernel rounds those into out: four launches.
+two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order for its TMA loads: five launches.
 """
 
 import triton
@@ -323,8 +322,14 @@ def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.cons
 
 
 @triton.jit
-def moe_round_kernel(sums_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """out = the wgmma path's float32 sums [T, H] rounded to out's dtype, n = T * H elements."""
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = i < n
-    tl.store(out_ptr + i, tl.load(sums_ptr + i, mask=ok).to(out_ptr.dtype.element_ty), mask=ok)
+def moe_gather_kernel(x_ptr, sorted_ptr, offs_ptr, a_ptr, H, E, top_k, BLOCK_R: tl.constexpr,
+                      BLOCK_H: tl.constexpr):
+    """a[r] = hidden[pairs[r] // k] for the valid pairs' rows r < offs[E - 1] (the wgmma path's A operand)."""
+    rows = tl.load(offs_ptr + E - 1)
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    row_ok = r < rows
+    token = tl.load(sorted_ptr + r, mask=row_ok, other=0) // top_k
+    mask = row_ok[:, None] & (c < H)[None, :]
+    values = tl.load(x_ptr + token.to(tl.int64)[:, None] * H + c[None, :], mask=mask)
+    tl.store(a_ptr + r.to(tl.int64)[:, None] * H + c[None, :], values, mask=mask)

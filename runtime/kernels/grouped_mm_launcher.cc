@@ -99,8 +99,7 @@ size_t round_up(size_t value, size_t align) { return align <= 1 ? value : (value
 // [rows, K] in boxes of 8, 16, ..., 256 / cluster rows by 128 bytes, passed as one array of
 // which the kernel reads as many as its cluster size makes; b as [G, N, K] in boxes of
 // 1 x 128 x 128 bytes) and what they were encoded for: they depend on nothing else. With fp8
-// weights `a` is the quantized copy in the workspace. A MoE gate+up GEMM gathers its rows: one map of
-// one-row boxes over `a` (hidden, [rows, K] with rows its tokens).
+// weights `a` is the quantized copy in the workspace.
 struct WgmmaMaps {
   const LoadedKernel* kernel = nullptr;  // null: the slot holds nothing valid
   const void* a = nullptr;
@@ -118,7 +117,7 @@ struct WgmmaMaps {
 
   // Encodes every descriptor for these arguments; on failure the slot holds nothing valid.
   CUresult encode(const CudaDriver& cu, CUtensorMapDataType type, const LoadedKernel* kernel_, const void* a_,
-                  const void* b_, int64_t rows_, int64_t k_, int64_t n_, int64_t groups_, bool gather) {
+                  const void* b_, int64_t rows_, int64_t k_, int64_t n_, int64_t groups_) {
     kernel = nullptr;
     const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(k_), static_cast<cuuint64_t>(rows_)};
     const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(k_), static_cast<cuuint64_t>(n_),
@@ -126,9 +125,9 @@ struct WgmmaMaps {
     const cuuint32_t box_k = type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 128 : 64;  // one 128-byte swizzled row
     const cuuint32_t b_box[3] = {box_k, kWgmmaTileFeatures, 1};
     CUresult status = encode_tensor_map(cu, &b_map, type, b_, 3, b_dims, b_box);
-    const int heights = gather ? 1 : kWgmmaMaxWidth / kernel_->cluster / kWgmmaWidthStep;
+    const int heights = kWgmmaMaxWidth / kernel_->cluster / kWgmmaWidthStep;
     for (int i = 0; i < heights && status == CUDA_SUCCESS; ++i) {
-      const cuuint32_t a_box[2] = {box_k, gather ? 1u : static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
+      const cuuint32_t a_box[2] = {box_k, static_cast<cuuint32_t>(kWgmmaWidthStep * (i + 1))};
       status = encode_tensor_map(cu, &a_maps.by_height[i], type, a_, 2, a_dims, a_box);
     }
     if (status != CUDA_SUCCESS) return status;
@@ -308,9 +307,9 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     cu.cuFuncGetAttribute(&loaded.cluster, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, loaded.function);
     loaded.cluster = std::max(loaded.cluster, 1);
     if (loaded.cluster > 1) {
-      if (!loaded.tensor_maps || (loaded.cluster != 2 && loaded.cluster != 4) || !image->persistent)
+      if (!loaded.tensor_maps || loaded.cluster > 2 || !image->persistent)
         return failed("kernel " + image->kernel + " asks for clusters of " + std::to_string(loaded.cluster) +
-                      " CTAs; this launcher drives clusters only for the wgmma kernel, of 1, 2 or 4");
+                      " CTAs; this launcher drives clusters only for the wgmma kernel, of 1 or 2");
       // Multiprocessors pair up within a GPC only: ask how many clusters fit at once.
       CUlaunchConfig config = {};
       config.gridDimX = static_cast<unsigned>(loaded.max_grid);
@@ -409,13 +408,6 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   if ((state_->moe != MoEGemm::kNone) != (moe != nullptr))
     return fail(error, "grouped_mm: a MoE epilogue is given iff the launcher runs a MoE experts GEMM " + shape);
   if (moe && (k == 0 || groups == 0)) return fail(error, "grouped_mm: a MoE experts GEMM needs K and groups " + shape);
-  const bool gather = state_->moe == MoEGemm::kGateUp;  // a is hidden, [rows / top_k, K]
-  if (moe && (moe->sorted == nullptr || moe->top_k <= 0 || rows % moe->top_k != 0))
-    return fail(error, "grouped_mm: a MoE experts GEMM needs sorted and a top_k that divides rows " + shape);
-  if (gather && moe->zero_count != 0 &&
-      (moe->zero == nullptr || moe->zero_count % 4 != 0 || (reinterpret_cast<uintptr_t>(moe->zero) & 15) != 0))
-    return fail(error, "grouped_mm: the MoE gate+up GEMM zeroes whole 16-byte aligned float4s " + shape);
-  const int64_t a_rows = gather ? rows / moe->top_k : rows;
   if (rows == 0 || n == 0) return true;
   if (out == nullptr) return fail(error, "grouped_mm: null output pointer " + shape);
   if (k == 0 || groups == 0) {  // no products (a, b, offs may be empty): every row is zero
@@ -539,7 +531,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   WgmmaMaps* maps = nullptr;
   if (kernel->tensor_maps) {
     for (auto& cached : state_->wgmma_maps)
-      if (cached.encoded_for(kernel, a, b, a_rows, k, n, groups)) {
+      if (cached.encoded_for(kernel, a, b, rows, k, n, groups)) {
         maps = &cached;
         break;
       }
@@ -548,7 +540,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
       const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                        : state_->dtype == blob::DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-      CUresult encoded = slot.encode(cu, type, kernel, a, b, a_rows, k, n, groups, gather);
+      CUresult encoded = slot.encode(cu, type, kernel, a, b, rows, k, n, groups);
       if (encoded != CUDA_SUCCESS)
         return fail(error, "grouped_mm: cannot describe a and b for TMA " + shape + ": " + cu.describe(encoded));
       maps = &slot;
@@ -559,7 +551,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                       &rows_arg, &k_arg, &n_arg, &groups_arg};
   void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  static_assert(sizeof(MoEEpilogue) == 64, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
+  static_assert(sizeof(MoEEpilogue) == 40, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
   MoEEpilogue moe_arg = moe ? *moe : MoEEpilogue{};
   void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};

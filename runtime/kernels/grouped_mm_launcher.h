@@ -99,12 +99,10 @@ constexpr int64_t kInt4GemvMaxRows = 16;
 enum class MoEGemm { kNone, kGateUp, kDown };
 
 // What those epilogues read, passed to the kernel as is (grouped_mm_sm90.cu's MoEEpilogue, field for field).
-// kGateUp: a is hidden [rows / top_k, K] and row r of the GEMM is hidden's row sorted[r] / top_k (the kernel gathers
-// the rows, rows = tokens * top_k pairs), out is [rows, N / 2] (the activations of W's blocked8 gate and up rows),
-// bias [G, N] or null, activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit; it also sets the
-// zero_count floats at zero to 0. kDown: out is float32 sums [rows / top_k, N] (zeroed before), row r added to row
-// sorted[r] / top_k, times the routing weight weights[sorted[r]] (float32, or the images' dtype where weights_16bit),
-// plus bias [G, N] or null. Rows past offs[G - 1] are neither read into out nor added.
+// kGateUp: out is [rows, N / 2] (the activations of W's blocked8 gate and up rows), bias [G, N] or null,
+// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit. kDown: out is float32 [pairs, N],
+// row r written at row sorted[r], times the routing weight weights[sorted[r]] (float32, or the images' dtype
+// where weights_16bit), plus bias [G, N] or null. Rows past offs[G - 1] are neither read into out nor written.
 struct MoEEpilogue {
   const void* bias = nullptr;
   const int32_t* sorted = nullptr;
@@ -112,9 +110,6 @@ struct MoEEpilogue {
   int32_t weights_16bit = 0;
   int32_t activation = 0;
   float alpha = 0.f, limit = 0.f;
-  int32_t top_k = 0;
-  float* zero = nullptr;  // kGateUp: 16-byte aligned, zero_count a multiple of 4
-  int64_t zero_count = 0;
 };
 
 class GroupedMMLauncher {

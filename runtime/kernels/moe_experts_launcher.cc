@@ -27,7 +27,7 @@ constexpr int64_t kGridYLimit = 65535;
 // experts); H = F = 3072 at 128 experts, top-8, 1.05-1.16 from 32 rows per expert (512 tokens) to 546 (8740). The
 // size decides, not the rows: 32768 rows at 64 experts x H 1024 still 0.77. 2560 lies between the sizes measured
 // slower (2048) and faster (3072); 32 rows is the fewest measured faster (fewer rows read the weights once either
-// way).
+// way and the wgmma path's row gather is a fifth launch).
 constexpr int64_t kWgmmaMinSize = 2560;
 constexpr int64_t kWgmmaMinRowsPerExpert = 32;
 constexpr int64_t kWgmmaMaxExperts = 1024;
@@ -128,10 +128,10 @@ struct MoEExpertsLauncher::State {
   bool fp8 = false;               // ... is Float8RowScaled
   std::vector<Gemvs> gemvs;       // int4: "gemv" first, then "gemv_any"
   Kernel combine;                 // block_m tokens x block_n columns per program
-  // sm_90a: the wgmma kernel's MoE builds and the rounding of their sums (block_n elements per program); null
-  // where no image serves this GPU.
+  // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
+  // per program); null where no image serves this GPU.
   std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
-  Kernel round;
+  Kernel gather;
   MoEGemmPath path = MoEGemmPath::kRule;
   std::string last_kernels;
 };
@@ -193,7 +193,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     if (image.global_scratch_bytes > 0 || image.profile_scratch_bytes > 0)
       return failed("image " + image.kernel + " needs scratch memory, which this launcher does not pass; rebuild "
                     "the images and the launcher from one release");
-    if (!is_gemm_kernel(image.kernel) && !is_gemv_kernel(image.kernel)) continue;  // route, combine: any
+    if (!is_gemm_kernel(image.kernel) && !is_gemv_kernel(image.kernel)) continue;  // route, combine, gather: any
     const bool int4 = image.weight_format == blob::WeightFormat::Int4GroupScaled;
     const bool fp8 = image.weight_format == blob::WeightFormat::Float8RowScaled;
     if (!int4 && !fp8 && image.weight_format != blob::WeightFormat::Dense)
@@ -225,8 +225,8 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       state->routes.push_back(kernel);
     } else if (image.kernel == "moe_combine") {
       state->combine = kernel;
-    } else if (image.kernel == "moe_round") {
-      state->round = kernel;
+    } else if (image.kernel == "moe_gather") {
+      state->gather = kernel;
     } else if (is_gemv_kernel(image.kernel)) {
       auto gemvs = std::find_if(state->gemvs.begin(), state->gemvs.end(),
                                 [&](const Gemvs& g) { return g.variant == image.variant; });
@@ -274,7 +274,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
                   gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images(..., weight_format=\"int4\"))");
-  if (state->round.function != nullptr && !state->int4 && !state->fp8) {  // sm_90a: the wgmma GEMMs
+  if (state->gather.function != nullptr && !state->int4 && !state->fp8) {  // sm_90a: the wgmma GEMMs where their images serve
     std::string unavailable;
     state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
     state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
@@ -460,15 +460,14 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   void** down_launch_args = state_->fp8 ? fp8_down_args : state_->int4 ? int4_down_args : down_args;
   if (!run(*route, route_grid, 1, state_->fp8 ? fp8_route_args : route_args)) return false;
   if (wgmma) {
-    // The gate+up GEMM gathers its rows from hidden by sorted and zeroes the sums [tokens, H] (float32, in y's
-    // region) that the down GEMM adds each pair's weighted row to; moe_round rounds them into out.
-    const int64_t sums = a.tokens * a.hidden_size;
+    // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
+    CUdeviceptr gathered = y;
+    void* gather_args[] = {&hidden, &sorted, &offs, &gathered, &size, &experts, &top_k, &no_scratch, &no_scratch};
+    if (!run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(a.hidden_size, state_->gather.block_n),
+             gather_args))
+      return false;
     MoEEpilogue gate_up_epilogue;
     gate_up_epilogue.bias = a.b_gate_up;
-    gate_up_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
-    gate_up_epilogue.top_k = top_k;
-    gate_up_epilogue.zero = reinterpret_cast<float*>(y);
-    gate_up_epilogue.zero_count = sums;
     gate_up_epilogue.activation = activation;
     gate_up_epilogue.alpha = a.alpha;
     gate_up_epilogue.limit = a.limit;
@@ -477,10 +476,9 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
     down_epilogue.weights = a.topk_weights;
     down_epilogue.weights_16bit = weights_16bit;
-    down_epilogue.top_k = top_k;
     const auto* offsets = reinterpret_cast<const int32_t*>(offs);
     std::string message;
-    if (!state_->wgmma_gate_up->launch(a.hidden, a.w_gate_up, offsets,
+    if (!state_->wgmma_gate_up->launch(reinterpret_cast<const void*>(gathered), a.w_gate_up, offsets,
                                        reinterpret_cast<void*>(h), pairs, a.hidden_size, rows, a.experts, true, stream,
                                        &message, nullptr, &gate_up_epilogue) ||
         !state_->wgmma_down->launch(reinterpret_cast<const void*>(h), a.w_down, offsets, reinterpret_cast<void*>(y),
@@ -488,14 +486,10 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                     &down_epilogue))
       return refuse(message);
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
-    int64_t sums_arg = sums;
-    void* round_args[] = {&y, &out, &sums_arg, &no_scratch, &no_scratch};
-    if (!run(state_->round, cdiv(sums, state_->round.block_n), 1, round_args)) return false;
-    state_->last_kernels = ran;
-    return true;
+  } else {
+    if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
+    if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_launch_args)) return false;
   }
-  if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
-  if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_launch_args)) return false;
   if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
            combine_args))
     return false;
