@@ -56,7 +56,9 @@ def _bench(name: str, factory, recipe: Path | None, runs: int) -> tuple[dict, di
             results.append(export(factory, recipe, Path(tmp) / "model.pte", name=name))
             print(f"{name}: run {run + 1}/{runs}: {results[-1]['total_s']:.1f} s", file=sys.stderr)
     warm = results[1:] or results
-    return results[0], {k: statistics.median(r[k] for r in warm) for k in results[0]}
+    # The figures only: export() also returns the data files and the export report.
+    figures = [k for k, v in results[0].items() if isinstance(v, (int, float))]
+    return results[0], {k: statistics.median(r[k] for r in warm) for k in figures}
 
 
 def main() -> int:

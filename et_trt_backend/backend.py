@@ -44,8 +44,9 @@ def _kernel_images(lowered, options: CompileOptions):
             (use.dtype, use.trans_b, use.weight_format) for use in lowered.grouped_mms):
         images += [image for image in grouped_mm_images(options.kernel_archs, dtype, trans_b, weight_format)
                    if dtype in swiglu or not image.variant.startswith("quantize_rows_swiglu")]
-    # With expert_precision "int4" every fused block has INT4 weights (lowering/int4_experts.py).
-    weight_format = "int4" if options.expert_precision == "int4" else "dense"
+    # With expert_precision "fp8" or "int4" every fused block has weights of that format (lowering/fp8_experts.py,
+    # int4_experts.py); options.py refuses "fp8" where kernel_archs holds an architecture without FP8 MMA.
+    weight_format = options.expert_precision if options.expert_precision in ("fp8", "int4") else "dense"
     for dtype in dict.fromkeys(block.dtype for block in lowered.fused_blocks):
         images += moe_experts_images(options.kernel_archs, dtype, weight_format)
     return images, {"triton": triton.__version__}

@@ -1,5 +1,6 @@
 """What a partition's ONNX holds, read back from its blob: its ops, the floating types it computes in, its FP8
-GroupedMMs, its INT4 expert nodes and how each MoE block was lowered. `et-trt inspect` prints these; tests check exports with them."""
+GroupedMMs and MoEExperts, its INT4 expert nodes and how each MoE block was lowered. `et-trt inspect` prints these;
+tests check exports with them."""
 
 from __future__ import annotations
 
@@ -85,6 +86,18 @@ def fp8_grouped_mms(model: onnx.ModelProto) -> list[dict]:
                       "weights_bytes": math.prod(shape), "scales_bytes": 4 * math.prod(dims.get(node.input[3], [])),
                       "swiglu": activation == ACTIVATIONS["swiglu"]})
     return found
+
+
+def fp8_moe_experts(model: onnx.ModelProto) -> list[dict]:
+    """The ONNX's MoEExperts nodes with FP8 weights (all 9 inputs, no INT4 group size), each with its node name and
+    the bytes of its e4m3 weights (inputs 3, 4) and of their float32 scales (7, 8)."""
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    return [{"node": node.name,
+             "weights_bytes": sum(math.prod(dims.get(node.input[i], [])) for i in (3, 4)),
+             "scales_bytes": sum(4 * math.prod(dims.get(node.input[i], [])) for i in (7, 8))}
+            for node in model.graph.node
+            if (node.domain, node.op_type) == (GROUPED_MM_DOMAIN, MOE_EXPERTS_OP) and len(node.input) == 9
+            and not node_group_size(node)]
 
 
 def int4_expert_nodes(model: onnx.ModelProto) -> list[dict]:

@@ -25,9 +25,10 @@ OPTIONS_SPEC_KEY = "et_trt.options"
 PART_SPEC_KEY = "et_trt.part"
 
 PRECISIONS = ("bf16", "fp16", "fp32")
-# expert_precision: "fp8" quantizes the GroupedMM weights; "int4" the weights of every MoE block (fused MoEExperts
-# and GroupedMM alike) to INT4 with a bf16 scale per int4_group_size elements along K; "precision" (what leaving it
-# out means) keeps them in the part's precision, and lets a part undo a [default] "fp8" or "int4".
+# expert_precision: "fp8" quantizes the weights of every MoE block (fused MoEExperts and GroupedMM alike) to FP8 e4m3
+# with a float32 scale per output channel; "int4" to INT4 with a bf16 scale per int4_group_size elements along K;
+# "precision" (what leaving it out means) keeps them in the part's precision, and lets a part undo a [default] "fp8"
+# or "int4".
 EXPERT_PRECISIONS = ("fp8", "int4", "precision")
 # int4_group_size: the INT4 scale groups' size along K (int4_weights.GROUP_SIZES; no import: reading a blob's options
 # needs no torch); unset means DEFAULT_INT4_GROUP_SIZE.
@@ -124,10 +125,9 @@ class CompileOptions:
     # Each MoE block the lowering recognises becomes one fused MoEExperts node (lowering/moe_fusion.py); off (or
     # where a block is not recognised), its experts are two GroupedMM nodes and the routing ops around them.
     fused_experts: bool = True
-    # "fp8": the GroupedMMs' constant weights become FP8 e4m3 with a scale per expert output channel
-    # (lowering/fp8_experts.py); "int4": every MoE block's expert weights become INT4 with a bf16 scale per group of
-    # int4_group_size along K (lowering/int4_experts.py), activations and outputs staying in `precision`; None:
-    # they stay in `precision`.
+    # "fp8": every MoE block's expert weights (MoEExperts and GroupedMM) become FP8 e4m3 with a scale per expert
+    # output channel (lowering/fp8_experts.py); "int4": INT4 with a bf16 scale per group of int4_group_size along K
+    # (lowering/int4_experts.py), activations and outputs staying in `precision`; None: they stay in `precision`.
     expert_precision: str | None = None
     # INT4 only (None: DEFAULT_INT4_GROUP_SIZE); a part whose experts are not INT4 ignores it, with a warning.
     int4_group_size: int | None = None

@@ -200,17 +200,18 @@ def _print_partition(i: int, partition, detail: bool) -> None:
 
 
 def _fp8_line(model) -> str:
-    """Which GroupedMMs of the partition have FP8 weights, and their bytes."""
-    from et_trt_backend.onnx_analysis import fp8_grouped_mms, is_grouped_mm, node_group_size
+    """Which MoEExperts and GroupedMMs of the partition have FP8 weights, and their bytes."""
+    from et_trt_backend.onnx_analysis import fp8_grouped_mms, fp8_moe_experts, is_grouped_mm, node_group_size
 
     total = sum(is_grouped_mm(node) and not node_group_size(node) for node in model.graph.node)  # INT4: _int4_line
-    fp8 = fp8_grouped_mms(model)
-    if not fp8:
+    fused, grouped = fp8_moe_experts(model), fp8_grouped_mms(model)
+    if not fused and not grouped:
         return f"FP8 experts: none ({total} GroupedMM in the part's precision)"
-    return (f"FP8 experts: {len(fp8)} of {total} GroupedMM, weights {_size(sum(e['weights_bytes'] for e in fp8))} "
-            f"e4m3 + {_size(sum(e['scales_bytes'] for e in fp8))} scales: "
-            + ", ".join(f"{e['node']} ({e['weights']} {e['shape']}{', SwiGLU of its input fused' * e['swiglu']})"
-                        for e in fp8))
+    counts = [f"{len(fused)} MoEExperts"] * bool(fused) + [f"{len(grouped)} of {total} GroupedMM"] * bool(grouped)
+    nodes = [e["node"] for e in fused] + [
+        f"{e['node']} ({e['weights']} {e['shape']}{', SwiGLU of its input fused' * e['swiglu']})" for e in grouped]
+    return (f"FP8 experts: {' and '.join(counts)}, weights {_size(sum(e['weights_bytes'] for e in fused + grouped))} "
+            f"e4m3 + {_size(sum(e['scales_bytes'] for e in fused + grouped))} scales: " + ", ".join(nodes))
 
 
 def _int4_line(model) -> str:

@@ -50,7 +50,8 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
     from et_trt_backend.export_report import report
     from et_trt_partitioner import TensorRTPartitioner
 
-    partitioner = TensorRTPartitioner(str(recipe) if recipe else None)  # validates the recipe first
+    # validates the recipe first
+    partitioner = TensorRTPartitioner(str(recipe) if recipe else None, preserved_ops_in_config=True)
     timings = {}
     start = time.perf_counter()
     name = name or getattr(factory, "__name__", "the factory")
@@ -65,7 +66,8 @@ def export(factory: Callable[[], Any], recipe: Path | None, output: Path, name: 
 
     step = time.perf_counter()
     logger.info("partitioning and lowering %s with recipe %s", ", ".join(programs), recipe or "(defaults)")
-    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
+    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner],
+                                       compile_config=TensorRTPartitioner.edge_compile_config())
     exported = report(edge)  # before to_executorch(), which turns the ops left out into their out variants
     timings["lower_s"] = time.perf_counter() - step
 

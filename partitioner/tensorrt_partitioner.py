@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import sympy
 import torch
+from executorch.exir import EdgeCompileConfig
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
@@ -92,6 +93,14 @@ def _detour(region: set[Node]) -> list[Node]:
     before = _reachable(region, lambda n: n.all_input_nodes)
     on_path = (after & before) - region
     return [n for n in next(iter(region)).graph.nodes if n in on_path] if region else []
+
+
+def _holds_preserved_ops(program: ExportedProgram) -> bool:
+    """Whether a graph of `program` (control-flow branches included) calls an op of op_support.PRESERVED_OPS."""
+    preserved = set(op_support.PRESERVED_OPS)
+    return any(node.op == "call_function" and aten_overload(node.target) in preserved
+               for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
+               for node in module.graph.nodes)
 
 
 _FLOAT64_BOUNDARY = (
@@ -148,12 +157,23 @@ class TensorRTPartitioner(Partitioner):
     (see et_trt_backend.recipe). One partitioner serves every program of an
     export (partitioner=[TensorRTPartitioner(recipe)]), so that the recipe is
     checked against all of them together.
+
+    preserved_ops_in_config: the caller passes edge_compile_config() to to_edge_transform_and_lower as its
+    compile_config (export() does): ExecuTorch then traces each program once where it would trace it three times.
     """
 
-    def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None):
+    def __init__(self, recipe: Recipe | Mapping[str, Any] | str | os.PathLike | None = None, *,
+                 preserved_ops_in_config: bool = False):
         super().__init__()
         self.recipe = Recipe.coerce(recipe)
         self._programs = ProgramRegistry()
+        self._preserved_ops_in_config = preserved_ops_in_config
+
+    @staticmethod
+    def edge_compile_config() -> EdgeCompileConfig:
+        """ExecuTorch's default edge config, its verifier accepting the preserved ops that are not core ATen (the
+        compile_config of a partitioner made with preserved_ops_in_config=True)."""
+        return EdgeCompileConfig(_core_aten_ops_exception_list=list(op_support.PRESERVED_OPS))
 
     # ---- hooks called by to_edge_transform_and_lower ----
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
@@ -169,10 +189,16 @@ class TensorRTPartitioner(Partitioner):
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
-    ) -> tuple[list[torch._ops.OpOverload], Callable[[Node], bool]]:
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[Node], bool] | None]:
         # Preserve every occurrence: decomposing them gives ops that are neither
         # core ATen nor lowerable. An unsupported one is reported by partition()
         # with its source line, which beats a verifier error about a decomposed op.
+        # The check function makes ExecuTorch keep the ops that its decomposition table lacks (_grouped_mm, histc,
+        # bucketize: without it the verifier refuses them as not core ATen), at the price of a third trace of the
+        # whole program. Without one ExecuTorch traces it once or twice; that keeps them where the compile config's
+        # verifier accepts them (edge_compile_config), or where the program holds none.
+        if self._preserved_ops_in_config or not _holds_preserved_ops(ep):
+            return list(op_support.PRESERVED_OPS), None
         return list(op_support.PRESERVED_OPS), lambda node: True
 
     # ---- partitioning ----

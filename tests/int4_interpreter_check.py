@@ -6,8 +6,10 @@ intermediate rows, -1 in the routing buffers), so an unwritten element or a row 
 
 - GroupedMM: the tensor-core build of grouped_mm_kernel (INT4 = True) and grouped_mm_int4_gemv_kernel, at odd K
   and N (K 40: one chunk and a padded one), every group size, empty groups and invalid offsets;
-- the MoEExperts op: route + INT4 gate+up + INT4 down + combine, and the vector-matrix path (gate+up, down,
-  combine), every gated activation and layout, biases, invalid ids, odd sizes, float16 routing weights.
+- the MoEExperts op: route + INT4 gate+up + INT4 down + combine, the vector-matrix path (gate+up, down,
+  combine; and with the down and combine in one launch) and the per-expert path (int4_rows.py, the same
+  launches), every gated activation and layout, biases, invalid ids, odd sizes, float16 routing weights, an
+  expert's pairs over several windows and row blocks.
 
 Every check is float16: the interpreter's bfloat16 is wrong (Triton 3.9: tl.dot off by 1e10 on unit inputs, and
 float32 -> bfloat16 truncates instead of rounding to nearest). Prints "interpreter ok" last.
@@ -23,7 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from support.int4_cases import grouped_case, moe_case, relative_error  # noqa: E402
 
 from et_trt_backend import int4_weights, moe_experts  # noqa: E402
-from et_trt_backend.kernels import int4_kernels, grouped_mm, moe_aot, moe_experts as moe_kernels  # noqa: E402
+from et_trt_backend.kernels import grouped_mm, int4_kernels, int4_rows, moe_aot  # noqa: E402
+from et_trt_backend.kernels import moe_experts as moe_kernels  # noqa: E402
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS  # noqa: E402
 
 # The kernels accumulate in float32 like the reference; what differs is the order of the sums, which flips a rare
@@ -108,24 +111,56 @@ def moe_tiles(case, block_m=16, block_n=16, chunk=16, e_pad=16):
     return out
 
 
-def moe_gemv(case, block_n=8, block_c=2, paired=False):
-    """The vector-matrix path: gate+up per pair, down per pair, combine (no route)."""
+def moe_without_route(case, gate_up_kernel, down_kernel, block_n, combined=False, **blocks):
+    """The launches of the paths without a route (gate+up by pair, down by pair, combine; `combined`: down and
+    combine in one launch by token), as the launcher runs them."""
     tokens, size = case.hidden.shape
     top_k, experts, ffn = case.ids.shape[1], case.dense_down.shape[0], case.dense_down.shape[2]
     pairs = tokens * top_k
     h, y, out, no_bias = moe_buffers(case)
-    int4_kernels.moe_int4_gemv_gate_up_kernel[(pairs, triton.cdiv(ffn, block_n))](
+    gated = moe_experts.is_gated(case.activation)
+    gate_up_kernel[(pairs, triton.cdiv(ffn, block_n))](
         case.hidden, case.ids, case.gate_up.packed, case.gate_up.scales,
         no_bias if case.b_gate_up is None else case.b_gate_up, h, pairs, experts, size, ffn, top_k, moe_block(case),
         case.group_size, MOE_ACTIVATIONS[case.activation], moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT,
-        int(case.b_gate_up is not None), GATED=moe_experts.is_gated(case.activation), BLOCK_N=block_n,
-        BLOCK_C=block_c, PAIRED=paired)
-    int4_kernels.moe_int4_gemv_down_kernel[(pairs, triton.cdiv(size, block_n))](
-        h, case.ids, case.down.packed, case.down.scales, no_bias if case.b_down is None else case.b_down,
-        case.weights, y, pairs, experts, size, ffn, case.group_size, int(case.b_down is not None),
-        int(case.weights.dtype != torch.float32), BLOCK_N=block_n, BLOCK_C=block_c)
+        int(case.b_gate_up is not None), GATED=gated, BLOCK_N=block_n,
+        **{name: value and gated if name == "PAIRED" else value for name, value in blocks.items()})
+    down_blocks = {name: value for name, value in blocks.items() if name != "PAIRED"}
+    down_inputs = (h, case.ids, case.down.packed, case.down.scales, no_bias if case.b_down is None else case.b_down,
+                   case.weights)
+    flags = (case.group_size, int(case.b_down is not None), int(case.weights.dtype != torch.float32))
+    if combined:
+        down_kernel[(tokens, triton.cdiv(size, block_n))](*down_inputs, out, tokens, experts, size, ffn, top_k,
+                                                          *flags, BLOCK_N=block_n, **down_blocks)
+        return out
+    down_kernel[(pairs, triton.cdiv(size, block_n))](*down_inputs, y, pairs, experts, size, ffn, *flags,
+                                                     BLOCK_N=block_n, **down_blocks)
     combine(case, y, out)
     return out
+
+
+def moe_gemv(case, block_n=8, block_c=2, paired=False):
+    """The vector-matrix path: gate+up per pair, down per pair, combine (no route)."""
+    return moe_without_route(case, int4_kernels.moe_int4_gemv_gate_up_kernel, int4_kernels.moe_int4_gemv_down_kernel,
+                             block_n, BLOCK_C=block_c, PAIRED=paired)
+
+
+def moe_gemv_combined(case):
+    """The vector-matrix path with its down and combine in one launch (moe_int4_gemv_down_combine_kernel)."""
+    return moe_without_route(case, int4_kernels.moe_int4_gemv_gate_up_kernel,
+                             int4_kernels.moe_int4_gemv_down_combine_kernel, 8, combined=True, BLOCK_C=2, PAIRED=True)
+
+
+def moe_rows(case, window=16):
+    """The per-expert path (the vector-matrix path's launches): 16 pairs of an expert per weight tile, found among
+    `window` pairs at a time, K steps of 64. In the skewed case an expert's pairs span several windows of 16, and a
+    window of 64 holds more than 16 of them (searched again after the 16th)."""
+    return moe_without_route(case, int4_rows.moe_int4_rows_gate_up_kernel, int4_rows.moe_int4_rows_down_kernel, 16,
+                             BLOCK_C=2, BLOCK_M=16, WINDOW=window)
+
+
+def moe_rows_long_window(case):
+    return moe_rows(case, window=64)
 
 
 def moe_gemv_shipped(case):
@@ -135,7 +170,7 @@ def moe_gemv_shipped(case):
     return moe_gemv(case, block_n=config.block_n, block_c=config.block_c, paired=config.paired)
 
 
-def check_moe(name, case, paths=(moe_tiles, moe_gemv, moe_gemv_shipped)):
+def check_moe(name, case, paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows)):
     want = case.reference()
     for run in paths:
         out = run(case)
@@ -177,11 +212,12 @@ def main():
     case.ids = torch.stack([torch.zeros(20), torch.ones(20)], 1).int()
     case.ids[3, 0] = 4
     case.ids[9, 1] = -(2**31)
-    check_moe("moe skewed", case)
+    check_moe("moe skewed", case,
+              paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows, moe_rows_long_window))
     # Every id invalid: every output row zero.
     case = moe_case(3, 2, 4, 32, 16, dtype=torch.float16, seed=6)
     case.ids.fill_(9)
-    for run in (moe_tiles, moe_gemv, moe_gemv_shipped):
+    for run in (moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows):
         assert (run(case) == 0).all(), (run.__name__, "rows of invalid pairs must be zero")
     print("interpreter ok")
 

@@ -108,6 +108,7 @@ def test_moe_paths_activations_and_layouts(dtype, tokens, activation, layout):
                     bias=activation == "gptoss_glu", seed=tokens)
     kernels = _check_moe(case)
     assert ("gemv" in kernels) == (tokens * 2 <= 16), kernels
+    assert ("moe_gemv_down_combine" in kernels) == (tokens * 2 <= 16), kernels  # the down and combine: one launch
 
 
 @pytest.mark.parametrize("group_size", int4_weights.GROUP_SIZES)
@@ -122,6 +123,14 @@ def test_moe_invalid_ids_and_empty_experts(tokens):
     case = moe_case(tokens, 2, 16, 128, 64, invalid=0.3, seed=tokens)
     case.ids[0] = torch.tensor([-(2**31), 16], dtype=torch.int32)  # both outside [0, E): token 0's row is zero
     _check_moe(case)
+
+
+def test_moe_skewed_routing():
+    """Every token to experts 0 and 1 (one invalid id; each expert's rows over several tiles), the others empty."""
+    case = moe_case(120, 2, 8, 256, 128, seed=7)
+    case.ids = torch.stack([torch.zeros(120), torch.ones(120)], 1).int()
+    case.ids[5, 1] = 8
+    assert "moe_route" in _check_moe(case)
 
 
 def test_moe_single_token_no_tokens_and_robot_size():

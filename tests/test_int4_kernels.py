@@ -51,7 +51,7 @@ def _check_cubins(images, tmp_path) -> None:
         assert ops["LDL"] == ops["STL"] == 0, f"{what}: registers spill to local memory"
         if image.weight_format != "int4":
             continue
-        if "gemv" in image.variant:  # CUDA-core dot products, vector loads of the packed rows
+        if "gemv" in image.variant:  # CUDA-core dot products, vector loads of the packed rows (per pair)
             assert ops["HMMA"] == 0 and ops["FFMA"] > 0, (what, ops["HMMA"], ops["FFMA"])
             assert ops["LDG"] > 0, what
         else:  # mma.sync on the unpacked values: Ampere's tensor cores
@@ -73,10 +73,11 @@ def test_moe_experts_images_for_orin(tmp_path):
     images = moe_aot.moe_experts_images(["sm_87"], "bf16", "int4")
     cubins = [i for i in images if i.format == "cubin"]
     configs, gemvs = len(moe_aot.INT4_GEMM_CONFIGS), len(moe_aot.MOE_GEMV_CONFIGS)
+    per_pair = sum(not config.block_m for config in moe_aot.MOE_GEMV_CONFIGS)  # they add moe_gemv_down_combine
     assert collections.Counter(i.kernel for i in cubins) == {
         "moe_route": len(moe_aot.MOE_ROUTE_CONFIGS), "moe_combine": 1, "moe_gate_up": configs,
         "moe_gate_up_gated": configs, "moe_down": configs, "moe_gemv_gate_up": gemvs,
-        "moe_gemv_gate_up_gated": gemvs, "moe_gemv_down": gemvs}
+        "moe_gemv_gate_up_gated": gemvs, "moe_gemv_down": gemvs, "moe_gemv_down_combine": per_pair}
     assert {i.weight_format for i in cubins if i.kernel.startswith(("moe_gate", "moe_down", "moe_gemv"))} == {"int4"}
     assert all(i.block_k == 32 for i in cubins if i.kernel in ("moe_gate_up", "moe_gate_up_gated", "moe_down"))
     assert {i.arch for i in images if i.format == "ptx"} == {"sm_80"} and len(images) == 2 * len(cubins)

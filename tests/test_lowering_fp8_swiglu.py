@@ -159,7 +159,8 @@ HF_SWIGLU = {"mixtral": 1, "qwen2_moe": 1, "qwen3_moe": 1, "olmoe": 1, "deepseek
 
 @pytest.mark.parametrize("name", HF_SWIGLU)
 def test_transformers_moe_blocks_fuse_their_swiglu_and_keep_their_results(name, monkeypatch):
-    """Unmodified transformers MoE blocks: the down GroupedMM takes the gate+up output where the model's
+    """Unmodified transformers MoE blocks lowered to GroupedMMs (fused_experts off; on, they are FP8 MoEExperts nodes:
+    test_lowering_fp8.py): the down GroupedMM takes the gate+up output where the model's
     activation is SwiGLU, and the fused ONNX computes what the unfused one does (both run by onnx_reference in
     float32, on the same random tokens)."""
     from support import moe_models
@@ -168,7 +169,7 @@ def test_transformers_moe_blocks_fuse_their_swiglu_and_keep_their_results(name, 
     from et_trt_partitioner import TensorRTPartitioner
     from support.lowering import concrete_shape, lower_program
 
-    recipe = {"default": {"expert_precision": "fp8", "kernel_archs": ["sm_90a"]}}
+    recipe = {"default": {"expert_precision": "fp8", "kernel_archs": ["sm_90a"], "fused_experts": False}}
     x = torch.randn(1, 6, moe_models.HF_HIDDEN).to(moe_models.DTYPE)
     with torch.no_grad():
         exported = torch.export.export(moe_models.hf_moe_block(name), (x,),

@@ -52,6 +52,11 @@ def installed(tmp_path_factory):
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {name: value for name, value in os.environ.items() if name not in CHECKOUT_VARIABLES}
+    # pip writes no .pyc files, here or in the wheel's build environment (its pip reads PIP_COMPILE; pip's
+    # --no-compile): compiling every installed module was much of the install's CPU time, and nothing here
+    # tests byte-compilation. Python writes those of the modules the tests import, once, for the later runs.
+    env["PIP_COMPILE"] = "0"
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.monotonic()
     for what in ("torch==2.13.0", str(ROOT)):
         result = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", what], env=env,

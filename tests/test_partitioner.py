@@ -15,6 +15,7 @@ from et_trt_backend.options import CompileOptions, OptionsError, ShapeRange
 from et_trt_partitioner import PartitionError, TensorRTPartitioner
 from et_trt_partitioner.moe import find_moe_blocks
 from support import moe_models
+from support.lowering import delegated_parts
 from support.partitioning import Partitioned, edge_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +90,54 @@ def test_ops_to_not_decompose_preserves_with_a_check_function(policy_program):
     ops, check = TensorRTPartitioner().ops_to_not_decompose(policy_program)
     assert aten._grouped_mm.default in ops and set(ops) == set(op_support.PRESERVED_OPS)
     assert callable(check)
+
+
+def test_a_program_without_preserved_ops_gives_no_check_function_and_is_traced_once_less(monkeypatch):
+    """With a check function ExecuTorch traces the whole program three times (its EDGE_DO_NOT_DECOMP path), without
+    one once or twice: a program that holds no preserved op gets none, and is delegated all the same."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    program = torch.export.export(model, (torch.randn(2, 8),))
+    ops, check = TensorRTPartitioner().ops_to_not_decompose(program)
+    assert check is None and set(ops) == set(op_support.PRESERVED_OPS)
+
+    traces = []
+    run_decompositions = torch.export.ExportedProgram.run_decompositions
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        lambda self, *args, **kwargs: traces.append(1) or run_decompositions(self, *args, **kwargs))
+    edge = to_edge_transform_and_lower(program, partitioner=[TensorRTPartitioner({"default": {"engine_build": "never"}})])
+    # ExecuTorch's functionalization and decomposition to core ATen (a third trace with a check function), then the
+    # ONNX exporter's of the one partition
+    assert len(traces) == 3
+    calls = [n.target for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+    assert calls and all(target is torch.ops.higher_order.executorch_call_delegate
+                         or getattr(target, "__name__", "") == "getitem" for target in calls), calls
+
+
+def test_with_export_s_compile_config_a_moe_program_is_traced_once_less_and_lowered_alike(monkeypatch):
+    """export()'s way (preserved_ops_in_config and edge_compile_config()): the MoE's _grouped_mm kept without a check
+    function, one trace of the program fewer, and the same partitions as the default way."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    traces = []
+    run_decompositions = torch.export.ExportedProgram.run_decompositions
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        lambda self, *args, **kwargs: traces.append(1) or run_decompositions(self, *args, **kwargs))
+    recipe = {"default": {"grouped_gemm_kernel": False, "engine_build": "never"}}
+
+    def lowered(**config):
+        program = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
+        traces.clear()
+        partitioner = TensorRTPartitioner(recipe, preserved_ops_in_config=bool(config))
+        assert (partitioner.ops_to_not_decompose(program)[1] is None) == bool(config)
+        parts = delegated_parts(to_edge_transform_and_lower(program, partitioner=[partitioner], **config))
+        return [(c.onnx, c.inputs, c.outputs) for _, c in parts], len(traces)
+
+    default, default_traces = lowered()
+    configured, configured_traces = lowered(compile_config=TensorRTPartitioner.edge_compile_config())
+    assert configured_traces == default_traces - 1
+    assert len(configured) == 1 and configured == default
 
 
 # ---- MoE variants written like public libraries -----------------------------------

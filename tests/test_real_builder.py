@@ -104,22 +104,21 @@ def test_example_policy(rtx):
     recipe = tomllib.loads((ROOT / "examples" / "recipe.toml").read_text())
     for table in [recipe["default"], *recipe["parts"].values()]:
         table["engine_build"] = "never"
-    # The decoder with FP8 experts (the 4-input GroupedMM, e4m3 weights), the action head dense in fp16:
-    # both forms of the policy's GroupedMMs through the real parser and builder in one export.
+    # The decoder with FP8 experts (its two MoE blocks as MoEExperts nodes with e4m3 weights and float32 scales), the
+    # action head's block fused in bf16: both forms of the fused op through the real parser and builder in one export.
+    # (The FP8 GroupedMM form: test_transformers_decoder_layer_with_fp8_experts.)
     recipe["parts"]["decoder"].update(expert_precision="fp8", kernel_archs=FP8_TARGETS)
     partitions = _partitions(moe_policy.export_policy(), recipe)
     assert sorted(c.part for c in partitions) == ["decoder", "velocity"]
     by_part = {c.part: c for c in partitions}
-    assert {k.weight_format for k in by_part["decoder"].kernels} == {"fp8"}
+    assert {k.weight_format for k in by_part["decoder"].kernels if k.kernel != "moe_combine"} == {"fp8"}
     assert {k.weight_format for k in by_part["velocity"].kernels} == {"dense"}
     fp8_inputs = [len(n.input) for n in onnx.load_from_string(by_part["decoder"].onnx).graph.node
-                  if n.op_type == "GroupedMM"]
-    assert fp8_inputs == [4] * 4
+                  if n.op_type == "MoEExperts"]
+    assert fp8_inputs == [9] * 2
     _assert_builds_everywhere(rtx, [by_part["velocity"]])
-    _assert_builds_everywhere(rtx, [by_part["decoder"]], targets=FP8_TARGETS)
-    # Each layer's down GroupedMM takes its gate+up output (activation 1).
-    plan = onnx_build.parse_and_build(rtx, by_part["decoder"], FP8_TARGETS[0]).plan
-    assert sorted(f.activation for f in serialized_plugin_fields(plan)) == [0, 0, 1, 1]
+    for plan in _assert_builds_everywhere(rtx, [by_part["decoder"]], targets=FP8_TARGETS):
+        assert serialized_group_sizes(plan) == [0, 0]  # the FP8 form: no INT4 group size
 
 
 @pytest.mark.slow

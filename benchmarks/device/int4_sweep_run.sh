@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call for the INT4 gemv kernels' tuning (issue 33): build the launcher; check the shipped INT4 kernels
-# again (tests/test_int4_gpu.py, no Triton); then time every blocking of prepare.py's GEMV_SWEEP forced onto the
-# gemv path at 1-64 tokens against the shipped launcher (gemv or tiles), our bf16 kernels and ExecuTorch's decode
-# kernel (benchmarks/int4_gemv_sweep.py). The sweep's tables print last; everything printed also goes to
-# $OUT/int4_sweep_run.log, each step's log to $OUT/<step>.log. Step limits: the call ends within ~7 minutes.
+# One device call for the INT4 kernels' tuning (issue 33): build the launcher; check the shipped INT4 kernels
+# again (tests/test_int4_gpu.py, no Triton); then time every blocking of prepare.py's GEMV_SWEEP and ROWS_SWEEP forced
+# onto its path at 1-256 tokens against the shipped launcher (gemv or tiles), our bf16 kernels and ExecuTorch's
+# decode kernel (benchmarks/int4_gemv_sweep.py), each output checked first. The sweep's tables print last; everything
+# printed also goes to $OUT/int4_sweep_run.log, each step's log to $OUT/<step>.log. Step limits: the call ends within
+# ~8 minutes.
 # Prepare here first:  python benchmarks/device/prepare.py --int4
 # Then on the device:  bash benchmarks/device/int4_sweep_run.sh   (carry .device; results go to $OUT)
 set -uo pipefail
@@ -17,10 +18,10 @@ main() {
 
   step int4_tests 60 int4_images.json "${PYTEST[@]}" -rs tests/test_int4_gpu.py
   # ExecuTorch's kernels are Triton's: this step's Python has it (ours are still the AOT images). The sweep starts
-  # no new shape after 230 s, so it ends (tables written) before its 300 s limit.
-  step int4_sweep 300 int4_images.json env PYTHONPATH="$PWD" python3 benchmarks/int4_gemv_sweep.py \
+  # no new shape after 280 s, so it ends (tables written) before its 340 s limit.
+  step int4_sweep 340 int4_images.json env PYTHONPATH="$PWD" python3 benchmarks/int4_gemv_sweep.py \
     --images .device/int4_images.json --sweep .device/int4_sweep_images.json --executorch .device/executorch \
-    --out "$OUT" --deadline-s 230
+    --out "$OUT" --deadline-s 280
 
   echo
   if [ -f "$OUT/int4_gemv_sweep.md" ]; then cat "$OUT/int4_gemv_sweep.md"; else tail -30 "$OUT/int4_sweep.log"; fi

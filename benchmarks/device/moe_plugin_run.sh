@@ -4,13 +4,16 @@
 # its IPluginV3 interfaces as TensorRT does (created from each MoEExperts node of the fused example export, its
 # fields serialized and read back, attached, shapes, workspace, enqueue) with the model's expert weights, against
 # the float32 reference, and times the enqueue (table 1); the same for the nodes of the fused export with INT4
-# experts (expert_precision = "int4": packed weights, group scales, the launcher's INT4 kernels; rows "INT4 g128").
+# experts (expert_precision = "int4": packed weights, group scales, the launcher's INT4 kernels; rows "INT4 g128")
+# and with FP8 experts (expert_precision = "fp8": e4m3 weights, float32 scales per output channel, the launcher's FP8
+# kernels; rows "FP8", against moe_experts_fp8.reference and, norm-wise, float32 of the same dequantized weights).
 # 2. With TensorRT, where it is found: builds et-trt's runtime (the delegate,
 # the GroupedMM and MoEExperts plugins, et_trt_runner) against the TensorRT it finds, runs the example policy exported
 # with fused MoE blocks (one MoEExperts node each) and with GroupedMM blocks and their routing glue
-# (fused_experts = false) through et_trt_runner at 16 and 512 observation tokens (the engines are built at init, as
-# on a robot: the first call), compares each output with the float32 policy's and the two forms with each other, and
-# times them (median and p99 of 200 calls after 20 warm-ups; table 2). Tables print last; every log is in $OUT.
+# (fused_experts = false), and fused with FP8 experts, through et_trt_runner at 16 and 512 observation tokens (the
+# engines are built at init, as on a robot: the first call), compares each output with the float32 policy's and with
+# the GroupedMM form's, and times them (median and p99 of 200 calls after 20 warm-ups; table 2). Tables print last;
+# every log is in $OUT.
 # Expected within ~6 minutes on an H100 (part 1 under a minute, the build ~3, each run's engine build under one).
 #
 # Prepare here first:  python benchmarks/device/prepare_plugin_run.py [--tensorrt DIR]
@@ -64,8 +67,8 @@ build_runner() {
 
 main() {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-  for need in "$RUN/fused.pte" "$RUN/grouped.pte" "$RUN/check/nodes.json" .device/executorch/lib/libexecutorch.so \
-      .device/flatbuffers/bin/flatc .device/sysdeps/include/zlib.h; do
+  for need in "$RUN/fused.pte" "$RUN/grouped.pte" "$RUN/fp8.pte" "$RUN/check/nodes.json" \
+      .device/executorch/lib/libexecutorch.so .device/flatbuffers/bin/flatc .device/sysdeps/include/zlib.h; do
     [ -e "$need" ] || { echo "missing $need: run python benchmarks/device/prepare_plugin_run.py here first"; exit 2; }
   done
   command -v nvcc cmake ninja || { echo "the device lacks nvcc, cmake or ninja"; exit 2; }
@@ -85,7 +88,7 @@ main() {
   build_runner
 
   local form tokens name inputs i
-  for form in fused grouped; do
+  for form in fused grouped fp8; do
     for tokens in "${TOKENS[@]}"; do
       name=${form}_t$tokens
       inputs=()

@@ -1,6 +1,7 @@
-"""The table of benchmarks/device/moe_plugin_run.sh: per form (fused MoEExperts blocks, GroupedMM blocks) and token
-count, the output's error against the float32 policy (largest absolute difference over the reference's largest
-magnitude; bf16 math gives about 1e-2), the fused form against the GroupedMM form, and et_trt_runner's latencies.
+"""The table of benchmarks/device/moe_plugin_run.sh: per form (fused MoEExperts blocks, GroupedMM blocks, fused with FP8
+experts) and token count, the output's error against the float32 policy (largest absolute difference over the
+reference's largest magnitude; bf16 math gives about 1e-2), the form against the GroupedMM form, and et_trt_runner's
+latencies.
 
     python benchmarks/device/plugin_run_table.py OUT RUN TOKENS...
 """
@@ -13,8 +14,11 @@ import sys
 
 import numpy as np
 
-FORMS = ("fused", "grouped")
-BF16_TOLERANCE = 3e-2  # of the reference's largest magnitude: two bf16 MoE layers and attention, float32 accumulation
+FORMS = ("fused", "grouped", "fp8")
+# Of the reference's largest magnitude: two bf16 MoE layers and attention, float32 accumulation. FP8 experts add
+# their weights' and activations' e4m3 rounding (the policy output's norm-wise error against bf16 was 1.2e-2 on the
+# CPU, tests/test_lowering_fp8.py); this largest-element bound for them is a guess, not yet measured on a device.
+TOLERANCE = {"fused": 3e-2, "grouped": 3e-2, "fp8": 1e-1}
 _LATENCY = re.compile(r"^(first call|after \d+ warm-up calls?)\s+(\d+)\s+([\d.]+)\s+([\d.-]+)", re.M)
 
 
@@ -34,21 +38,22 @@ def latencies(log: pathlib.Path) -> tuple[str, str, str]:
 
 
 def main(out: pathlib.Path, run: pathlib.Path, tokens: list[int]) -> int:
-    print("| form | tokens | error vs float32 | fused vs GroupedMM | first call (ms: builds or loads the engine) | median (ms) | "
-          "p99 (ms) |")
+    print("| form | tokens | error vs float32 | vs GroupedMM | first call (ms: builds or loads the engine) | "
+          "median (ms) | p99 (ms) |")
     print("|---|---|---|---|---|---|---|")
     failed = False
     for count in tokens:
         reference = np.load(run / f"t{count}_reference.npy")
         outputs = {form: out / f"{form}_t{count}" / "output_0.npy" for form in FORMS}
         got = {form: np.load(path) for form, path in outputs.items() if path.exists()}
-        between = relative_error(got["fused"], got["grouped"]) if len(got) == 2 else float("nan")
         for form in FORMS:
+            between = relative_error(got[form], got["grouped"]) if form in got and "grouped" in got else float("nan")
             error = relative_error(got[form], reference) if form in got else float("nan")
-            failed |= not error <= BF16_TOLERANCE
+            failed |= not error <= TOLERANCE[form]
             first, median, p99 = latencies(out / f"{form}_t{count}.log")
             print(f"| {form} | {count} | {error:.2e} | {between:.2e} | {first} | {median} | {p99} |")
-    print(f"outputs within {BF16_TOLERANCE:g} of the float32 policy: {'no' if failed else 'yes'}")
+    print(f"outputs within {', '.join(f'{t:g} ({f})' for f, t in TOLERANCE.items())} of the float32 policy: "
+          f"{'no' if failed else 'yes'}")
     return 1 if failed else 0
 
 

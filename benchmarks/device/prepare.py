@@ -24,8 +24,8 @@
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
-.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's gemv blockings for sm_90a, bf16:
-                           each group the three gemv images of one (--int4)
+.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's blockings of the vector-matrix
+                           and per-expert INT4 kernels for sm_90a, bf16: each group the three images of one (--int4)
 .device/executorch/fused_moe.py  ExecuTorch CUDA backend's Triton fused_moe, the benchmark's comparator, as its
                            authors wrote it (from the fetched pytorch/executorch, --executorch; --int4)
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
@@ -187,25 +187,38 @@ def save_int4_images(executorch: pathlib.Path) -> None:
     logging.info("ExecuTorch's fused_moe.py from pytorch/executorch %s", commit)
 
 
-# The INT4 gemv blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig: rows, 32-element chunks per
-# step, warps, stages, size multiple, gate and up in one loop): the first shipped one, then more programs (fewer
-# rows), more bytes per step (more chunks), more warps or stages. Each keeps >= 16 bytes a thread per step.
-GEMV_SWEEP = [(8, 8, 2, 3, False)] + [(n, c, w, s, True) for n, c, w, s in (
-    (8, 8, 2, 3), (8, 8, 2, 4), (4, 8, 1, 3), (4, 16, 2, 3), (2, 16, 1, 3), (2, 32, 2, 2), (8, 16, 2, 3),
-    (8, 16, 4, 3), (8, 32, 4, 2), (4, 32, 2, 2), (16, 8, 4, 3), (16, 16, 4, 3), (16, 4, 2, 4), (8, 4, 1, 4))] + [
-    (4, 16, 2, 3, False), (8, 16, 4, 3, False)]
+# The INT4 kernels' blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig). The vector-matrix ones
+# (rows, 32-element chunks per step, warps, stages, gate and up in one loop): the shipped one (first), and the one
+# the first sweep found never slower than its predecessor (h100_int4/sweep/).
+GEMV_SWEEP = [(4, 32, 2, 2, True), (16, 16, 4, 3, True)]
+# The per-expert ones (int4_rows.py): pairs per weight tile, weight rows (features of gate+up), chunks per step,
+# warps, stages. Around 16 pairs x 16 rows x 128 of K: more rows or K per step (bytes in flight), fewer warps (more
+# programs per multiprocessor), 32 pairs (fewer passes over an expert's weights at 64-256 tokens; 64 spill on sm_90a).
+ROWS_SWEEP = [(16, 16, 4, 4, 2), (16, 16, 8, 4, 2), (16, 16, 16, 4, 2), (16, 32, 4, 4, 2), (16, 32, 8, 8, 2),
+              (16, 64, 2, 4, 3), (16, 16, 4, 2, 3), (16, 16, 8, 4, 3), (32, 16, 4, 4, 2), (32, 32, 4, 8, 2)]
 
 
 def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
     return f"n{block_n}_k{32 * block_c}_w{warps}_s{stages}" + ("_paired" if paired else "")
 
 
+def rows_sweep_label(block_m: int, block_n: int, block_c: int, warps: int, stages: int) -> str:
+    return f"rows_m{block_m}_n{block_n}_k{32 * block_c}_w{warps}_s{stages}"
+
+
 def save_int4_sweep_images() -> None:
-    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP its three gemv images (variant "gemv")."""
+    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP and ROWS_SWEEP its images (variant "gemv"); the
+    GEMV_SWEEP ones also without moe_gemv_down_combine (label + "_3launch")."""
     contenders = {}
     for block_n, block_c, warps, stages, paired in GEMV_SWEEP:
         config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, paired)
-        contenders[gemv_sweep_label(block_n, block_c, warps, stages, paired)] = moe_aot.gemv_images(
+        label = gemv_sweep_label(block_n, block_c, warps, stages, paired)
+        contenders[label] = moe_aot.gemv_images(ARCH, "bf16", "cubin", [config])
+        # Without the down and combine in one launch: what that launch saves.
+        contenders[label + "_3launch"] = [i for i in contenders[label] if i.kernel != "moe_gemv_down_combine"]
+    for block_m, block_n, block_c, warps, stages in ROWS_SWEEP:
+        config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, block_m=block_m)
+        contenders[rows_sweep_label(block_m, block_n, block_c, warps, stages)] = moe_aot.gemv_images(
             ARCH, "bf16", "cubin", [config])
     save_contenders("int4_sweep_images", contenders)
 

@@ -20,6 +20,7 @@
 .device/flatbuffers     flatc and the flatbuffers headers of this machine (prepare.py's copy)
 .device/plugin_run/check/  the fused export's delegate blobs with their named data (runtime/tools/extract_blobs.py),
                         in int4/ those of the fused export with INT4 experts (expert_precision = "int4", int4.pte),
+                        in fp8/ those with FP8 experts (expert_precision = "fp8", fp8.pte; also part 2's third form),
                         nodes.json (each MoEExperts node's attributes and weights' named data) and
                         libet_trt_moe_plugin_check.so (runtime/build-tensorrt-11.1, scripts/build_tensorrt_layers.sh):
                         runtime/tools/moe_plugin_check.py runs the plugin through its interfaces with no TensorRT
@@ -55,12 +56,15 @@ SYSTEM_HEADERS = ["/usr/include/zlib.h", "/usr/include/zconf.h", "/usr/include/o
                   "/usr/include/x86_64-linux-gnu/openssl"]
 # Kernel images for the device's H100/H200 alone: a call carries at most 64 MiB, the working tree included.
 DEVICE_ARCHS = {"kernel_archs": ["sm_90a"]}
-FORMS = {"fused": DEVICE_ARCHS, "grouped": {**DEVICE_ARCHS, "fused_experts": False}}
+# fp8: the fused form with FP8 experts (every part: the decoder's bf16 blocks and the action head's fp16 one).
+FORMS = {"fused": DEVICE_ARCHS, "grouped": {**DEVICE_ARCHS, "fused_experts": False},
+         "fp8": {**DEVICE_ARCHS, "expert_precision": "fp8"}}
 # The fused form with INT4 experts (every part; fp16's INT4 images too), for the plugin check only.
-CHECK_FORMS = {"fused": "", "int4": "int4"}  # export -> its blobs' folder under check/
+CHECK_FORMS = {"fused": "", "int4": "int4", "fp8": "fp8"}  # export -> its blobs' folder under check/
 INT4_FORM = {**DEVICE_ARCHS, "expert_precision": "int4"}
 CHECK_LIBRARY = ROOT / "runtime" / "build-tensorrt-11.1" / "libet_trt_moe_plugin_check.so"
-ONNX_DTYPES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.INT8: "int8"}
+ONNX_DTYPES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.INT8: "int8",
+               onnx.TensorProto.FLOAT8E4M3FN: "fp8", onnx.TensorProto.FLOAT: "f32"}
 
 
 def recipe_text(overrides: dict) -> str:
@@ -109,8 +113,8 @@ def save_inputs_and_references() -> None:
 
 
 def _node_record(node: onnx.NodeProto, initializers: dict) -> dict:
-    """A MoEExperts node's attributes and its weight inputs (w_gate_up, w_down, b_gate_up, b_down, and with INT4
-    weights w_gate_up_scale, w_down_scale) as named data."""
+    """A MoEExperts node's attributes and its weight inputs (w_gate_up, w_down, b_gate_up, b_down, and with INT4 or
+    FP8 weights w_gate_up_scale, w_down_scale) as named data."""
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     weights = []
     for name in list(node.input[3:]) + [""] * (7 - len(node.input)):

@@ -203,6 +203,7 @@ def _source_hash(*modules: str) -> str:
 # The Triton modules each kernel source module calls into: a kernel's image depends on all of them.
 KERNEL_SOURCES = {"grouped_mm": ("grouped_mm", "int4_tiles"), "moe_experts": ("moe_experts", "int4_tiles"),
                   "int4_kernels": ("int4_kernels", "int4_tiles", "moe_experts"),
+                  "int4_rows": ("int4_rows", "int4_tiles", "moe_experts"),
                   "moe_fp8": ("moe_fp8", "moe_experts", "int4_tiles")}
 
 

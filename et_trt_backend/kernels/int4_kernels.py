@@ -10,7 +10,7 @@ Two paths, which the launchers choose between by the rows each expert's weights 
   one expert read its weights from L2 at about the same time and DRAM sees each touched weight byte about once.
   grouped_mm_int4_gemv_kernel (GroupedMM), moe_int4_gemv_gate_up_kernel (the MoE op's gate+up and activation,
   rows by pair, no sort) and moe_int4_gemv_down_kernel (down, routing weight and bias, float32 rows by pair,
-  summed by moe_experts.moe_combine_kernel).
+  summed by moe_experts.moe_combine_kernel), or moe_int4_gemv_down_combine_kernel (both in one launch, by token).
 - tensor cores, above: the grouped GEMM kernels (grouped_mm.py, moe_experts.py) with INT4 = True load a chunk of
   32 elements of BLOCK_N weight rows per step (16 bytes a row), unpack it in registers and multiply it
   (int4_tiles.py).
@@ -141,6 +141,22 @@ def moe_int4_gemv_gate_up_kernel(x_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, h_p
 
 
 @triton.jit
+def _weighted_down_row(h_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, p, e, rn, n_ok, H, F, group_size, has_bias,
+                       weights_16bit, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+    """float32 [BLOCK_N]: topk_weights[p] * (h[p] @ w_down[e][rn]^T (+ bias)), pair p's down rows rn."""
+    weight_rows = e.to(tl.int64) * H + rn
+    acc = _rows_times_vector(h_ptr + p.to(tl.int64) * F, w_ptr, scale_ptr, weight_rows, n_ok, F, group_size,
+                             BLOCK_N, BLOCK_C)
+    if has_bias:
+        acc += tl.load(bias_ptr + weight_rows, mask=n_ok, other=0.0).to(tl.float32)
+    if weights_16bit:
+        weight = tl.load(weights_ptr.to(tl.pointer_type(h_ptr.dtype.element_ty), bitcast=True) + p).to(tl.float32)
+    else:
+        weight = tl.load(weights_ptr + p)
+    return acc * weight
+
+
+@triton.jit
 def moe_int4_gemv_down_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, y_ptr, pairs, E, H, F,
                               group_size, has_bias, weights_16bit, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
     """y[p, n-block] = topk_weights[p] * (h[p] @ w_down[e]^T (+ bias)) in float32 for program (p, n-block),
@@ -150,13 +166,27 @@ def moe_int4_gemv_down_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weight
     if (e >= 0) & (e < E):
         rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = rn < H
-        weight_rows = e.to(tl.int64) * H + rn
-        acc = _rows_times_vector(h_ptr + p.to(tl.int64) * F, w_ptr, scale_ptr, weight_rows, n_ok, F, group_size,
-                                 BLOCK_N, BLOCK_C)
-        if has_bias:
-            acc += tl.load(bias_ptr + weight_rows, mask=n_ok, other=0.0).to(tl.float32)
-        if weights_16bit:
-            weight = tl.load(weights_ptr.to(tl.pointer_type(h_ptr.dtype.element_ty), bitcast=True) + p).to(tl.float32)
-        else:
-            weight = tl.load(weights_ptr + p)
-        tl.store(y_ptr + p.to(tl.int64) * H + rn, acc * weight, mask=n_ok)
+        y = _weighted_down_row(h_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, p, e, rn, n_ok, H, F, group_size,
+                               has_bias, weights_16bit, BLOCK_N, BLOCK_C)
+        tl.store(y_ptr + p.to(tl.int64) * H + rn, y, mask=n_ok)
+
+
+@triton.jit
+def moe_int4_gemv_down_combine_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, out_ptr, T, E, H, F,
+                                      top_k, group_size, has_bias, weights_16bit, BLOCK_N: tl.constexpr,
+                                      BLOCK_C: tl.constexpr):
+    """out[t, n-block] = the sum over j of topk_weights[t, j] * (h[t * k + j] @ w_down[e]^T (+ bias)) for program
+    (t, n-block), e = topk_ids[t, j], pairs whose id is outside [0, E) skipped: moe_int4_gemv_down_kernel and
+    moe_experts.moe_combine_kernel in one launch (the same float32 sums in order of j, one rounding), one launch
+    less where launches are most of the time (a token or a few)."""
+    t = tl.program_id(0)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = rn < H
+    out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for j in range(0, top_k):
+        p = t * top_k + j
+        e = tl.load(ids_ptr + p)
+        if (e >= 0) & (e < E):
+            out += _weighted_down_row(h_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, p, e, rn, n_ok, H, F,
+                                      group_size, has_bias, weights_16bit, BLOCK_N, BLOCK_C)
+    tl.store(out_ptr + t.to(tl.int64) * H + rn, out.to(out_ptr.dtype.element_ty), mask=n_ok)

@@ -24,8 +24,9 @@ sort is not the identity, at two token counts where the count is dynamic.
 
 The expert weights become new constants, laid out as the fused op takes them: [E, out, in] (transposed where
 the model stores [E, in, out]) and, for gated activations with F % 8 == 0, the gate+up rows in "blocked8"
-order, which the kernels read fastest (moe_experts.relayout). A block that does not match any step keeps the
-GroupedMM lowering, and its MoEBlockForm says what did not match; `et-trt inspect` prints them.
+order, which the kernels read fastest (moe_experts.relayout); with expert_precision "fp8" or "int4" they are then
+quantized (fp8_experts.py, int4_experts.py). A block that does not match any step keeps the GroupedMM lowering, and
+its MoEBlockForm says what did not match; `et-trt inspect` prints them.
 """
 
 from __future__ import annotations
@@ -149,8 +150,6 @@ def _check_options(options: CompileOptions) -> None:
         raise NoMatch("fused_experts = false")
     if not options.grouped_gemm_kernel:
         raise NoMatch("grouped_gemm_kernel = false: the experts are lowered densely")
-    if options.expert_precision == "fp8":
-        raise NoMatch('expert_precision = "fp8": MoEExperts has no FP8 weights yet; the FP8 GroupedMM serves')
 
 
 def _checked(ctx: RewriteContext, weights: ProgramWeights, block: _Block, combines) -> _Block:

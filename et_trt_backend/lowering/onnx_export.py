@@ -37,8 +37,7 @@ from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
 
 from . import routing_rewrites, translations
 from .errors import LoweringError
-from . import int4_experts
-from .fp8_experts import quantize_experts
+from . import fp8_experts, int4_experts
 from .fp8_swiglu import fuse_swiglu
 from .moe_fusion import FUSED, MoEBlockForm, fuse_moe_blocks
 from .precision import apply_precision, truncate_double
@@ -242,32 +241,66 @@ def _grouped_mm_uses(program: torch.export.ExportedProgram, kernel: bool, ranges
 
 
 @functools.cache
-def _onnx_registry():
-    from torch.onnx._internal.exporter import _decomp, _registration
+def _export_registry(grouped_gemm_kernel: bool):
+    """The ONNX exporter's op registry: torchlib's translations, and ours (translations.translation_table) before
+    them, as torch.onnx.export builds it. Built once per process: torch.onnx.export builds it anew for every
+    partition (about 0.5 CPU-second each; the first, 0.9)."""
+    from torch.onnx._internal.exporter import _constants, _registration
 
-    registry = _registration.ONNXRegistry.from_torchlib()
-    decompositions = _decomp.create_onnx_friendly_decomposition_table(
-        _decomp.get_onnx_implemented_overloads(registry))
-    return registry, decompositions
+    registry = _registration.ONNXRegistry.from_torchlib(
+        opset_version=max(translations.ONNX_OPSET, _constants.TORCHLIB_OPSET))
+    for target, function in translations.translation_table(grouped_gemm_kernel).items():
+        registry.register_op(target, function, is_complex=False)
+    return registry
 
 
-def _int4_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockForm]) -> list[MoEBlockForm]:
-    """The program's experts made INT4 (int4_experts.py); the fused blocks' forms saying so."""
-    group_size = int4_group_size(options)
-    fused, grouped = int4_experts.quantize_experts(program, group_size)
-    logger.info("expert_precision int4 (group %d): %d MoEExperts node(s) and %d GroupedMM(s) with INT4 weights",
-                group_size, fused, grouped)
-    return [dataclasses.replace(form, detail=f"{form.detail}, INT4 weights (group {group_size})")
-            if form.form == FUSED else form for form in moe_blocks]
+def _export(program: torch.export.ExportedProgram, grouped_gemm_kernel: bool):
+    """torch.onnx.export(program, dynamo=True, custom_translation_table=translations.translation_table(...),
+    optimize=True) with the registry built once (_export_registry); the same ONNXProgram."""
+    from torch.onnx._internal.exporter import _core
+
+    return _core.export(
+        program,
+        registry=_export_registry(grouped_gemm_kernel),
+        dynamic_shapes={},
+        input_names=list(program.graph_signature.user_inputs),
+        opset_version=translations.ONNX_OPSET,
+        optimize=True,
+        verbose=False,
+    )
+
+
+@functools.cache
+def _onnx_decompositions():
+    from torch.onnx._internal.exporter import _decomp
+
+    return _decomp.create_onnx_friendly_decomposition_table(
+        _decomp.get_onnx_implemented_overloads(_export_registry(True)))
+
+
+def _quantized_experts(program, options: CompileOptions, moe_blocks: list[MoEBlockForm]) -> list[MoEBlockForm]:
+    """The program's experts made FP8 (fp8_experts.py) or INT4 (int4_experts.py), per expert_precision; the fused
+    blocks' forms saying so."""
+    if options.expert_precision == "fp8":
+        weights = "FP8 weights (e4m3, a float32 scale per output channel)"
+        fused, grouped = fp8_experts.quantize_experts(program)
+        logger.info("expert_precision fp8: %d of the GroupedMM(s) compute their input's SwiGLU", fuse_swiglu(program))
+    else:
+        group_size = int4_group_size(options)
+        weights = f"INT4 weights (group {group_size})"
+        fused, grouped = int4_experts.quantize_experts(program, group_size)
+    logger.info("expert_precision %s: %d MoEExperts node(s) and %d GroupedMM(s) with %s", options.expert_precision,
+                fused, grouped, weights)
+    return [dataclasses.replace(form, detail=f"{form.detail}, {weights}") if form.form == FUSED else form
+            for form in moe_blocks]
 
 
 def has_translation(target) -> bool:
     """Whether the lowering translates `target` (an ATen, edge or dim-order overload) to ONNX:
     by a rewrite, an et-trt translation, torchlib, or a decomposition into those."""
     target = aten_target(target)
-    registry, decompositions = _onnx_registry()
-    return (target in routing_rewrites.REWRITTEN_TARGETS or target in translations.translation_table(True)
-            or registry.is_registered(target) or target in decompositions)
+    return (target in routing_rewrites.REWRITTEN_TARGETS or _export_registry(True).is_registered(target)
+            or target in _onnx_decompositions())
 
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
@@ -286,11 +319,8 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
         truncate_double(program)
     apply_precision(program, options.precision)
     moe_blocks = fuse_moe_blocks(program, options)
-    if options.expert_precision == "fp8":
-        logger.info("expert_precision fp8: %d GroupedMM(s) with FP8 weights", quantize_experts(program))
-        logger.info("expert_precision fp8: %d of them compute their input's SwiGLU", fuse_swiglu(program))
-    elif options.expert_precision == "int4":
-        moe_blocks = _int4_experts(program, options, moe_blocks)
+    if options.expert_precision in ("fp8", "int4"):
+        moe_blocks = _quantized_experts(program, options, moe_blocks)
     elif options.int4_group_size is not None:
         logger.warning("int4_group_size = %d has no effect on this part: its expert_precision is %s, not \"int4\"",
                        options.int4_group_size, f'"{options.expert_precision}"' if options.expert_precision else
@@ -300,15 +330,7 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)
 
     logger.info("exporting partition to ONNX (opset %d)", translations.ONNX_OPSET)
-    onnx_program = torch.onnx.export(
-        program,
-        dynamo=True,
-        custom_translation_table=translations.translation_table(kernel),
-        input_names=list(program.graph_signature.user_inputs),
-        opset_version=translations.ONNX_OPSET,
-        optimize=True,
-        verbose=False,
-    )
+    onnx_program = _export(program, kernel)
     # One name per value: the exporter names the inputs after the partition's arguments (say "getitem_3", a
     # delegate's output in the program) after naming the values inside after their FX nodes, which can
     # give an inner value the same name; NVIDIA's parser then finds a cycle. Inputs and outputs keep theirs.

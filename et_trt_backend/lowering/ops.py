@@ -12,6 +12,7 @@ import torch
 
 from et_trt_backend import int4_weights
 from et_trt_backend import moe_experts as moe_semantics
+from et_trt_backend import moe_experts_fp8 as fp8_semantics
 from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.quantization import FP8_DTYPE, grouped_mm_fp8_reference, swiglu_rows
 
@@ -145,4 +146,24 @@ def moe_experts_int4(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights:
 @moe_experts_int4.register_fake
 def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale, w_down_scale,
       activation, gate_up_layout, alpha, limit, group_size):
+    return hidden.new_empty(hidden.shape)
+
+
+@torch.library.custom_op("et_trt_lowering::moe_experts_fp8", mutates_args=())
+def moe_experts_fp8(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                    w_down: torch.Tensor, b_gate_up: torch.Tensor, b_down: torch.Tensor, w_gate_up_scale: torch.Tensor,
+                    w_down_scale: torch.Tensor, activation: str, gate_up_layout: str, alpha: float,
+                    limit: float) -> torch.Tensor:
+    """moe_experts with FP8 expert weights (et_trt_backend/moe_experts_fp8.py's reference): w_gate_up and w_down
+    e4m3 [E, out, in], their float32 scales per output channel [E, out] after the biases (the ONNX node's order)."""
+    return fp8_semantics.reference(
+        hidden, topk_ids, topk_weights, (w_gate_up.view(FP8_DTYPE), w_gate_up_scale),
+        (w_down.view(FP8_DTYPE), w_down_scale), b_gate_up, b_down, activation=activation,
+        gate_up_layout=gate_up_layout, alpha=alpha, limit=limit,
+    ).to(hidden.dtype)
+
+
+@moe_experts_fp8.register_fake
+def _(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale, w_down_scale,
+      activation, gate_up_layout, alpha, limit):
     return hidden.new_empty(hidden.shape)

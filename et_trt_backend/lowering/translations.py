@@ -100,7 +100,9 @@ def _register_moe_experts_schema() -> None:
         doc="The fused MoE experts of et-trt (issue 32, et_trt_backend/moe_experts.py): out[t] = sum over j of "
             "topk_weights[t, j] * down_e(act(gate_up_e(hidden[t]))), e = topk_ids[t, j]; weights as [E, out, in]. "
             f"With {INT4_GROUP_SIZE_ATTRIBUTE} > 0, w_gate_up and w_down are packed INT4 ({INT4_WEIGHT_ONNX_TYPE}) "
-            "with bfloat16 group scales w_gate_up_scale and w_down_scale (et_trt_backend/int4_weights.py).",
+            "with bfloat16 group scales w_gate_up_scale and w_down_scale (et_trt_backend/int4_weights.py). With the "
+            f"scales and {INT4_GROUP_SIZE_ATTRIBUTE} 0, they are e4m3 ({FP8_WEIGHT_ONNX_TYPE}) with float32 scales "
+            "per output channel [E, out] (et_trt_backend/moe_experts_fp8.py).",
         inputs=[
             param("hidden", "T"),
             param("topk_ids", "tensor(int32)"),
@@ -109,14 +111,15 @@ def _register_moe_experts_schema() -> None:
             param("w_down", "TQ"),
             param("b_gate_up", "T", param_option=optional),
             param("b_down", "T", param_option=optional),
-            param("w_gate_up_scale", "tensor(bfloat16)", param_option=optional),
-            param("w_down_scale", "tensor(bfloat16)", param_option=optional),
+            param("w_gate_up_scale", "TS", param_option=optional),
+            param("w_down_scale", "TS", param_option=optional),
         ],
         outputs=[param("out", "T")],
         type_constraints=[("T", ["tensor(bfloat16)", "tensor(float16)"], "bf16 or fp16"),
                           ("TW", ["tensor(float)", "tensor(bfloat16)", "tensor(float16)"], "float32 or hidden's"),
-                          ("TQ", ["tensor(bfloat16)", "tensor(float16)", f"tensor({INT4_WEIGHT_ONNX_TYPE.lower()})"],
-                           "hidden's type, or packed INT4")],
+                          ("TQ", ["tensor(bfloat16)", "tensor(float16)", f"tensor({INT4_WEIGHT_ONNX_TYPE.lower()})",
+                                  f"tensor({FP8_WEIGHT_ONNX_TYPE.lower()})"], "hidden's type, packed INT4 or FP8"),
+                          ("TS", ["tensor(bfloat16)", "tensor(float)"], "INT4: bfloat16 scales; FP8: float32")],
         attributes=[
             attribute(MOE_ACTIVATION_ATTRIBUTE, kind.INT, "plugin_names.MOE_ACTIVATIONS"),
             attribute(MOE_LAYOUT_ATTRIBUTE, kind.STRING, "plugin_names.MOE_GATE_UP_LAYOUTS"),
@@ -180,6 +183,14 @@ def moe_experts_int4_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b
     writes zeros for a missing one), the two scale inputs, and the group size."""
     return et_trt.MoEExperts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
                              w_down_scale, **_moe_attributes(activation, gate_up_layout, alpha, limit, group_size))
+
+
+def moe_experts_fp8_kernel(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
+                           w_down_scale, activation: str, gate_up_layout: str, alpha: float, limit: float):
+    """The lowering op moe_experts_fp8 as the MoEExperts custom op: e4m3 weights, both biases (fp8_experts.py writes
+    zeros for a missing one), the two float32 scale inputs, group size 0."""
+    return et_trt.MoEExperts(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale,
+                             w_down_scale, **_moe_attributes(activation, gate_up_layout, alpha, limit, 0))
 
 
 def grouped_mm_dense(a, b, offs, trans_b: bool):
@@ -436,6 +447,7 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
         lowering_ops.grouped_mm_int4.default: grouped_mm_int4_kernel,
         lowering_ops.moe_experts.default: moe_experts_kernel,
         lowering_ops.moe_experts_int4.default: moe_experts_int4_kernel,
+        lowering_ops.moe_experts_fp8.default: moe_experts_fp8_kernel,
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,

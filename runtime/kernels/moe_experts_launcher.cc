@@ -54,13 +54,15 @@ struct Gemvs {
   std::string variant;
   Kernel gate_up, gate_up_gated, down;
   int size_multiple = 16;
+  Kernel down_combine;  // the down and the combine in one launch, by token (null in older exports)
 };
 
 bool is_gemm_kernel(const std::string& kernel) {
   return kernel == "moe_gate_up" || kernel == "moe_gate_up_gated" || kernel == "moe_down";
 }
 bool is_gemv_kernel(const std::string& kernel) {
-  return kernel == "moe_gemv_gate_up" || kernel == "moe_gemv_gate_up_gated" || kernel == "moe_gemv_down";
+  return kernel == "moe_gemv_gate_up" || kernel == "moe_gemv_gate_up_gated" || kernel == "moe_gemv_down" ||
+         kernel == "moe_gemv_down_combine";
 }
 
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
@@ -231,12 +233,13 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       auto gemvs = std::find_if(state->gemvs.begin(), state->gemvs.end(),
                                 [&](const Gemvs& g) { return g.variant == image.variant; });
       if (gemvs == state->gemvs.end()) {
-        state->gemvs.push_back({image.variant, {}, {}, {}, image.variant == "gemv_any" ? 1 : 16});
+        state->gemvs.push_back({image.variant, {}, {}, {}, image.variant == "gemv_any" ? 1 : 16, {}});
         gemvs = state->gemvs.end() - 1;
       }
-      Kernel& slot = image.kernel == "moe_gemv_down"      ? gemvs->down
-                     : image.kernel == "moe_gemv_gate_up" ? gemvs->gate_up
-                                                          : gemvs->gate_up_gated;
+      Kernel& slot = image.kernel == "moe_gemv_down"           ? gemvs->down
+                     : image.kernel == "moe_gemv_down_combine" ? gemvs->down_combine
+                     : image.kernel == "moe_gemv_gate_up"      ? gemvs->gate_up
+                                                               : gemvs->gate_up_gated;
       slot = kernel;
     } else if (is_gemm_kernel(image.kernel)) {
       auto gemms = std::find_if(state->gemms.begin(), state->gemms.end(),
@@ -431,11 +434,20 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     void* gemv_down_args[] = {&h,     &ids,   &w_down,     &down_scale,    &b_down,        &weights,
                               &y,     &pairs_arg, &experts, &size,         &ffn,           &group_size,
                               &has_down_bias, &weights_16bit, &no_scratch, &no_scratch};
+    void* gemv_down_combine_args[] = {&h,    &ids,        &w_down,        &down_scale,    &b_down,
+                                      &weights, &out,     &tokens,        &experts,       &size,
+                                      &ffn,  &top_k,      &group_size,    &has_down_bias, &weights_16bit,
+                                      &no_scratch, &no_scratch};
     if (a.ffn > 0 && !run(gemv_gate_up, pairs, cdiv(a.ffn, gemv_gate_up.block_n), gemv_gate_up_args)) return false;
-    if (!run(gemvs->down, pairs, cdiv(a.hidden_size, gemvs->down.block_n), gemv_down_args)) return false;
-    if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
-             combine_args))
+    if (gemvs->down_combine.function != nullptr) {
+      if (!run(gemvs->down_combine, a.tokens, cdiv(a.hidden_size, gemvs->down_combine.block_n),
+               gemv_down_combine_args))
+        return false;
+    } else if (!run(gemvs->down, pairs, cdiv(a.hidden_size, gemvs->down.block_n), gemv_down_args) ||
+               !run(state_->combine, cdiv(a.tokens, state_->combine.block_m),
+                    cdiv(a.hidden_size, state_->combine.block_n), combine_args)) {
       return false;
+    }
     state_->last_kernels = ran;
     return true;
   }

@@ -26,9 +26,9 @@
 // w_down are packed INT4 (uint8 [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2]) with bfloat16 group
 // scales (w_gate_up_scale [E, N1, ceil(H / g)], w_down_scale [E, H, ceil(F / g)], g = group_size); the semantics
 // are the same with the weights q * scale (exact in float32). With pairs <= max(experts, kInt4GemvMaxRows) the
-// block is the vector-matrix kernels, one program per pair and block of weight rows, no route: moe_gemv_gate_up,
-// moe_gemv_down (float32 rows by pair), moe_combine (three launches); above, the four launches above with the
-// GEMMs' INT4 builds.
+// block is the vector-matrix kernels, one program per pair (gate+up) or token (down) and block of weight rows, no
+// route: moe_gemv_gate_up, moe_gemv_down_combine (two launches; images of an older export without it: moe_gemv_down,
+// float32 rows by pair, and moe_combine); above, the four launches above with the GEMMs' INT4 builds.
 //
 // FP8 expert weights (images of weight_format Float8RowScaled, et_trt_backend/moe_experts_fp8.py): w_gate_up and
 // w_down are float8 e4m3 ([E, N1, H], [E, H, F]) with float32 scales per output channel (w_gate_up_scale [E, N1],

@@ -25,9 +25,9 @@ class Messages final : public nvinfer1::ILogger {
   std::string text;
 };
 
-// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them), their INT4 builds, and one
+// A blob with the bf16 images of the MoE kernels (names as moe_aot writes them), their INT4 and FP8 builds, and one
 // GroupedMM image, which the MoEExperts plugin ignores.
-constexpr int kImages = 7;
+constexpr int kImages = 10;
 std::vector<uint8_t> moe_blob() {
   flatbuffers::FlatBufferBuilder fbb;
   const std::vector<uint8_t> sha256(32, 0);
@@ -41,7 +41,10 @@ std::vector<uint8_t> moe_blob() {
                           Record{"moe_down", blob::WeightFormat::Dense}, Record{"moe_combine", blob::WeightFormat::Dense},
                           Record{"grouped_mm_tile_nk", blob::WeightFormat::Dense},
                           Record{"moe_gate_up_gated", blob::WeightFormat::Int4GroupScaled},
-                          Record{"moe_down", blob::WeightFormat::Int4GroupScaled}}) {
+                          Record{"moe_down", blob::WeightFormat::Int4GroupScaled},
+                          Record{"moe_route_quantize", blob::WeightFormat::Float8RowScaled},
+                          Record{"moe_gate_up_gated", blob::WeightFormat::Float8RowScaled},
+                          Record{"moe_down", blob::WeightFormat::Float8RowScaled}}) {
     auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 1, &sha256);
     kernels.push_back(blob::CreateKernelImageDirect(fbb, r.name, "any", true, "sm_89", blob::ImageFormat::Cubin, image,
                                                     r.name, blob::DType::BFloat16, 4, 0, 0, 1, 0, 0, 64, 64, false,
@@ -93,6 +96,44 @@ class MoEExpertsPluginBuild : public ::testing::Test {
     return build(p)->getOutputDataTypes(out, 1, inputs.data(), static_cast<int32_t>(inputs.size()));
   }
 
+  // The plugin of node `n`, which takes a 9-input node of these input `types` (hidden's kBF16 out) and offers each
+  // position its type; `io` holds those 9 and the output's.
+  std::unique_ptr<nvinfer1::IPluginV3> quantized_plugin(const Node& n, const std::vector<DataType>& types,
+                                                        std::vector<nvinfer1::DynamicPluginTensorDesc>* io) {
+    auto p = plugin(n);
+    EXPECT_NE(p, nullptr) << messages_.text;
+    if (p == nullptr) return p;
+    DataType out = DataType::kFLOAT;
+    EXPECT_EQ(output_type(*p, types, &out), 0);
+    EXPECT_EQ(out, DataType::kBF16);
+    EXPECT_EQ(messages_.text, "");
+    io->assign(10, nvinfer1::DynamicPluginTensorDesc{});
+    for (int i = 0; i < 10; ++i) {
+      (*io)[i].desc.type = i < 9 ? types[i] : DataType::kBF16;
+      (*io)[i].desc.format = nvinfer1::TensorFormat::kLINEAR;
+    }
+    for (int pos = 0; pos < 10; ++pos) EXPECT_TRUE(build(*p)->supportsFormatCombination(pos, io->data(), 9, 1)) << pos;
+    return p;
+  }
+
+  struct Refusal {
+    std::vector<DataType> inputs;
+    const char* message;  // what the plugin logs, after "MoEExperts plugin: "
+  };
+
+  // Each node of `n`'s fields with a refusal's input types is refused, saying why.
+  void expect_refused(const Node& n, const std::vector<Refusal>& refusals) {
+    for (const Refusal& r : refusals) {
+      messages_.text.clear();
+      auto p = plugin(n);
+      ASSERT_NE(p, nullptr);
+      DataType out = DataType::kFLOAT;
+      EXPECT_EQ(output_type(*p, r.inputs, &out), -1) << r.message;
+      EXPECT_NE(messages_.text.find(std::string("MoEExperts plugin: ") + r.message), std::string::npos)
+          << messages_.text;
+    }
+  }
+
   std::shared_ptr<const KernelPack> pack_;
   Messages messages_;
 };
@@ -114,11 +155,7 @@ TEST_F(MoEExpertsPluginBuild, TakesANodeOfItsImagesType) {
 }
 
 TEST_F(MoEExpertsPluginBuild, RefusesTypesSayingWhy) {
-  struct Case {
-    std::vector<DataType> inputs;
-    const char* message;
-  };
-  const std::vector<Case> cases = {
+  expect_refused(Node{}, {
       {{DataType::kHALF, DataType::kINT32, DataType::kFLOAT, DataType::kHALF, DataType::kHALF},
        "the blob has no MoE experts kernel image for hidden's kHALF (it has bf16)"},
       {{DataType::kBF16, DataType::kINT64, DataType::kFLOAT, DataType::kBF16, DataType::kBF16},
@@ -128,18 +165,9 @@ TEST_F(MoEExpertsPluginBuild, RefusesTypesSayingWhy) {
       {{DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16, DataType::kHALF},
        "w_down must be hidden's kBF16; it is kHALF"},
       {{DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kBF16},
-       "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases; the "
-       "node has 4"},
-  };
-  for (const Case& c : cases) {
-    messages_.text.clear();
-    auto p = plugin(Node{});
-    ASSERT_NE(p, nullptr);
-    DataType out = DataType::kFLOAT;
-    EXPECT_EQ(output_type(*p, c.inputs, &out), -1) << c.message;
-    EXPECT_NE(messages_.text.find(std::string("MoEExperts plugin: ") + c.message), std::string::npos)
-        << messages_.text;
-  }
+       "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases, or 9 with "
+       "FP8 weights (both biases, then w_gate_up_scale, w_down_scale); the node has 4"},
+  });
 }
 
 TEST_F(MoEExpertsPluginBuild, RefusesBadFieldsSayingWhy) {
@@ -214,18 +242,9 @@ const std::vector<DataType> kInt4Node = {DataType::kBF16, DataType::kINT32, Data
 TEST_F(MoEExpertsPluginBuild, TakesTheInt4FormOfItsInt4Images) {
   Node int4;
   int4.group_size = 128;
-  auto p = plugin(int4);
-  ASSERT_NE(p, nullptr) << messages_.text;
-  DataType out = DataType::kFLOAT;
-  EXPECT_EQ(output_type(*p, kInt4Node, &out), 0);
-  EXPECT_EQ(out, DataType::kBF16);
-  EXPECT_EQ(messages_.text, "");
-  std::vector<nvinfer1::DynamicPluginTensorDesc> io(10);
-  for (int i = 0; i < 10; ++i) {
-    io[i].desc.type = i < 9 ? kInt4Node[i] : DataType::kBF16;
-    io[i].desc.format = nvinfer1::TensorFormat::kLINEAR;
-  }
-  for (int pos = 0; pos < 10; ++pos) EXPECT_TRUE(build(*p)->supportsFormatCombination(pos, io.data(), 9, 1)) << pos;
+  std::vector<nvinfer1::DynamicPluginTensorDesc> io;
+  auto p = quantized_plugin(int4, kInt4Node, &io);
+  ASSERT_NE(p, nullptr);
   io[3].desc.type = DataType::kBF16;  // dense weights are not this node's
   EXPECT_FALSE(build(*p)->supportsFormatCombination(3, io.data(), 9, 1));
   auto* runtime =
@@ -236,30 +255,17 @@ TEST_F(MoEExpertsPluginBuild, TakesTheInt4FormOfItsInt4Images) {
 TEST_F(MoEExpertsPluginBuild, RefusesMalformedInt4FormsSayingWhy) {
   Node int4;
   int4.group_size = 64;
-  struct Case {
-    std::vector<DataType> inputs;
-    const char* message;
-  };
   std::vector<DataType> dense_weights = kInt4Node, float_scales = kInt4Node, half = kInt4Node;
   dense_weights[3] = DataType::kBF16;
   float_scales[8] = DataType::kFLOAT;
   for (int i : {0, 5, 6}) half[i] = DataType::kHALF;
-  const std::vector<Case> cases = {
+  expect_refused(int4, {
       {dense_weights, "w_gate_up must be kINT8 (packed INT4 bytes); it is kBF16"},
       {float_scales, "w_down_scale must be kBF16 (INT4 group scales); it is kFLOAT"},
       {half, "the blob has no MoE experts kernel image of INT4 weights for hidden's kHALF (it has bf16)"},
       {kBf16Node, "group_size=64 (INT4 weights) takes 9 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down, "
                   "b_gate_up, b_down, w_gate_up_scale, w_down_scale); the node has 5"},
-  };
-  for (const Case& c : cases) {
-    messages_.text.clear();
-    auto p = plugin(int4);
-    ASSERT_NE(p, nullptr);
-    DataType out = DataType::kFLOAT;
-    EXPECT_EQ(output_type(*p, c.inputs, &out), -1) << c.message;
-    EXPECT_NE(messages_.text.find(std::string("MoEExperts plugin: ") + c.message), std::string::npos)
-        << messages_.text;
-  }
+  });
   Node odd;
   odd.group_size = 48;
   messages_.text.clear();
@@ -268,6 +274,69 @@ TEST_F(MoEExpertsPluginBuild, RefusesMalformedInt4FormsSayingWhy) {
                                 "the INT4 scale groups' size 32, 64 or 128; got INT64 [48]"),
             std::string::npos)
       << messages_.text;
+}
+
+// The FP8 form: e4m3 weights, both biases, and the weights' float32 scales per output channel; group_size 0.
+const std::vector<DataType> kFp8Node = {DataType::kBF16, DataType::kINT32, DataType::kFLOAT, DataType::kFP8,
+                                        DataType::kFP8,  DataType::kBF16,  DataType::kBF16,  DataType::kFLOAT,
+                                        DataType::kFLOAT};
+
+nvinfer1::Dims dims(std::initializer_list<int64_t> values) {
+  nvinfer1::Dims d{};
+  d.nbDims = static_cast<int32_t>(values.size());
+  int i = 0;
+  for (int64_t v : values) d.d[i++] = v;
+  return d;
+}
+
+TEST_F(MoEExpertsPluginBuild, TakesTheFp8FormOfItsFp8Images) {
+  std::vector<nvinfer1::DynamicPluginTensorDesc> io;
+  auto p = quantized_plugin(Node{}, kFp8Node, &io);
+  ASSERT_NE(p, nullptr);
+  io[3].desc.type = DataType::kINT8;  // INT4 bytes are not this node's
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(3, io.data(), 9, 1));
+  io[7].desc.type = DataType::kBF16;  // nor INT4's scales
+  EXPECT_FALSE(build(*p)->supportsFormatCombination(7, io.data(), 9, 1));
+
+  // Shapes: T = 5 tokens, k = 2, E = 4, H = 32, F = 48 (gated: N1 = 96); scales [E, N1] and [E, H].
+  std::vector<nvinfer1::PluginTensorDesc> in(9);
+  const nvinfer1::Dims shapes[] = {dims({5, 32}), dims({5, 2}),  dims({5, 2}),  dims({4, 96, 32}), dims({4, 32, 48}),
+                                   dims({4, 96}), dims({4, 32}), dims({4, 96}), dims({4, 32})};
+  for (int i = 0; i < 9; ++i) {
+    in[i].type = kFp8Node[i];
+    in[i].format = nvinfer1::TensorFormat::kLINEAR;
+    in[i].dims = shapes[i];
+  }
+  nvinfer1::PluginTensorDesc output{};
+  output.dims = shapes[0];
+  auto* runtime =
+      static_cast<nvinfer1::IPluginV3OneRuntime*>(p->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  EXPECT_EQ(runtime->onShapeChange(in.data(), 9, &output, 1), 0) << messages_.text;
+  in[8].dims = dims({4, 48});  // w_down's scales per its H = 32 output channels, not per F
+  EXPECT_EQ(runtime->onShapeChange(in.data(), 9, &output, 1), -1);
+  EXPECT_NE(messages_.text.find("inconsistent shapes (activation 0, N1 = 2F, FP8: weights [E, N, K], scales [E, N]): "
+                                "hidden[5, 32]"),
+            std::string::npos)
+      << messages_.text;
+  in[8].dims = dims({4, 32, 1});  // INT4's rank
+  EXPECT_EQ(runtime->onShapeChange(in.data(), 9, &output, 1), -1);
+  EXPECT_NE(messages_.text.find("w_down_scale is [4, 32, 1]"), std::string::npos) << messages_.text;
+}
+
+TEST_F(MoEExpertsPluginBuild, RefusesMalformedFp8FormsSayingWhy) {
+  std::vector<DataType> int8_weights = kFp8Node, bf16_scales = kFp8Node, half = kFp8Node, no_scales = kFp8Node;
+  int8_weights[4] = DataType::kINT8;
+  bf16_scales[7] = DataType::kBF16;
+  for (int i : {0, 5, 6}) half[i] = DataType::kHALF;
+  no_scales.pop_back();
+  expect_refused(Node{}, {
+      {int8_weights, "w_down must be kFP8 (FP8 e4m3 weights); it is kINT8"},
+      {bf16_scales, "w_gate_up_scale must be kFLOAT (FP8 scales per output channel); it is kBF16"},
+      {half, "the blob has no MoE experts kernel image of FP8 weights for hidden's kHALF (it has bf16); re-export with "
+             "fused_experts on, expert_precision = \"fp8\" and this precision"},
+      {no_scales, "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 biases, "
+                  "or 9 with FP8 weights (both biases, then w_gate_up_scale, w_down_scale); the node has 8"},
+  });
 }
 
 }  // namespace

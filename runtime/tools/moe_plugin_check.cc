@@ -54,16 +54,20 @@ nvinfer1::IPluginV3OneRuntime* runtime(nvinfer1::IPluginV3& plugin) {
 
 // The plugin's tensors, as TensorRT describes them: dims [T, H], [T, k], [T, k], [E, N1, H], [E, H, F], [E, N1],
 // [E, H] (INT4, `group_size` > 0: the weights packed, [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2],
-// then their scales [E, N1, ceil(H / g)] and [E, H, ceil(F / g)]), then the output [T, H]; `types` the inputs'
-// (DataType values), the output's hidden's.
+// then their scales [E, N1, ceil(H / g)] and [E, H, ceil(F / g)]; FP8, 9 inputs and group_size 0: the scales
+// [E, N1] and [E, H]), then the output [T, H]; `types` the inputs' (DataType values), the output's hidden's.
 void describe(int64_t t, int64_t k, int64_t e, int64_t h, int64_t n1, int64_t f, int32_t group_size,
               const int32_t* types, int32_t nb, std::vector<nvinfer1::PluginTensorDesc>* in,
               nvinfer1::PluginTensorDesc* out) {
   const auto row = [&](int64_t k_in) { return group_size > 0 ? (k_in + 31) / 32 * 16 : k_in; };
   const auto groups = [&](int64_t k_in) { return group_size > 0 ? (k_in + group_size - 1) / group_size : 0; };
-  const std::vector<std::vector<int64_t>> dims = {{t, h},          {t, k},          {t, k},
-                                                  {e, n1, row(h)}, {e, h, row(f)},  {e, n1},
-                                                  {e, h},          {e, n1, groups(h)}, {e, h, groups(f)}};
+  const bool int4 = group_size > 0;
+  std::vector<std::vector<int64_t>> dims = {{t, h}, {t, k}, {t, k}, {e, n1, row(h)}, {e, h, row(f)}, {e, n1}, {e, h},
+                                            {e, n1, groups(h)}, {e, h, groups(f)}};
+  if (!int4) {  // FP8: a scale per output channel
+    dims[7].pop_back();
+    dims[8].pop_back();
+  }
   in->assign(static_cast<size_t>(nb), nvinfer1::PluginTensorDesc{});
   for (int32_t i = 0; i < nb; ++i) {
     nvinfer1::PluginTensorDesc& d = (*in)[static_cast<size_t>(i)];

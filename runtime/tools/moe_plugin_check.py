@@ -6,9 +6,11 @@ through libet_trt_moe_plugin_check.so, which drives the C++ plugin through its I
 does (created from the node's attributes, serialized, created again from its fields, attached, shapes, workspace,
 enqueue), with the model's own expert weights and random tokens, ids (some out of range) and routing weights.
 Each output (poisoned with NaN before the run) is compared with et_trt_backend.moe_experts.reference in float32
-(nodes with INT4 weights, group_size > 0: int4_weights.moe_experts_reference, the same math with q * scale),
-and the plugin's enqueue is timed (CUDA events, 200 calls after 20). Needs torch with CUDA; no TensorRT, no
-Triton, no ExecuTorch.
+(nodes with INT4 weights, group_size > 0: int4_weights.moe_experts_reference, the same math with q * scale; nodes
+with FP8 weights, e4m3 with float32 scales: norm-wise, moe_experts_fp8.reference, which quantizes the GEMMs' inputs
+as the kernels do; also reported, not checked: the norm-wise error against moe_experts.reference in float32 with the
+same dequantized weights, issue 32's measure), and the plugin's enqueue is timed (CUDA events, 200 calls after 20). Needs torch with CUDA; no TensorRT,
+no Triton, no ExecuTorch.
 
     python runtime/tools/moe_plugin_check.py NODES.json [--lib PATH]
 
@@ -28,14 +30,19 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "runtime" / "tools"))
-from et_trt_backend import int4_weights, moe_experts  # noqa: E402  (torch only)
+from et_trt_backend import int4_weights, moe_experts, moe_experts_fp8  # noqa: E402  (torch only)
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS  # noqa: E402
 from launch_check import _named_data  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-WEIGHT_DTYPES = {**DTYPES, "int8": torch.int8}  # int8: packed INT4 weights
-TRT_TYPES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.bfloat16: 7}  # nvinfer1::DataType
+# int8: packed INT4 weights; fp8: e4m3 weights, f32: their scales
+WEIGHT_DTYPES = {**DTYPES, "int8": torch.int8, "fp8": torch.float8_e4m3fn, "f32": torch.float32}
+TRT_TYPES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.float8_e4m3fn: 6,
+             torch.bfloat16: 7}  # nvinfer1::DataType
 TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}  # of the output's largest magnitude; float32 accumulation on both sides
+# FP8 weights, norm-wise against moe_experts_fp8.reference (tests/test_moe_experts_fp8_gpu.py's bound): the kernels
+# round an activation to e4m3 one step off the reference's where its quotient lies near a tie (moe_fp8.py).
+FP8_TOLERANCE = 2e-2
 TOKENS = (1, 16, 512)
 TOP_K = (1, 2)
 
@@ -68,7 +75,8 @@ def _weights(blob_path: pathlib.Path, node: dict) -> list[torch.Tensor | None]:
             out.append(None)
             continue
         data = bytearray((folder / weight["key"]).read_bytes())
-        out.append(torch.frombuffer(data, dtype=WEIGHT_DTYPES[weight["dtype"]]).view(weight["shape"]).cuda())
+        values = torch.frombuffer(data, dtype=torch.uint8).view(WEIGHT_DTYPES[weight["dtype"]])
+        out.append(values.view(weight["shape"]).cuda())
     return out
 
 
@@ -85,6 +93,7 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
     dtype = DTYPES[dtype_name]
     group_size = node.get("group_size", 0)
     w_gate_up, w_down, b_gate_up, b_down, *scales = weights
+    fp8 = w_gate_up.dtype == torch.float8_e4m3fn
     experts, n1 = w_gate_up.shape[:2]
     hidden_size = w_down.shape[1]
     gated = moe_experts.is_gated(node["activation_name"])
@@ -111,13 +120,22 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
     torch.cuda.synchronize()
     options = dict(activation=node["activation_name"], gate_up_layout=node["gate_up_layout"], alpha=node["alpha"],
                    limit=node["limit"])
+    float32 = None  # FP8: the norm-wise error against float32 of the same dequantized weights (reported)
+    tolerance = FP8_TOLERANCE if fp8 else TOLERANCE[dtype_name]
     if group_size:
         want = int4_weights.moe_experts_reference(hidden, ids, routing, w_gate_up, scales[0], w_down, scales[1],
                                                   b_gate_up, b_down, group_size=group_size, **options).float()
+    elif fp8:
+        want = moe_experts_fp8.reference(hidden, ids, routing, (w_gate_up, scales[0]), (w_down, scales[1]), b_gate_up,
+                                         b_down, **options).float()
+        dense = moe_experts.reference(hidden.float(), ids, routing, moe_experts_fp8.dequantize(w_gate_up, scales[0]),
+                                      moe_experts_fp8.dequantize(w_down, scales[1]), b_gate_up.float(), b_down.float(),
+                                      **options)
+        float32 = _norm_error(out, dense)
     else:
         want = moe_experts.reference(hidden, ids, routing, w_gate_up, w_down, b_gate_up, b_down, **options).float()
-    scale = max(want.abs().max().item(), 1e-6)
-    relative = (out.float() - want).abs().max().item() / scale
+    relative = _norm_error(out, want) if fp8 else \
+        (out.float() - want).abs().max().item() / max(want.abs().max().item(), 1e-6)
     for _ in range(20):
         enqueue()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -126,8 +144,12 @@ def run_case(lib, handle, dtype_name: str, node: dict, weights: list, tokens: in
         enqueue()
     end.record()
     torch.cuda.synchronize()
-    return {"relative": relative, "us": start.elapsed_time(end) * 1000 / 200,
-            "workspace": workspace.numel(), "ok": relative <= TOLERANCE[dtype_name]}
+    return {"relative": relative, "float32": float32, "us": start.elapsed_time(end) * 1000 / 200,
+            "workspace": workspace.numel(), "ok": relative <= tolerance}
+
+
+def _norm_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out.float() - reference.float()).norm() / reference.float().norm().clamp_min(1e-6)).item()
 
 
 def main() -> int:
@@ -140,8 +162,9 @@ def main() -> int:
         return 2
     lib = _library(args.lib or args.nodes.parent / "libet_trt_moe_plugin_check.so")
     print(f"GPU: {torch.cuda.get_device_name()}")
-    print("| blob | node | dtype | activation, layout | top-k | tokens | error (of max) | enqueue (us) | result |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| blob | node | dtype | activation, layout | top-k | tokens | error (of max; FP8: norm-wise) | "
+          "FP8: vs float32 (norm-wise) | enqueue (us) | result |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for blob_name, nodes in json.loads(args.nodes.read_text()).items():
         blob_path = args.nodes.parent / blob_name
@@ -154,11 +177,11 @@ def main() -> int:
                                                          node["limit"], node.get("group_size", 0), error,
                                                          len(error))
             if not handle:
-                print(f"| {blob_name} | {node['name']} | - | - | - | - | - | - | REFUSED: {error.value.decode()} |")
+                print(f"| {blob_name} | {node['name']} | - | - | - | - | - | - | - | REFUSED: {error.value.decode()} |")
                 failed = True
                 continue
             weights = _weights(blob_path, node)
-            # hidden's: the first weight input in bf16/fp16 (w_gate_up, or for INT4 weights b_gate_up)
+            # hidden's: the first weight input in bf16/fp16 (w_gate_up, or for INT4 and FP8 weights b_gate_up)
             dtype_name = next(n for w in weights if w is not None for n, d in DTYPES.items() if d == w.dtype)
             try:
                 for top_k in TOP_K:
@@ -166,10 +189,12 @@ def main() -> int:
                         r = run_case(lib, handle, dtype_name, node, weights, tokens, top_k)
                         failed |= not r.get("ok", False)
                         result = r["error"] if "error" in r else ("ok" if r["ok"] else "MISMATCH")
-                        int4 = f", INT4 g{node['group_size']}" if node.get("group_size") else ""
-                        print(f"| {blob_name} | {node['name']} | {dtype_name}{int4} | {node['activation_name']}, "
+                        fmt = f", INT4 g{node['group_size']}" if node.get("group_size") else \
+                            ", FP8" if weights[0].dtype == torch.float8_e4m3fn else ""
+                        float32 = "-" if r.get("float32") is None else f"{r['float32']:.2e}"
+                        print(f"| {blob_name} | {node['name']} | {dtype_name}{fmt} | {node['activation_name']}, "
                               f"{node['gate_up_layout']} | {top_k} | {tokens} | {r.get('relative', float('nan')):.2e} "
-                              f"| {r.get('us', float('nan')):.1f} | {result} |")
+                              f"| {float32} | {r.get('us', float('nan')):.1f} | {result} |")
             finally:
                 lib.et_trt_moe_plugin_check_destroy(handle)
     print(f"every case ran and matched the float32 reference: {'no' if failed else 'yes'}")

@@ -5,7 +5,9 @@ implementation below, which follows contract 4 exactly (clamped offsets,
 uncovered rows zero, float32 accumulation), its FP8 form (a 4th input b_scale)
 too (with activation 1, of a gate+up output's SwiGLU): written here with numpy and ml_dtypes' e4m3, independently of
 et_trt_backend.quantization, so the two check each other; likewise its INT4 form (group_size > 0: packed weights
-unpacked here, independently of et_trt_backend.int4_weights), and MoEExperts' INT4 form. `MoEExperts` (issue 32) gets one written from its
+unpacked here, independently of et_trt_backend.int4_weights), and MoEExperts' INT4 and FP8 forms (e4m3 weights with
+float32 scales per output channel; the GEMMs' inputs quantized as et_trt_backend.moe_experts_fp8 says).
+`MoEExperts` (issue 32) gets one written from its
 definition in float64 with numpy, independently of et_trt_backend.moe_experts, rounding where the definition
 rounds (a no-op in a float32 twin). `to_float32` makes a float32 twin
 of a bf16/fp16 model, so it can be compared with the PyTorch partition run in
@@ -130,20 +132,32 @@ def _moe_activation(y: np.ndarray, activation: str, layout: str, alpha: float, l
     return {"swiglu": silu, "geglu_erf": gelu, "geglu_tanh": gelu_tanh}[activation](g) * u
 
 
+def fake_quantized_fp8(x: np.ndarray, block: int) -> np.ndarray:
+    """float64 rows x [rows, K] after e4m3 with one scale per `block` columns (quantize_rows_fp8's rule) and back."""
+    rows, size = x.shape
+    padded = np.pad(x, ((0, 0), (0, -size % block))).reshape(rows, -1, block)
+    q, scale = quantize_rows_fp8(padded)
+    return (q.astype(np.float64) * scale[..., None]).reshape(rows, -1)[:, :size]
+
+
 def moe_experts_reference(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation: str, layout: str,
-                          alpha: float, limit: float) -> np.ndarray:
+                          alpha: float, limit: float, fp8: bool = False) -> np.ndarray:
     """out[t] = sum over j of weights[t, j] * down_e(act(gate_up_e(hidden[t]))), e = ids[t, j] in [0, E) (other
-    ids add nothing); the gate+up output and the activation rounded to hidden's dtype, the sum rounded once."""
+    ids add nothing); the gate+up output and the activation rounded to hidden's dtype, the sum rounded once. fp8:
+    the GEMMs' inputs e4m3 too, hidden with a scale per token, the activation one per 1 x 128 block."""
     dtype = hidden.dtype
     rounded = lambda v: v.astype(dtype).astype(np.float64)  # noqa: E731
     x, out = hidden.astype(np.float64), np.zeros(hidden.shape, np.float64)
+    if fp8:
+        x = fake_quantized_fp8(x, x.shape[1])
     for e in range(w_down.shape[0]):
         tokens, slots = np.nonzero(ids == e)
         if not len(tokens):
             continue
         y = x[tokens] @ w_gate_up[e].astype(np.float64).T
         y = rounded(y if b_gate_up is None else y + b_gate_up[e].astype(np.float64))
-        z = rounded(_moe_activation(y, activation, layout, alpha, limit)) @ w_down[e].astype(np.float64).T
+        h = rounded(_moe_activation(y, activation, layout, alpha, limit))
+        z = (fake_quantized_fp8(h, 128) if fp8 else h) @ w_down[e].astype(np.float64).T
         z = z if b_down is None else z + b_down[e].astype(np.float64)
         np.add.at(out, tokens, weights[tokens, slots].astype(np.float64)[:, None] * z)
     return out.astype(dtype)
@@ -161,8 +175,12 @@ class MoEExperts(OpRun):
             w_gate_up = int4_dequantized(w_gate_up, w_gate_up_scale, hidden.shape[1], group_size)
             ffn = w_gate_up.shape[1] // (2 if names[activation] in MOE_GATED_ACTIVATIONS else 1)
             w_down = int4_dequantized(w_down, w_down_scale, ffn, group_size)
+        fp8 = not group_size and w_gate_up_scale is not None
+        if fp8:  # e4m3 weights (int8 bits or float8) [E, out, in], float32 scales per output channel
+            w_gate_up, w_down = (w.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * scale[..., None]
+                                 for w, scale in ((w_gate_up, w_gate_up_scale), (w_down, w_down_scale)))
         return (moe_experts_reference(hidden, topk_ids, topk_weights, w_gate_up, w_down, b_gate_up, b_down,
-                                      names[activation], layout, alpha, limit),)
+                                      names[activation], layout, alpha, limit, fp8),)
 
 
 assert MoEExperts.__name__ == MOE_EXPERTS_OP

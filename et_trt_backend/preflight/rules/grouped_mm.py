@@ -76,7 +76,7 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     if types[a] is not None and types[a] not in _KERNEL_DTYPES:
         yield f"a is {trt.dtype_name(types[a])}; the kernel takes BF16 or FP16 (fp32 grouped mm is lowered densely)"
     if fp8:
-        yield from _fp8_problems(view, node, trans_b, types)
+        yield from _fp8_problems(view, node, trans_b)
     elif None not in (types[a], types[b]) and types[a] != types[b]:
         yield f"a is {trt.dtype_name(types[a])} but b is {trt.dtype_name(types[b])}: they must match"
     if types[offs] is not None and types[offs] != TensorProto.INT32:
@@ -100,21 +100,27 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
             yield f"offs has {count} entries but b has {groups} groups"
 
 
-def _fp8_problems(view: ModelView, node, trans_b, types) -> Iterator[str]:
+def _fp8_problems(view: ModelView, node, trans_b) -> Iterator[str]:
     """The FP8 form: b e4m3 (or its bits as INT8) [G, N, K] with trans_b=1, b_scale FP32 [G, N]."""
-    b, b_scale = node.input[1], node.input[3]
     if trans_b != 1:
         yield f"the FP8 form (4 inputs) takes b as [G, N, K] only: trans_b must be 1, got {trans_b!r}"
-    if types[b] is not None and types[b] != _FP8_WEIGHT_DTYPE:
-        yield (f"b is {trt.dtype_name(types[b])} but the node has b_scale (the FP8 form): b must be "
+    yield from fp8_weight_problems(view, "b", node.input[1], "b_scale", node.input[3])
+
+
+def fp8_weight_problems(view: ModelView, role: str, weights: str, scale_role: str, scale: str) -> Iterator[str]:
+    """FP8 weights `weights` [G, N, K] e4m3 (FP8_WEIGHT_ONNX_TYPE) with FP32 scales `scale` [G, N]: the problems
+    found."""
+    weight_type, scale_type = view.elem_type(weights), view.elem_type(scale)
+    if weight_type is not None and weight_type != _FP8_WEIGHT_DTYPE:
+        yield (f"{role} is {trt.dtype_name(weight_type)} but the node has {scale_role} (the FP8 form): {role} must be "
                f"{trt.dtype_name(_FP8_WEIGHT_DTYPE)}, the e4m3 weights the plugin reads")
-    if types[b_scale] is not None and types[b_scale] != TensorProto.FLOAT:
-        yield f"b_scale is {trt.dtype_name(types[b_scale])}; the plugin takes FP32 scales"
-    shape_b, shape_scale = view.shape(b), view.shape(b_scale)
-    if shape_b is not None and shape_scale is not None and len(shape_b) == 3:
-        if len(shape_scale) != 2 or any(isinstance(x, int) and isinstance(y, int) and x != y
-                                         for x, y in zip(shape_scale, shape_b[:2])):
-            yield f"b_scale is {list(shape_scale)}, but b [G, N, K] = {list(shape_b)} needs b_scale [G, N]"
+    if scale_type is not None and scale_type != TensorProto.FLOAT:
+        yield f"{scale_role} is {trt.dtype_name(scale_type)}; the plugin takes FP32 scales"
+    shape, scales = view.shape(weights), view.shape(scale)
+    if shape is not None and scales is not None and len(shape) == 3:
+        if len(scales) != 2 or any(isinstance(x, int) and isinstance(y, int) and x != y
+                                   for x, y in zip(scales, shape[:2])):
+            yield f"{scale_role} is {list(scales)}, but {role} [G, N, K] = {list(shape)} needs {scale_role} [G, N]"
 
 
 def _int4_problems(view: ModelView, node, trans_b, attrs: dict, group_size) -> Iterator[str]:

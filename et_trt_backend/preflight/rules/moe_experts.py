@@ -3,7 +3,9 @@ through which the parser finds it, and every attribute the plugin reads; inputs 
 topk_ids int32 [T, k], topk_weights [T, k] float32 or hidden's type, w_gate_up [E, N1, H] and w_down
 [E, H, F] of hidden's type (N1 = 2F for gated activations, else F), optional biases [E, N1] and [E, H]; one
 output [T, H] of hidden's type. The INT4 form (attribute group_size 32, 64 or 128): w_gate_up and w_down packed INT4
-(grouped_mm.int4_weight_problems), their BF16 scales inputs 7 and 8 after the biases (present: zeros where the model has none)."""
+(grouped_mm.int4_weight_problems), their BF16 scales inputs 7 and 8 after the biases (present: zeros where the model
+has none). The FP8 form (those 9 inputs, group_size 0): w_gate_up and w_down e4m3 with FP32 scales [E, out]
+(grouped_mm.fp8_weight_problems)."""
 
 from __future__ import annotations
 
@@ -25,13 +27,17 @@ from et_trt_backend.plugin_names import (
 )
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.model_view import ModelView, NodeRef, attributes_of
-from et_trt_backend.preflight.rules.grouped_mm import int4_weight_problems, plugin_attribute_problems
+from et_trt_backend.preflight.rules.grouped_mm import (
+    fp8_weight_problems,
+    int4_weight_problems,
+    plugin_attribute_problems,
+)
 from et_trt_backend.preflight.violation import Violation
 
 RULE = "moe_experts"
 _KERNEL_DTYPES = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
 _INPUTS = ("hidden", "topk_ids", "topk_weights", "w_gate_up", "w_down", "b_gate_up", "b_down")
-_INT4_INPUTS = (*_INPUTS, "w_gate_up_scale", "w_down_scale")
+_QUANTIZED_INPUTS = (*_INPUTS, "w_gate_up_scale", "w_down_scale")
 _RANKS = {"hidden": 2, "topk_ids": 2, "topk_weights": 2, "w_gate_up": 3, "w_down": 3, "b_gate_up": 2, "b_down": 2}
 
 
@@ -58,16 +64,23 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
         if not isinstance(attrs.get(name), float):
             yield f"attribute {name} must be a float (every plugin field written), got {attrs.get(name)!r}"
     group_size = attrs.get(INT4_GROUP_SIZE_ATTRIBUTE, 0)
-    if group_size and (len(node.input) != len(_INT4_INPUTS) or not all(node.input)):
-        yield (f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (INT4 weights) needs all inputs {', '.join(_INT4_INPUTS)} "
-               f"(zero biases where the model has none), got {len(node.input)} inputs {list(node.input)}")
+    if group_size and (len(node.input) != len(_QUANTIZED_INPUTS) or not all(node.input)):
+        yield (f"{INT4_GROUP_SIZE_ATTRIBUTE}={group_size} (INT4 weights) needs all inputs "
+               f"{', '.join(_QUANTIZED_INPUTS)} (zero biases where the model has none), got {len(node.input)} inputs "
+               f"{list(node.input)}")
         return
-    if not 5 <= len(node.input) <= len(_INT4_INPUTS if group_size else _INPUTS) or not all(node.input[:5]) \
-            or len(node.output) != 1:
-        yield (f"needs inputs {', '.join(_INPUTS[:5])} (and the biases b_gate_up, b_down) and one output, got "
-               f"{len(node.input)} inputs, {len(node.output)} outputs")
+    fp8 = not group_size and len(node.input) == len(_QUANTIZED_INPUTS)
+    if fp8 and not all(node.input):
+        yield (f"the FP8 form (9 inputs, {INT4_GROUP_SIZE_ATTRIBUTE} 0) needs all inputs "
+               f"{', '.join(_QUANTIZED_INPUTS)} (zero biases where the model has none), got {list(node.input)}")
         return
-    names = {role: name for role, name in zip(_INT4_INPUTS, node.input) if name}
+    most = len(_QUANTIZED_INPUTS if group_size or fp8 else _INPUTS)
+    if not 5 <= len(node.input) <= most or not all(node.input[:5]) or len(node.output) != 1:
+        yield (f"needs inputs {', '.join(_INPUTS[:5])} (and the biases b_gate_up, b_down; FP8 or INT4 weights: both, "
+               f"and the scales w_gate_up_scale, w_down_scale) and one output, got {len(node.input)} inputs, "
+               f"{len(node.output)} outputs")
+        return
+    names = {role: name for role, name in zip(_QUANTIZED_INPUTS, node.input) if name}
     types = {role: view.elem_type(name) for role, name in names.items()}
     shapes = {role: view.shape(name) for role, name in names.items()}
     hidden = types["hidden"]
@@ -77,7 +90,7 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
         yield f"topk_ids is {trt.dtype_name(types['topk_ids'])}; the plugin takes INT32 ids"
     if types["topk_weights"] not in (None, TensorProto.FLOAT, hidden):
         yield f"topk_weights is {trt.dtype_name(types['topk_weights'])}; the plugin takes FP32 or hidden's type"
-    for role in ("b_gate_up", "b_down") if group_size else ("w_gate_up", "w_down", "b_gate_up", "b_down"):
+    for role in ("b_gate_up", "b_down") if group_size or fp8 else ("w_gate_up", "w_down", "b_gate_up", "b_down"):
         if role in types and None not in (types[role], hidden) and types[role] != hidden:
             yield f"{role} is {trt.dtype_name(types[role])} but hidden {trt.dtype_name(hidden)}: they must match"
     out_type = view.elem_type(node.output[0])
@@ -86,8 +99,12 @@ def _problems(view: ModelView, ref: NodeRef) -> Iterator[str]:
     if group_size:
         yield from _int4_problems(view, names, shapes, activation, group_size)
         return
+    if fp8:
+        yield from fp8_weight_problems(view, "w_gate_up", names["w_gate_up"], "w_gate_up_scale",
+                                       names["w_gate_up_scale"])
+        yield from fp8_weight_problems(view, "w_down", names["w_down"], "w_down_scale", names["w_down_scale"])
     for role, shape in shapes.items():
-        if shape is not None and len(shape) != _RANKS[role]:
+        if role in _RANKS and shape is not None and len(shape) != _RANKS[role]:
             yield f"{role} has rank {len(shape)}, the plugin needs rank {_RANKS[role]}"
             return
     if activation is not None:

@@ -26,16 +26,18 @@ using nvinfer1::PluginFieldType;
 using nvinfer1::PluginTensorDesc;
 using nvinfer1::TensorFormat;
 
-// The node's inputs, in the ONNX op's order; the two biases are optional (trailing, ONNX-style). The INT4 form
-// (group_size > 0) has all nine: packed weights, both biases (the lowering writes zeros for a missing one) and the
-// weights' bfloat16 group scales.
+// The node's inputs, in the ONNX op's order; the two biases are optional (trailing, ONNX-style). The quantized
+// forms have all nine: their weights, both biases (the lowering writes zeros for a missing one) and the weights'
+// scales. The weight format follows from the node, as GroupedMM's: group_size > 0 is INT4 (packed weights, bfloat16
+// group scales [E, N, groups]); else nine inputs are FP8 (e4m3 weights, float32 scales per output channel [E, N]).
 enum Input : int32_t { kHidden = 0, kIds, kWeights, kGateUp, kDown, kGateUpBias, kDownBias, kGateUpScale, kDownScale };
 constexpr int32_t kMinInputs = kDown + 1;
 constexpr int32_t kMaxDenseInputs = kDownBias + 1;
-constexpr int32_t kInt4Inputs = kDownScale + 1;
-constexpr int32_t kRanks[kInt4Inputs] = {2, 2, 2, 3, 3, 2, 2, 3, 3};
-constexpr const char* kInputNames[kInt4Inputs] = {"hidden", "topk_ids",  "topk_weights",    "w_gate_up",   "w_down",
-                                                  "b_gate_up", "b_down", "w_gate_up_scale", "w_down_scale"};
+constexpr int32_t kQuantizedInputs = kDownScale + 1;
+constexpr int32_t kRanks[kQuantizedInputs] = {2, 2, 2, 3, 3, 2, 2, 3, 3};  // the scales: INT4's; FP8's are rank 2
+constexpr const char* kInputNames[kQuantizedInputs] = {"hidden",    "topk_ids", "topk_weights",    "w_gate_up",
+                                                       "w_down",    "b_gate_up", "b_down", "w_gate_up_scale",
+                                                       "w_down_scale"};
 // Kernels whose images serve either weight format: they read no weights (et_trt_backend/kernels/moe_op.py's
 // _ANY_FORMAT).
 constexpr const char* kAnyFormatKernels[] = {"moe_route", "moe_combine"};
@@ -61,6 +63,7 @@ const char* type_name(DataType type) {
     case DataType::kINT32: return "kINT32";
     case DataType::kINT64: return "kINT64";
     case DataType::kINT8: return "kINT8";
+    case DataType::kFP8: return "kFP8";
     default: return "another type";
   }
 }
@@ -118,9 +121,9 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
                           int32_t nb_outputs, nvinfer1::IExprBuilder&) noexcept override {
     if (!has_input_count(nb_inputs) || nb_outputs != 1) return -1;
     for (int32_t i = 0; i < nb_inputs; ++i) {
-      if (inputs[i].nbDims != kRanks[i]) {
+      if (inputs[i].nbDims != rank_of(i, nb_inputs)) {
         log(ILogger::Severity::kERROR, std::string(kInputNames[i]) + " has rank " + std::to_string(inputs[i].nbDims) +
-                                           "; the plugin needs rank " + std::to_string(kRanks[i]));
+                                           "; the plugin needs rank " + std::to_string(rank_of(i, nb_inputs)));
         return -1;
       }
     }
@@ -133,12 +136,13 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     if (!has_input_count(nb_inputs) || nb_outputs != 1 || pos < 0 || pos > nb_inputs) return false;
     const PluginTensorDesc& desc = io[pos].desc;
     if (desc.format != TensorFormat::kLINEAR) return false;
-    if (pos == kHidden) return has_images(desc.type);
+    const blob::WeightFormat format = format_of(nb_inputs);
+    if (pos == kHidden) return has_images(desc.type, format);
     if (pos == kIds) return desc.type == DataType::kINT32;
     if (pos == kWeights) return desc.type == DataType::kFLOAT || desc.type == io[kHidden].desc.type;
-    if (int4() && (pos == kGateUp || pos == kDown)) return desc.type == DataType::kINT8;
-    if (int4() && (pos == kGateUpScale || pos == kDownScale)) return desc.type == DataType::kBF16;
-    return desc.type == io[kHidden].desc.type;  // weights, biases and the output
+    if (pos == kGateUp || pos == kDown || pos == kGateUpScale || pos == kDownScale)
+      return desc.type == expected_type(pos, format, io[kHidden].desc.type);
+    return desc.type == io[kHidden].desc.type;  // biases and the output
   }
 
   int32_t configurePlugin(const DynamicPluginTensorDesc*, int32_t nb_inputs, const DynamicPluginTensorDesc*,
@@ -174,7 +178,8 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
   int32_t enqueue(const PluginTensorDesc* in, const PluginTensorDesc*, const void* const* inputs,
                   void* const* outputs, void* workspace, cudaStream_t stream) noexcept override {
     std::string error;
-    if (launcher_ == nullptr && !create_launcher(in[kHidden].type, &error)) {
+    const blob::WeightFormat format = format_of(nb_inputs_);
+    if (launcher_ == nullptr && !create_launcher(in[kHidden].type, format, &error)) {
       log(ILogger::Severity::kERROR, error);
       return -1;
     }
@@ -193,10 +198,10 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     args.top_k = in[kIds].dims.d[1];
     args.experts = in[kDown].dims.d[0];
     args.ffn = ffn_of(in[kGateUp].dims, in[kDown].dims);
-    if (int4()) {
+    if (format != blob::WeightFormat::Dense) {
       args.w_gate_up_scale = inputs[kGateUpScale];
       args.w_down_scale = inputs[kDownScale];
-      args.group_size = group_size_;
+      args.group_size = group_size_;  // 0 for FP8
     }
     args.activation = static_cast<MoEActivation>(activation_);
     args.layout = layout_;
@@ -236,7 +241,34 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
   bool int4() const { return group_size_ > 0; }
 
   bool has_input_count(int32_t nb_inputs) const {
-    return int4() ? nb_inputs == kInt4Inputs : nb_inputs >= kMinInputs && nb_inputs <= kMaxDenseInputs;
+    return nb_inputs == kQuantizedInputs || (!int4() && nb_inputs >= kMinInputs && nb_inputs <= kMaxDenseInputs);
+  }
+
+  // The weight format of a node of this many inputs (one the plugin takes: has_input_count).
+  blob::WeightFormat format_of(int32_t nb_inputs) const {
+    if (int4()) return blob::WeightFormat::Int4GroupScaled;
+    return nb_inputs == kQuantizedInputs ? blob::WeightFormat::Float8RowScaled : blob::WeightFormat::Dense;
+  }
+
+  int32_t rank_of(int32_t input, int32_t nb_inputs) const {
+    return input >= kGateUpScale && format_of(nb_inputs) == blob::WeightFormat::Float8RowScaled ? 2 : kRanks[input];
+  }
+
+  // The type the weights and scales (inputs kGateUp, kDown, kGateUpScale, kDownScale) must have in `format`.
+  static DataType expected_type(int32_t input, blob::WeightFormat format, DataType hidden) {
+    const bool scale = input >= kGateUpScale;
+    switch (format) {
+      case blob::WeightFormat::Int4GroupScaled: return scale ? DataType::kBF16 : DataType::kINT8;
+      case blob::WeightFormat::Float8RowScaled: return scale ? DataType::kFLOAT : DataType::kFP8;
+      default: return hidden;
+    }
+  }
+
+  // " of INT4 weights", " of FP8 weights" or "" (messages about the node's images).
+  static const char* format_text(blob::WeightFormat format) {
+    return format == blob::WeightFormat::Int4GroupScaled   ? " of INT4 weights"
+           : format == blob::WeightFormat::Float8RowScaled ? " of FP8 weights"
+                                                            : "";
   }
 
   // F: w_down's columns, or in the INT4 form (whose w_down rows are packed bytes) from w_gate_up's N1 rows.
@@ -245,16 +277,15 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     return gated() ? gate_up.d[1] / 2 : gate_up.d[1];
   }
 
-  // The node's images: the MoE kernels' of its dtype and weight format (INT4: with the route and combine images,
-  // which are dense, reading no weights).
-  std::vector<kernels::KernelImageRef> moe_images(DataType type) const {
+  // The node's images: the MoE kernels' of its dtype and weight format (INT4, FP8: with the route and combine images
+  // that are dense, reading no weights).
+  std::vector<kernels::KernelImageRef> moe_images(DataType type, blob::WeightFormat format) const {
     std::vector<kernels::KernelImageRef> found;
     const blob::DType dtype = kernel_dtype_of(type);
-    for (const auto& image : images_->images(dtype, /*trans_b=*/true,
-                                             int4() ? blob::WeightFormat::Int4GroupScaled : blob::WeightFormat::Dense)) {
+    for (const auto& image : images_->images(dtype, /*trans_b=*/true, format)) {
       if (kernels::is_moe_experts_image(*image.fields)) found.push_back(image);
     }
-    if (!int4()) return found;
+    if (format == blob::WeightFormat::Dense) return found;
     for (const auto& image : images_->images(dtype, /*trans_b=*/true)) {
       for (const char* kernel : kAnyFormatKernels) {
         if (image.fields->kernel == kernel) found.push_back(image);
@@ -263,8 +294,8 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     return found;
   }
 
-  bool has_images(DataType type) const {
-    return kernels::kernel_dtype_name(kernel_dtype_of(type)) != nullptr && !moe_images(type).empty();
+  bool has_images(DataType type, blob::WeightFormat format) const {
+    return kernels::kernel_dtype_name(kernel_dtype_of(type)) != nullptr && !moe_images(type, format).empty();
   }
 
   // Why this plugin cannot serve a node of these input types, or "" if it can.
@@ -274,16 +305,20 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
                       "topk_weights, w_gate_up, w_down, b_gate_up, b_down, w_gate_up_scale, w_down_scale); the node "
                       "has " + std::to_string(nb_inputs)
                     : "MoEExperts takes 5 inputs (hidden, topk_ids, topk_weights, w_gate_up, w_down) and up to 2 "
-                      "biases; the node has " + std::to_string(nb_inputs);
+                      "biases, or 9 with FP8 weights (both biases, then w_gate_up_scale, w_down_scale); the node "
+                      "has " + std::to_string(nb_inputs);
     const DataType hidden = inputs[kHidden];
-    if (!has_images(hidden)) {
+    const blob::WeightFormat format = format_of(nb_inputs);
+    if (!has_images(hidden, format)) {
       std::string has;
       for (DataType type : {DataType::kBF16, DataType::kHALF}) {
-        if (has_images(type)) has += (has.empty() ? "" : ", ") + std::string(type == DataType::kBF16 ? "bf16" : "fp16");
+        if (has_images(type, format))
+          has += (has.empty() ? "" : ", ") + std::string(type == DataType::kBF16 ? "bf16" : "fp16");
       }
-      return std::string("the blob has no MoE experts kernel image") + (int4() ? " of INT4 weights" : "") +
-             " for hidden's " + type_name(hidden) + " (it has " + (has.empty() ? "none" : has) +
-             "); re-export with fused_experts on and this precision";
+      return std::string("the blob has no MoE experts kernel image") + format_text(format) + " for hidden's " +
+             type_name(hidden) + " (it has " + (has.empty() ? "none" : has) + "); re-export with fused_experts on" +
+             (format == blob::WeightFormat::Float8RowScaled ? ", expert_precision = \"fp8\"" : "") +
+             " and this precision";
     }
     if (inputs[kIds] != DataType::kINT32)
       return std::string("topk_ids must be kINT32; it is ") + type_name(inputs[kIds]);
@@ -291,12 +326,15 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
       return std::string("topk_weights must be kFLOAT or hidden's ") + type_name(hidden) + "; it is " +
              type_name(inputs[kWeights]);
     for (int32_t i = kGateUp; i < nb_inputs; ++i) {
-      const bool packed = int4() && (i == kGateUp || i == kDown), scales = i >= kGateUpScale;
-      const DataType want = packed ? DataType::kINT8 : scales ? DataType::kBF16 : hidden;
-      if (inputs[i] != want)
-        return std::string(kInputNames[i]) + " must be " +
-               (packed ? "kINT8 (packed INT4 bytes)" : scales ? "kBF16 (INT4 group scales)" : "hidden's " +
-               std::string(type_name(hidden))) + "; it is " + type_name(inputs[i]);
+      const bool weights = i == kGateUp || i == kDown || i >= kGateUpScale, scale = i >= kGateUpScale;
+      const DataType want = weights ? expected_type(i, format, hidden) : hidden;
+      if (inputs[i] == want) continue;
+      const char* why = !weights || format == blob::WeightFormat::Dense ? ""
+                        : format == blob::WeightFormat::Int4GroupScaled
+                            ? (scale ? " (INT4 group scales)" : " (packed INT4 bytes)")
+                            : (scale ? " (FP8 scales per output channel)" : " (FP8 e4m3 weights)");
+      return std::string(kInputNames[i]) + " must be " + (*why == '\0' ? "hidden's " : "") + type_name(want) + why +
+             "; it is " + type_name(inputs[i]);
     }
     return "";
   }
@@ -306,8 +344,10 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     const nvinfer1::Dims &hidden = in[kHidden].dims, &ids = in[kIds].dims, &weights = in[kWeights].dims,
                          &gate_up = in[kGateUp].dims, &down = in[kDown].dims;
     for (int32_t i = 0; i < nb_inputs; ++i) {
-      if (in[i].dims.nbDims != kRanks[i]) return std::string(kInputNames[i]) + " is " + dims_text(in[i].dims);
+      if (in[i].dims.nbDims != rank_of(i, nb_inputs))
+        return std::string(kInputNames[i]) + " is " + dims_text(in[i].dims);
     }
+    const bool fp8 = format_of(nb_inputs) == blob::WeightFormat::Float8RowScaled;
     const int64_t tokens = hidden.d[0], size = hidden.d[1], experts = down.d[0], ffn = ffn_of(gate_up, down);
     const int64_t rows = gated() ? 2 * ffn : ffn;
     // INT4: K-long rows are round_up(K, 32) / 2 packed bytes, with ceil(K / group_size) scales each.
@@ -322,6 +362,11 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
       consistent = consistent && scales_match(in[kGateUpScale].dims, rows, size) &&
                    scales_match(in[kDownScale].dims, size, ffn);
     }
+    if (fp8) {  // a scale per output channel
+      const nvinfer1::Dims &gate_up_scale = in[kGateUpScale].dims, &down_scale = in[kDownScale].dims;
+      consistent = consistent && gate_up_scale.d[0] == experts && gate_up_scale.d[1] == rows &&
+                   down_scale.d[0] == experts && down_scale.d[1] == size;
+    }
     if (nb_inputs > kGateUpBias) {
       const nvinfer1::Dims& bias = in[kGateUpBias].dims;
       consistent = consistent && bias.d[0] == experts && bias.d[1] == rows;
@@ -335,6 +380,7 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
                          (gated() ? "2F" : "F") +
                          (int4() ? ", INT4 group_size " + std::to_string(group_size_) +
                                        ": weights [E, N, round_up(K, 32) / 2], scales [E, N, ceil(K / group_size)]"
+                          : fp8  ? std::string(", FP8: weights [E, N, K], scales [E, N]")
                                  : std::string()) + "):";
       for (int32_t i = 0; i < nb_inputs; ++i) text += std::string(" ") + kInputNames[i] + dims_text(in[i].dims);
       return text;
@@ -344,10 +390,10 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
     return "";
   }
 
-  bool create_launcher(DataType type, std::string* error) {
-    const auto images = moe_images(type);
+  bool create_launcher(DataType type, blob::WeightFormat format, std::string* error) {
+    const auto images = moe_images(type, format);
     if (images.empty()) {
-      *error = std::string("the blob has no MoE experts kernel image") + (int4() ? " of INT4 weights" : "") + " for " +
+      *error = std::string("the blob has no MoE experts kernel image") + format_text(format) + " for " +
                type_name(type) + "; re-export with fused_experts on and this precision";
       return false;
     }
@@ -359,7 +405,7 @@ class MoEExpertsPlugin final : public nvinfer1::IPluginV3,
   std::string layout_name_;  // as the node wrote it, serialized back verbatim
   GateUpLayout layout_;
   float alpha_, limit_;
-  int32_t group_size_;  // > 0: the INT4 form
+  int32_t group_size_;  // > 0: the INT4 form (format_of)
   std::shared_ptr<const KernelPack> images_;
   int32_t nb_inputs_ = kMinInputs;  // as configurePlugin / onShapeChange saw them (enqueue is not told)
   std::unique_ptr<MoEExpertsLauncher> launcher_;
