@@ -9,8 +9,9 @@ C++ launcher with no Triton in the process:
                         (wgmma_s4_c2 ships), taken wherever they serve (MoEExpertsLauncher.set_gemm_path)
   fused_tile_<variant>  one Triton tiling of prepare.py's TILING_SWEEP at every shape (plus "any")
 Every Triton contender runs the Triton tilings only.
-Shapes: the MoE layer (128 experts, H = F = 3072, top-8: 3500 and 8740 tokens) and 128 experts at 32-128 rows per
-expert; then the dispatch grid: 8, 16, 64 experts x 16-512 rows per expert x H = F = 1024, 2048, top-2.
+Shapes: the MoE layer (128 experts, H = F = 3072, top-8: 3500 and 8740 tokens), 128 experts at 32-128 rows per
+expert, and the same routing at H = F = 2048; then the dispatch grid: 64 experts x H = F = 2048 at 16384 and 32768
+tokens, and 8, 16, 64 experts x 16-512 rows per expert x H = F = 1024, 2048, top-2.
 Method: moe_block_bench's (CUDA graphs, paired rounds in shuffled order, medians, every output checked against
 the float32 reference before it is timed); each kernel's time is the median over PROFILED_CALLS profiled calls
 (torch.profiler, CUPTI). What prints last: the dispatch matrices (block time of the Triton tilings over the wgmma
@@ -44,10 +45,16 @@ import moe_block_bench as block_bench  # noqa: E402
 logger = logging.getLogger("moe_sweep")
 
 # tokens, experts, hidden, FFN, top-k
-MOE = block_bench.MOE + [(r * 16, 128, 3072, 3072, 8) for r in (32, 64, 128)]
+# The MoE layer's sizes, then H = F = 2048 at its expert count and routing (where the wgmma path's edge lies).
+MOE = (block_bench.MOE + [(r * 16, 128, 3072, 3072, 8) for r in (32, 64, 128)]
+       + [(t, 128, 2048, 2048, 8) for t in (3500, 8740)])
 ROWS_PER_EXPERT = (16, 32, 64, 128, 256, 512)
 # Around today's threshold (128) first: if the deadline stops the sweep, the shapes left out are the far ones.
-DISPATCH = [(r * e // 2, e, h, h, 2) for r in (128, 256, 64, 512, 32, 16) for e in (8, 16, 64) for h in (1024, 2048)]
+# Many rows at 64 experts x H 2048 (16384 and 32768 tokens) first: the forced wgmma path won there after its down
+# GEMM's epilogue changed (benchmarks/results/h100_moe_epi/).
+DISPATCH = ([(t, 64, 2048, 2048, 2) for t in (16384, 32768)]
+            + [(r * e // 2, e, h, h, 2) for r in (128, 256, 64, 512, 32, 16) for e in (8, 16, 64) for h in (1024, 2048)
+               if (r * e // 2, e, h) != (16384, 64, 2048)])
 PROFILED_CALLS = 5
 # A fused block's kernels, as the launcher names them ("moe_gate_up_gated (wgmma)": "gate_up").
 STAGES = ("route", "gather", "gate_up", "down", "combine")

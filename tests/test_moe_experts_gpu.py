@@ -224,6 +224,29 @@ def test_every_wgmma_tile_width():
                         path="wgmma"))
 
 
+@pytest.mark.parametrize("case", ["invalid", "all_invalid", "single_token", "empty_experts"])
+def test_wgmma_gather_invalid_ids_single_token_empty_experts(case):
+    """The wgmma path's row gather and GEMMs: invalid ids (the int32 extremes, a
+    token of no valid pair), every id invalid (no rows at all), a single token, and all tokens on 2 of 16 experts;
+    the wgmma path forced (the memcheck subset of benchmarks/device/moe_run.sh runs these)."""
+    tokens, experts = {"single_token": (1, 8), "empty_experts": (300, 16)}.get(case, (200, 12))
+    hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down = make_inputs(
+        tokens, 2, experts, 256, 136, "swiglu", bias=True, invalid=0.3 if case == "invalid" else 0.0, seed=24)
+    if case == "invalid":
+        ids[0] = torch.tensor([-(2**31), 2**31 - 1], dtype=torch.int32)
+    elif case == "all_invalid":
+        ids = torch.full_like(ids, experts)
+    elif case == "empty_experts":
+        ids = torch.tensor([[3, 5]], dtype=torch.int32).repeat(tokens, 1)
+    inputs = (hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down)
+    if case == "all_invalid":
+        out, kernels = _run(inputs, "swiglu", "blocked8", path="wgmma")
+        assert (out == 0).all()
+    else:
+        kernels = _check(inputs, "swiglu", "blocked8", path="wgmma")
+    _assert_path(kernels)
+
+
 def test_forced_gemm_path():
     """set_gemm_path (benchmarks/moe_sweep.py times each path at every shape): 16 rows per expert, where the rule
     takes the Triton tilings, on the wgmma path (sm_90 with its images; the Triton tilings elsewhere)."""

@@ -6,6 +6,7 @@
     python benchmarks/device/prepare.py --int4 # only what benchmarks/device/int4_run.sh needs
     python benchmarks/device/prepare.py --moe-fp8  # only what benchmarks/device/moe_fp8_run.sh needs
     python benchmarks/device/prepare.py --sweep # only what benchmarks/device/moe_sweep_run.sh needs
+    python benchmarks/device/prepare.py --moe --sweep  # both: benchmarks/device/moe_run.sh with MOE_SWEEP=1
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -134,19 +135,17 @@ def save_moe_fp8_images() -> None:
 
 
 # benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.
-# (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA may
-# spread the few tiles of the dispatch shapes better.)
-WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2), "fused_wgmma_s4_c1": (4, 1)}
-# Its Triton tilings, each timed alone (with "any"): around the shipped "tile" (64 x 64, K 64, 3 stages, 4 warps)
-# and "large" (128 x 64, down 128, K 64, 3 stages, 8 warps): wider gate+up tiles, deeper pipelines, longer K steps,
-# other warp counts, taller and shorter tiles (sm_90a only, so up to its 227 KiB of shared memory).
+# (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA were
+# within 1% of two, or slower, in the last sweep, benchmarks/results/h100_moe_sweep/; clusters of 4 read a quarter
+# of a tile's rows from L2 per CTA, half of what clusters of 2 read.)
+WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2)}
+# Its Triton tilings, each timed alone (with "any"): the two that won most often in the last full sweep of twelve
+# (benchmarks/results/h100_moe_sweep/: 128 x 128 tiles with 3 and 4 stages, 8 warps, the best Triton tiling at many
+# rows per expert, where the dispatch rule's edge lies; sm_90a only, so up to its 227 KiB of shared memory).
 TILING_SWEEP = tuple(
     moe_aot.MoEGemmConfig(f"m{m}_n{n}_s{stages}_w{warps}" + (f"_k{k}" if k != 64 else ""), m, n, down_n, k, stages,
                           warps, 16)
-    for m, n, down_n, k, stages, warps in (
-        (128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8), (128, 64, 128, 64, 4, 8), (128, 64, 128, 64, 4, 4),
-        (64, 128, 128, 64, 4, 4), (64, 64, 64, 64, 4, 4), (32, 64, 64, 64, 4, 4), (256, 64, 64, 64, 3, 8),
-        (128, 64, 128, 128, 3, 8), (64, 64, 64, 128, 3, 4)))
+    for m, n, down_n, k, stages, warps in ((128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8)))
 
 
 def save_moe_sweep_images() -> None:
@@ -240,7 +239,8 @@ def main() -> None:
         return
     if args.sweep:
         save_moe_sweep_images()
-        return
+        if not args.moe:  # --moe --sweep: moe_run.sh with MOE_SWEEP=1 (tests, sweep and block benchmark)
+            return
     if args.int4:
         save_int4_images(args.executorch)
         save_int4_sweep_images()
