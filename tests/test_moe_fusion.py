@@ -139,6 +139,29 @@ class _TanhExperts(moe_models.GroupedMoE):
         return torch.zeros_like(x).index_add_(0, token, rows)
 
 
+class _DeepStack(nn.Module):
+    """Six MoE blocks one after another in one partition: each block's router has the earlier blocks' routers
+    among its ancestors."""
+
+    def __init__(self, blocks: int = 6):
+        super().__init__()
+        self.blocks = nn.ModuleList(moe_models.GroupedMoE() for _ in range(blocks))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+def test_each_fused_block_is_named_by_its_own_module():
+    # Regression: the name came from whichever router a set of ancestors yielded first (an earlier block's at
+    # random, "blocks" instead of "blocks.3"): `inspect` and the .pte bytes changed from run to run.
+    _, contents = _lower(moe_models.bf16(_DeepStack()), False)
+    blocks = moe_blocks(onnx.load_from_string(contents.onnx))
+    assert [block["block"] for block in blocks] == [f"blocks.{i}" for i in range(6)], blocks
+    assert {block["form"] for block in blocks} == {FUSED}
+
+
 def test_unrecognised_block_keeps_grouped_mm_and_says_why():
     program, contents = _lower(moe_models.bf16(_TanhExperts()), False)
     model = onnx.load_from_string(contents.onnx)

@@ -552,10 +552,10 @@ def _in_graph_order(ctx: RewriteContext, nodes: set[torch.fx.Node]) -> list[torc
 
 def _block_name(gemm: torch.fx.Node) -> str:
     """The module path of the block: the innermost module around its router and its experts (the gate+up GEMM's
-    own where no router is found)."""
-    paths = [module_path(gemm)]
-    for node in _ancestors([gemm]):
-        if node.op == "call_function" and node.target in ROUTER_OPS:
-            paths.append(module_path(node))
-            break
+    own where no router is found). Its router is the last one before it in graph order: the earlier blocks' routers
+    are its ancestors too (a set's order would pick any of them)."""
+    ancestors = _ancestors([gemm])
+    routers = [node for node in gemm.graph.nodes
+               if node in ancestors and node.op == "call_function" and node.target in ROUTER_OPS]
+    paths = [module_path(gemm)] + [module_path(node) for node in routers[-1:]]
     return common_prefix(path for path in paths if path is not None)
