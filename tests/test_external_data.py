@@ -8,6 +8,7 @@ and et_trt_runner), and a missing, foreign or corrupted .ptd is refused naming t
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import random
@@ -184,6 +185,22 @@ def test_both_front_ends_refuse_a_damaged_ptd_in_one_line_before_executorch_read
               "    print(e)\n")
     result = run_process([sys.executable, "-c", script])
     assert result.returncode == 0 and result.stdout.startswith(problem) and result.stdout.count("\n") == 1, result
+
+
+def test_a_ptd_with_a_key_twice_is_refused_naming_the_ptd(built_runtime, external, tmp_path):
+    """A key table whose second key is the first's text again (one bit of the fuzz's did the same through an
+    offset): ExecuTorch refuses it blaming the .pte ("Duplicate key ... in named data maps", "not a valid
+    ExecuTorch program"); the data file check names the .ptd."""
+    data = bytearray(external.with_suffix(".ptd").read_bytes())
+    first, second = (m.start() for m in itertools.islice(re.finditer(rb"et_trt/[0-9a-f]{64}", bytes(data)), 2))
+    data[second:second + 71] = data[first:first + 71]
+    bad = tmp_path / "twice.ptd"
+    bad.write_bytes(bytes(data))
+    result = run_process([RUNNER, external, "--data-path", bad, "--iterations", "1"])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.match(rf"et_trt_runner: {re.escape(str(bad))}: named data \d+ repeats the key of named data \d+ "
+                    r"\(each key names one tensor\); copy the file again", result.stderr), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_inspect_and_check_refuse_a_damaged_ptd_in_one_line(external, tmp_path, capsys):

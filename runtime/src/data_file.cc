@@ -14,6 +14,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 #include "data_file_check.h"
 #include "et_trt/data_file.h"
@@ -48,6 +50,8 @@ bool check_named_data(const flat_tensor_flatbuffer::FlatTensor& root, uint64_t s
     }
   }
   const auto& named = *root.named_data();
+  // ExecuTorch refuses a key seen twice, blaming the program (.pte): say here that the data file holds it.
+  std::unordered_map<std::string_view, flatbuffers::uoffset_t> first_with_key;
   for (flatbuffers::uoffset_t i = 0; i < named.size(); ++i) {
     const auto* entry = named.Get(i);
     // Named by index: a key's text may hold anything, line breaks included.
@@ -55,6 +59,11 @@ bool check_named_data(const flat_tensor_flatbuffer::FlatTensor& root, uint64_t s
     if (entry->key() == nullptr) return fail(problem, which + " has no key");
     // Keys reach ExecuTorch's log, whose Python sink aborts on text that is not UTF-8.
     if (!is_utf8(entry->key()->string_view())) return fail(problem, which + "'s key is not UTF-8 text");
+    const auto [first, added] = first_with_key.emplace(entry->key()->string_view(), i);
+    if (!added) {
+      return fail(problem, which + " repeats the key of named data " + std::to_string(first->second) +
+                               " (each key names one tensor)");
+    }
     if (entry->segment_index() >= segments.size()) {
       return fail(problem, which + " points at segment " + std::to_string(entry->segment_index()) + " of " +
                                std::to_string(segments.size()));
