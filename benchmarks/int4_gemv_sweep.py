@@ -39,6 +39,7 @@ import int4_experts_bench as int4_bench  # noqa: E402
 import moe_block_bench  # noqa: E402
 
 from et_trt_backend import int4_weights  # noqa: E402
+from et_trt_backend.kernels import int4_mma, moe_aot  # noqa: E402
 from et_trt_backend.kernels.images import load_images  # noqa: E402
 from et_trt_backend.kernels.launcher import MoEExpertsLauncher  # noqa: E402
 
@@ -49,16 +50,27 @@ ET_MAX_TOKENS = 16
 ROUNDS = 7
 
 
-def sweep_contenders(images_path: str, sweep_path: str) -> dict:
-    """label -> block function: shipped, bf16, and one per swept blocking (forced onto the gemv path)."""
+def sweep_contenders(images_path: str, sweep_path: str, mma_ok: pathlib.Path | None = None) -> dict:
+    """label -> block function: shipped, bf16, and one per swept blocking (forced onto the gemv path); mma_ok: the
+    mma.sync builds that passed int4_mma_check.py (the others are left out: a fault would end the process)."""
     shipped = int4_bench.load_contenders(images_path)
     contenders = {"shipped": shipped["int4"], "bf16": shipped["bf16"]}
+    passed = set(mma_ok.read_text().split()) if mma_ok and mma_ok.exists() else set()
+    if mma_ok and any(int4_mma.sweep_label(*build) not in passed for build in moe_aot.MOE_MMA_CONFIGS):
+        logger.warning("a shipped mma.sync build did not pass int4_mma_check.py: shipped runs without them")
+        contenders["shipped"] = int4_bench.int4_block(MoEExpertsLauncher(
+            [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
+             and i.kernel.startswith("moe_") and not i.kernel.startswith("moe_mma_")
+             and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]))
     base = [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
             and i.kernel.startswith("moe_") and i.variant != "gemv"
             and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]
     sweep = load_images(sweep_path)
     groups = json.loads(pathlib.Path(sweep_path).with_suffix(".groups.json").read_text())
     for label, indices in groups.items():
+        if mma_ok and label.startswith("mma_") and label not in passed:
+            logger.warning("%s: not checked or failed int4_mma_check.py; not timed", label)
+            continue
         contenders[label] = gemv_block(MoEExpertsLauncher(base + [sweep[i] for i in indices]))
     return contenders
 
@@ -116,6 +128,7 @@ def bench_shape(tokens: int, experts: int, size: int, ffn: int, w, contenders: d
     return row
 
 
+TENSOR_CORE = ("rows_", "mma_")  # the per-expert kernels' labels: int4_rows.py's and int4_mma.py's
 GAP_TOKENS = range(4, 65)  # where the shipped launcher misses 2.5x bf16 the most (h100_int4/)
 
 
@@ -125,7 +138,7 @@ def gemv_labels(row: dict) -> list[str]:
 
 def table(rows: list[dict], copy_bps: float) -> str:
     lines = [f"copy bandwidth (1 GiB device-to-device, read + write): {copy_bps / 1e9:.0f} GB/s", "",
-             "| E x H x F | tokens | best | us | % copy | best rows_ | us | best gemv | us | shipped us (path) | "
+             "| E x H x F | tokens | best | us | % copy | best rows_/mma_ | us | best gemv | us | shipped us (path) | "
              "bf16 us | et_decode us | best x bf16 | best x et | best x shipped |", "|---" * 15 + "|"]
     for r in rows:
         us = r["us"]
@@ -135,8 +148,8 @@ def table(rows: list[dict], copy_bps: float) -> str:
         best = ranked[0]
         share = r["touched_bytes"] / (us[best] * 1e-6) / copy_bps
         path = "gemv" if "gemv" in r.get("shipped_kernels", "") else "tiles"
-        best_rows = next((label for label in ranked if label.startswith("rows_")), None)
-        best_gemv = next((label for label in ranked if not label.startswith("rows_")), None)
+        best_rows = next((label for label in ranked if label.startswith(TENSOR_CORE)), None)
+        best_gemv = next((label for label in ranked if not label.startswith(TENSOR_CORE)), None)
 
         def fmt(label):
             return f"{us[label]:.1f}" if label in us else "-"
@@ -183,6 +196,7 @@ def main() -> None:
     parser.add_argument("--sweep", required=True, help="int4_sweep_images.json from prepare.py --int4")
     parser.add_argument("--executorch", type=pathlib.Path, help="folder holding ExecuTorch's fused_moe.py")
     parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--mma-ok", type=pathlib.Path, help="int4_mma_check.py's --ok-file: time only those mma_")
     parser.add_argument("--deadline-s", type=float, default=300.0, help="start no new shape after this")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -192,7 +206,7 @@ def main() -> None:
     if args.executorch:
         sys.path.insert(0, str(args.executorch))
         et = importlib.import_module("fused_moe")
-    contenders = sweep_contenders(args.images, args.sweep)
+    contenders = sweep_contenders(args.images, args.sweep, args.mma_ok)
     copy_bps = int4_bench.copy_bandwidth()
     rows = []
     for experts, size, ffn in int4_bench.EXPERT_SHAPES:

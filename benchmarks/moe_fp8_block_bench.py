@@ -8,14 +8,15 @@ method and helpers (bf16 contenders there):
               (amax, divide, saturate, cast), torch._scaled_grouped_mm with row-wise scales (the weights' per
               output channel: the same e4m3 weights as ours)
   fused_bf16  our bf16 MoEExperts kernels (for scale)
-  fused_fp8   our FP8 MoEExperts kernels (kernels/moe_fp8.py) through the C++ launcher: route + hidden's 1 x 128
+  fused_fp8   our FP8 MoEExperts kernels (kernels/moe_fp8.py) through the C++ launcher: route + hidden's per-token
               quantization, gate+up writing the down GEMM's e4m3 input and block scales, down, combine;
               fused_fp8_<label>: other FP8 image sets (prepare.py's groups), timed beside it for the dispatch rule
 
 No Triton in the process: our kernels are AOT images (benchmarks/device/prepare.py --moe-fp8). Each contender's
 output is checked before it is timed: the FP8 ones against moe_experts.reference in float32 of the same dequantized
 weights (the goal: relative error <= 4e-2), the bf16 ones against the bf16 weights'. CUDA graphs, contenders in a
-fresh random order each round, medians of the rounds' paired ratios; launches counted with torch.profiler.
+fresh random order each round, medians of the rounds' paired ratios; launches counted with torch.profiler, and
+each kernel's device time per call (moe_sweep.kernel_times: our kernels by stage, route / gate_up / down / combine).
 
     python benchmarks/moe_fp8_block_bench.py --images .device/moe_fp8_bench_images.json --out results/
 """
@@ -35,6 +36,7 @@ from torch.nn import functional as F
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import grouped_mm_bench as bench  # noqa: E402  (benchmarks/, next to this file)
 import moe_block_bench as block_bench  # noqa: E402
+import moe_sweep as sweep  # noqa: E402
 
 from et_trt_backend import moe_experts, moe_experts_fp8  # noqa: E402
 from et_trt_backend.kernels.images import load_images  # noqa: E402
@@ -99,7 +101,7 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
                                          moe_experts_fp8.dequantize(*fp8[1]))}
     operands = {"eager": (w_gate_up, w_down), "torch_fp8": fp8, "fused_bf16": (blocked, w_down)}
     row = {"shape": name, "tokens": tokens, "experts": experts, "hidden": size, "ffn": ffn, "top_k": top_k,
-           "err": {}, "launches": {}, "kernels": {}}
+           "err": {}, "launches": {}, "kernels": {}, "kernel_us": {}}
     fns = {}
     for label, block in contenders.items():
         fn = lambda block=block, w=operands.get(label, fp8_blocked): block(hidden, ids, weights, *w)  # noqa: E731
@@ -119,6 +121,8 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
             row["kernels"][label] = block.launcher.last_kernels
         fns[label] = fn
     del refs
+    row["kernel_us"] = sweep.kernel_times(fns, {label: (contenders[label], hasattr(contenders[label], "launcher"))
+                                                for label in fns})
     flops = 6.0 * tokens * top_k * size * ffn
     estimate = max(flops / 500e12, 2.0 * 3 * experts * size * ffn / 3e12, 20e-6)
     calls = bench.replay_calls(replay_s, estimate)
@@ -147,18 +151,28 @@ def table(rows: list[dict]) -> str:
     labels = ("eager", "torch_fp8", "fused_bf16", "fused_fp8")
     others = sorted({label for r in rows for label in r["us"] if label.startswith("fused_fp8_")})
     lines = ["| shape | " + " | ".join(f"{label} us" for label in labels) + " | fused_fp8 x eager | x torch_fp8 | "
-             "x fused_bf16 | launches " + " / ".join(labels) + " | err torch_fp8 / fused_fp8 | fused_fp8 kernels |" +
+             "x fused_bf16 | launches " + " / ".join(labels) + " | err torch_fp8 / fused_fp8 | fused_fp8 kernels | "
+             "their us |" +
              "".join(f" {label} us |" for label in others),
-             "|---" * (11 + len(others)) + "|"]
+             "|---" * (12 + len(others)) + "|"]
     for r in rows:
         us, x = r["us"], r["x"]
         lines.append(f"| {r['shape']} | " + " | ".join(f"{us[label]:.1f}" if label in us else "-" for label in labels)
                      + " | " + " | ".join(f"{x[o]:.2f}x" if o in x else "-" for o in labels[:3]) + " | "
                      + " / ".join(str(r["launches"].get(label, "-")) for label in labels)
                      + " | " + " / ".join(f"{r['err'].get(label, float('nan')):.1e}" for label in ("torch_fp8", "fused_fp8"))
-                     + f" | {r['kernels'].get('fused_fp8', '-')} |" +
+                     + f" | {r['kernels'].get('fused_fp8', '-')} | {kernel_us(r, 'fused_fp8')} |" +
                      "".join(f" {us[label]:.1f} |" if label in us else " - |" for label in others))
+    lines += ["", "Our kernels' device us per call at the MoE shapes (route / gate+up / down / combine):"]
+    lines += [f"{r['shape']} {label}: {kernel_us(r, label)}" for r in rows if r["shape"].endswith("tok")
+              for label in r.get("kernel_us", {}) if label.startswith("fused")]
     return "\n".join(lines) + "\n\n" + goals(rows)
+
+
+def kernel_us(row: dict, label: str) -> str:
+    """A contender's kernel times per call, in launch order ("-" where the profile did not match its launches)."""
+    times = row.get("kernel_us", {}).get(label)
+    return " / ".join(f"{us:.1f}" for us in times.values()) if times else "-"
 
 
 def goals(rows: list[dict]) -> str:

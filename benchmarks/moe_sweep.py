@@ -94,7 +94,7 @@ def kernel_times(fns: dict, contenders: dict) -> dict[str, dict[str, float]]:
     for label, chunk in zip(fns, segments):
         per_call = len(ours[label]) if label in ours else len(chunk) // PROFILED_CALLS
         if not per_call or len(chunk) != per_call * PROFILED_CALLS or (
-                label in ours and not all("moe_route" in e.name for e in chunk[::per_call])):
+                label in ours and not all("route" in e.name for e in chunk[::per_call])):  # FP8: moe_fp8_route
             logger.warning("%s: %d kernel records do not match its launches; kernel times left out", label,
                            len(chunk))
             continue

@@ -9,10 +9,9 @@ cases also run under `compute-sanitizer --tool memcheck` there.
 import pytest
 import torch
 from support.gpu_launchers import launcher_device
-from support.int4_cases import grouped_case, moe_case, relative_error
+from support.int4_cases import grouped_case, moe_case, relative_error, run_moe
 
 from et_trt_backend import int4_weights, moe_experts
-from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,33 +59,27 @@ def test_grouped_mm(dtype, group_size, rows, k, n, offs):
     assert ("gemv" in kernel) == (rows <= max(len(offs), 16)), kernel
 
 
-def _moe(case, layout=None):
-    """The MoE op with INT4 weights through MoEExpertsLauncher, into a NaN-poisoned output and a 0xff workspace;
-    (out, kernels)."""
+def _moe(case):
+    """The MoE op with INT4 weights through MoEExpertsLauncher, into a NaN-poisoned output and a 0xff workspace
+    (one byte spare); (out, kernels)."""
     from et_trt_backend.kernels import moe_op
-    from et_trt_backend.kernels.launcher import MoEExpertsArgs, moe_workspace_bytes
 
     device = launcher_device()
     case = case.to(device)
-    tokens, size = case.hidden.shape
-    top_k, experts, ffn = case.ids.shape[1], case.dense_down.shape[0], case.dense_down.shape[2]
     launcher = moe_op.launcher_for(device, case.hidden.dtype, "int4")
-    out = torch.full((tokens, size), float("nan"), dtype=case.hidden.dtype, device=device)
-    workspace = torch.full((moe_workspace_bytes(tokens, top_k, experts, size, ffn) + 1,), 0xFF, dtype=torch.uint8,
-                           device=device)
-    pointer = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    launcher.launch(MoEExpertsArgs(
-        hidden=case.hidden.data_ptr(), topk_ids=case.ids.data_ptr(), topk_weights=case.weights.data_ptr(),
-        weights_fp32=int(case.weights.dtype == torch.float32), w_gate_up=case.gate_up.packed.data_ptr(),
-        w_down=case.down.packed.data_ptr(), b_gate_up=pointer(case.b_gate_up), b_down=pointer(case.b_down),
-        out=out.data_ptr(), tokens=tokens, top_k=top_k, experts=experts, hidden_size=size, ffn=ffn,
-        activation=MOE_ACTIVATIONS[case.activation], gate_up_layout=MOE_GATE_UP_LAYOUTS.index(case.layout),
-        alpha=moe_experts.GPTOSS_ALPHA, limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(),
-        workspace_bytes=workspace.numel(), w_gate_up_scale=case.gate_up.scales.data_ptr(),
-        w_down_scale=case.down.scales.data_ptr(), group_size=case.group_size),
-        torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    return out.cpu(), launcher.last_kernels
+    return run_moe(launcher, case, case.dense_down.shape[0], spare_workspace=1)
+
+
+# moe_experts_launcher.cc's int4_path: the vector-matrix kernels at pairs <= max(E, 16) (and, where the mma.sync ones
+# serve: H and F multiples of 16, pairs x H x F <= 2^25), the mma.sync ones up to 8 pairs per expert on average (32
+# where H x F >= 2^23), the route and tiles above.
+def _expected_path(case) -> str:
+    pairs, experts = case.ids.numel(), case.dense_down.shape[0]
+    size, ffn = case.hidden.shape[1], case.dense_down.shape[2]
+    mma = size % 16 == 0 and ffn % 16 == 0
+    if pairs <= max(experts, 16) and (not mma or pairs * size * ffn <= 2**25):
+        return "moe_gemv_gate_up"
+    return "moe_mma_down" if mma and pairs <= (32 if size * ffn >= 2**23 else 8) * experts else "moe_route"
 
 
 def _check_moe(case) -> str:
@@ -96,18 +89,18 @@ def _check_moe(case) -> str:
     if want.numel():
         assert relative_error(out, want) < BOUND[case.hidden.dtype], kernels
         assert (out[(want == 0).all(1)] == 0).all(), f"{kernels}: rows of no valid pair are not zero"
+        assert _expected_path(case) in kernels, kernels
     return kernels
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tokens", [1, 16, 200])
+@pytest.mark.parametrize("tokens", [1, 16, 32, 200])  # gemv, mma (8 and 16 pairs a pass), tiles
 @pytest.mark.parametrize("activation, layout", [("swiglu", "concat"), ("swiglu", "blocked8"),
                                                 ("gptoss_glu", "interleaved"), ("relu2", "concat")])
 def test_moe_paths_activations_and_layouts(dtype, tokens, activation, layout):
     case = moe_case(tokens, 2, 8, 256, 128, activation=activation, layout=layout, dtype=DTYPES[dtype],
                     bias=activation == "gptoss_glu", seed=tokens)
     kernels = _check_moe(case)
-    assert ("gemv" in kernels) == (tokens * 2 <= 16), kernels
     assert ("moe_gemv_down_combine" in kernels) == (tokens * 2 <= 16), kernels  # the down and combine: one launch
 
 
@@ -125,12 +118,22 @@ def test_moe_invalid_ids_and_empty_experts(tokens):
     _check_moe(case)
 
 
-def test_moe_skewed_routing():
-    """Every token to experts 0 and 1 (one invalid id; each expert's rows over several tiles), the others empty."""
-    case = moe_case(120, 2, 8, 256, 128, seed=7)
-    case.ids = torch.stack([torch.zeros(120), torch.ones(120)], 1).int()
+@pytest.mark.parametrize("tokens", [32, 120])  # the mma path (passes of 16 pairs), the tiles (several tiles)
+def test_moe_skewed_routing(tokens):
+    """Every token to experts 0 and 1 (one invalid id; each expert's rows over several passes or tiles), the
+    others empty."""
+    case = moe_case(tokens, 2, 8, 256, 128, seed=7)
+    case.ids = torch.stack([torch.zeros(tokens), torch.ones(tokens)], 1).int()
     case.ids[5, 1] = 8
-    assert "moe_route" in _check_moe(case)
+    _check_moe(case)
+
+
+@pytest.mark.parametrize("tokens, per_pass", [(4, 8), (8, 16), (32, 32)])
+def test_moe_mma_pass_sizes(tokens, per_pass):
+    """H x F = 2^23: the mma.sync kernels from 4 tokens, the build of `per_pass` pairs per pass (twice the average
+    expert's pairs, 2 experts)."""
+    kernels = _check_moe(moe_case(tokens, 2, 2, 2048, 4096, seed=tokens))
+    assert f"moe_mma_down (mma_p{per_pass})" in kernels, kernels
 
 
 def test_moe_single_token_no_tokens_and_robot_size():

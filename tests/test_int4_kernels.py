@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from et_trt_backend.kernels import aot, moe_aot
+from et_trt_backend.kernels import aot, int4_mma, moe_aot
 
 triton = pytest.importorskip("triton", reason="the INT4 kernels are Triton source")
 
@@ -21,8 +21,9 @@ CUOBJDUMP = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 def test_kernels_in_triton_interpreter():
     """GroupedMM (tensor-core tiles and vector-matrix) at odd K and N, every group size, empty groups and invalid
-    offsets; the MoE op's two paths for every gate+up layout, a clamped and a non-gated activation, biases, invalid
-    ids, odd sizes, skewed routing: against the references, every buffer poisoned."""
+    offsets; the MoE op's paths for every gate+up layout (each gate+up kernel; the shipped blocking on one layout:
+    layouts differ in the gate+up only), a clamped and a non-gated activation, biases, invalid ids, odd sizes,
+    skewed routing: against the references, every buffer poisoned."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     result = subprocess.run([sys.executable, str(REPO / "tests" / "int4_interpreter_check.py")], capture_output=True,
                             text=True, env=env, timeout=900)
@@ -77,8 +78,11 @@ def test_moe_experts_images_for_orin(tmp_path):
     assert collections.Counter(i.kernel for i in cubins) == {
         "moe_route": len(moe_aot.MOE_ROUTE_CONFIGS), "moe_combine": 1, "moe_gate_up": configs,
         "moe_gate_up_gated": configs, "moe_down": configs, "moe_gemv_gate_up": gemvs,
-        "moe_gemv_gate_up_gated": gemvs, "moe_gemv_down": gemvs, "moe_gemv_down_combine": per_pair}
-    assert {i.weight_format for i in cubins if i.kernel.startswith(("moe_gate", "moe_down", "moe_gemv"))} == {"int4"}
+        "moe_gemv_gate_up_gated": gemvs, "moe_gemv_down": gemvs, "moe_gemv_down_combine": per_pair,
+        **{kernel: len(moe_aot.MOE_MMA_CONFIGS) for kernel in ("moe_mma_gate_up", "moe_mma_gate_up_gated",
+                                                               "moe_mma_down")}}
+    assert {i.weight_format for i in cubins if i.kernel.startswith(("moe_gate", "moe_down", "moe_gemv", "moe_mma"))} \
+        == {"int4"}
     assert all(i.block_k == 32 for i in cubins if i.kernel in ("moe_gate_up", "moe_gate_up_gated", "moe_down"))
     assert {i.arch for i in images if i.format == "ptx"} == {"sm_80"} and len(images) == 2 * len(cubins)
     _check_cubins(images, tmp_path)
@@ -91,3 +95,10 @@ def test_int4_forms_are_refused_where_they_cannot_run():
         moe_aot.moe_experts_images(["sm_87"], "bf16", "int3")
     with pytest.raises(ValueError, match="sm_87 has no FP8 tensor cores"):  # FP8 where INT4 runs: refused
         moe_aot.moe_experts_images(["sm_87"], "bf16", "fp8")
+
+
+def test_mma_ptx_is_pinned_to_a_version_current_drivers_accept():
+    for image in int4_mma.images("sm_80", "fp16", *moe_aot.MOE_MMA_CONFIGS[0], fmt="ptx"):
+        version = re.search(r"^\.version (\d+)\.(\d+)$", image.image.bytes().decode(), re.M)
+        assert version and f"{version[1]}.{version[2]}" == image.ptx_version == "8.0", image.kernel
+        assert image.kernel.startswith("moe_mma_") and image.variant == "mma_p8" and image.format == "ptx"

@@ -161,8 +161,10 @@ HF_SWIGLU = {"mixtral": 1, "qwen2_moe": 1, "qwen3_moe": 1, "olmoe": 1, "deepseek
 def test_transformers_moe_blocks_fuse_their_swiglu_and_keep_their_results(name, monkeypatch):
     """Unmodified transformers MoE blocks lowered to GroupedMMs (fused_experts off; on, they are FP8 MoEExperts nodes:
     test_lowering_fp8.py): the down GroupedMM takes the gate+up output where the model's
-    activation is SwiGLU, and the fused ONNX computes what the unfused one does (both run by onnx_reference in
-    float32, on the same random tokens)."""
+    activation is SwiGLU, and the fused ONNX computes what the unfused one does (the same partition lowered again
+    without the fusion; both run by onnx_reference in float32, on the same random tokens)."""
+    import copy
+
     from support import moe_models
     from et_trt_backend.lowering import onnx_export
     from et_trt_backend.serialization import external_data
@@ -174,14 +176,15 @@ def test_transformers_moe_blocks_fuse_their_swiglu_and_keep_their_results(name, 
     with torch.no_grad():
         exported = torch.export.export(moe_models.hf_moe_block(name), (x,),
                                        dynamic_shapes=({1: torch.export.Dim("tokens", min=1, max=512)},))
-    (_, fused), = lower_program(exported, TensorRTPartitioner(recipe))
+    (program, fused), = lower_program(exported, TensorRTPartitioner(recipe))
     monkeypatch.setattr(onnx_export, "fuse_swiglu", lambda program: 0)
-    (_, unfused), = lower_program(exported, TensorRTPartitioner(recipe))
+    unfused = lower_to_onnx(copy.deepcopy(program), fused.options)  # as preprocess lowers it (on a copy)
     assert _activations(onnx.load_from_string(fused.onnx)).count(1) == HF_SWIGLU[name]
-    assert _activations(onnx.load_from_string(unfused.onnx)).count(1) == 0
+    assert _activations(unfused.onnx).count(1) == 0
     (spec,) = fused.inputs
     tokens = torch.randn(concrete_shape(spec, 40)).float().numpy()
-    results = [onnx_reference.evaluator(onnx_reference.to_float32(external_data.onnx_with_weights(c.onnx, c.weights)))
-               .run(None, {spec.name: tokens})[-1] for c in (fused, unfused)]
+    models = (external_data.onnx_with_weights(fused.onnx, fused.weights), unfused.with_weights())
+    results = [onnx_reference.evaluator(onnx_reference.to_float32(model)).run(None, {spec.name: tokens})[-1]
+               for model in models]
     error = np.linalg.norm(results[0] - results[1]) / np.linalg.norm(results[1])
     assert error < 1e-3, error

@@ -63,6 +63,21 @@ def test_every_fp8_arch_compiles(arch, tmp_path):
             assert ops["QGMMA"] > 0, f"{image.kernel} {image.variant}: no FP8 wgmma in the sm_90a SASS"
 
 
+def test_hidden_quantization_divides_exactly():
+    """The route launch's quantization of hidden (and, through the same helper, the gate+up epilogue's of h) divides
+    with IEEE rounding: Triton's `/` on float32 is div.full.f32, up to 2 ulps off, which put an H100's one-token
+    results 4.5e-2 from the FP8 reference (moe_fp8.py). The PTX for sm_90a, compiled here."""
+    pytest.importorskip("triton", reason="the MoE kernels are Triton source")
+    from et_trt_backend.kernels import aot, moe_fp8
+
+    e_pad, chunk = moe_aot.MOE_ROUTE_CONFIGS["e64"]
+    compiled = aot._triton_compile(moe_fp8.moe_fp8_route_kernel, moe_aot.fp8_route_signature("bf16"),
+                                   {"CHUNK": chunk, "E_PAD": e_pad, "BLOCK_T": moe_aot.FP8_QUANTIZE_TOKENS}, {}, 90,
+                                   moe_aot.FP8_ROUTE_WARPS, 1, aot._FP8_PTX_VERSION.get(90, aot._PTX_VERSION[90]))
+    divisions = collections.Counter(re.findall(r"\bdiv\.(\w+)\.f32\b", compiled.asm["ptx"]))
+    assert divisions["rn"] > 0 and divisions["full"] == divisions["approx"] == 0, divisions
+
+
 def test_architectures_without_fp8_are_refused():
     with pytest.raises(ValueError, match="sm_87 has no FP8 tensor cores"):
         moe_aot.moe_experts_images(["sm_87"], "bf16", "fp8")

@@ -4,13 +4,14 @@ math on the CPU) and moe_experts.reference in float32 of the same dequantized we
 
 Runs on the device through benchmarks/device/moe_fp8_run.sh (ET_TRT_KERNEL_IMAGES: the FP8 and bf16 MoE images
 compiled on the CPU machine); skipped where there is no CUDA GPU with FP8 tensor cores (sm_89+). Bounds: within
-2e-2 of the FP8 reference (an activation at a rounding tie may move its block's scale: the row then differs by
-about e4m3's rounding), within 5e-2 of float32 on random normal inputs (the activations' e4m3 roundings: ~4%).
+2e-2 of the FP8 reference (the quantization is the reference's, IEEE quotients; but the FP8 MMA sums in another
+order than torch: a gate+up output one bf16 ulp off may move its block's scale, and the row then differs by about
+e4m3's rounding), within 5e-2 of float32 on random normal inputs (the activations' e4m3 roundings: ~4%).
 """
 
 import pytest
 import torch
-from support.moe_inputs import make_inputs
+from support.moe_inputs import e4m3_tie_rows, make_inputs
 
 from et_trt_backend import moe_experts, moe_experts_fp8
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATED_ACTIVATIONS
@@ -41,7 +42,7 @@ def _run(inputs, activation="swiglu", layout="concat"):
     return out.cpu(), launcher.last_kernels, ((gq, gs), (dq, ds))
 
 
-def _check(inputs, activation="swiglu", layout="concat"):
+def _check(inputs, activation="swiglu", layout="concat", float32_bound=6.25e-2):
     out, kernels, (gate_up, down) = _run(inputs, activation, layout)
     hidden, ids, weights, _, _, b_gate_up, b_down = inputs
     assert not out.isnan().any(), f"{kernels}: unwritten outputs"
@@ -57,7 +58,7 @@ def _check(inputs, activation="swiglu", layout="concat"):
           "(float32)")
     # Against float32 the e4m3 activations dominate: its unit roundoff is 2**-4, and with one token the norm-wise
     # error averages few elements (H100: 5.45e-2 at 1 x 128, exact against the FP8 reference).
-    assert err <= 2e-2 and err_float32 <= 6.25e-2, (kernels, err, err_float32)
+    assert err <= 2e-2 and err_float32 <= float32_bound, (kernels, err, err_float32)
     return kernels
 
 
@@ -84,6 +85,16 @@ def test_no_tokens_and_single_token():
     _check(make_inputs(1, 2, 4, 128, 128, "swiglu", seed=4))
     out, kernels, _ = _run(make_inputs(0, 2, 4, 128, 128, "swiglu", seed=4))
     assert out.shape == (0, 128) and kernels == ""
+
+
+def test_rounding_ties_and_one_token_top1():
+    """Hidden values whose e4m3 quotients lie at rounding ties, and bf16 one-token top-1 blocks at the example
+    policy's sizes (H = F = 64): where an H100's plugin check found the kernels 4.5e-2 from the FP8 reference while
+    they divided approximately (moe_fp8.py)."""
+    hidden, ids, weights, w_gate_up, w_down, _, _ = make_inputs(7, 1, 2, 64, 64, "swiglu", seed=9)
+    _check((e4m3_tie_rows(7, 64), ids, weights, w_gate_up, w_down, None, None), float32_bound=1e-1)
+    for seed in range(8):
+        _check(make_inputs(1, 1, 8, 64, 64, "swiglu", seed=seed), layout="blocked8", float32_bound=1e-1)
 
 
 def test_empty_experts_skewed_routing_invalid_ids():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the INT4 experts (issue 33): build the launcher; check, with no Triton in the process, the INT4
-# kernels (GroupedMM and MoEExperts, both paths) against the float32 references (tests/test_int4_gpu.py); run its
+# kernels (GroupedMM and MoEExperts, every path) against the float32 references (tests/test_int4_gpu.py); run its
 # invalid, odd-size, empty, skewed and single-token cases under compute-sanitizer memcheck; then time the block
 # (benchmarks/int4_experts_bench.py: INT4 against our bf16 kernels and ExecuTorch's Triton fused_moe, and the sm_80
 # images' bandwidth against a measured copy). The benchmark's table and the goals print last. Everything printed also
@@ -18,14 +18,15 @@ main() {
   source benchmarks/device/common.sh
   build_launcher
 
-  step int4_tests 80 int4_images.json "${PYTEST[@]}" -rs tests/test_int4_gpu.py
+  step int4_tests 110 int4_images.json "${PYTEST[@]}" -rs tests/test_int4_gpu.py
   rc_int4_memcheck=skipped
   if [ "${INT4_MEMCHECK:-1}" != 0 ]; then
-    step int4_memcheck 90 int4_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_int4_gpu.py \
-      -k "(grouped_mm and bf16 and 32) or invalid or odd or single or skewed or (paths and bf16 and swiglu and concat)"
+    step int4_memcheck 100 int4_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_int4_gpu.py \
+      -k "(grouped_mm and bf16 and 32) or invalid or odd or single or skewed or (paths and bf16 and swiglu and concat) \
+or (pass_sizes and 32)"
   fi
   # ExecuTorch's kernels are Triton's: this step's Python has it (our kernels are still the AOT images).
-  step int4_bench 270 int4_images.json env PYTHONPATH="$PWD" python3 benchmarks/int4_experts_bench.py \
+  step int4_bench 240 int4_images.json env PYTHONPATH="$PWD" python3 benchmarks/int4_experts_bench.py \
     --images .device/int4_images.json --executorch .device/executorch --out "$OUT"
 
   echo

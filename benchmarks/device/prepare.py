@@ -19,6 +19,9 @@
 .device/moe_fp8_bench_images.json (+ .groups.json)  benchmarks/moe_fp8_block_bench.py's fused contenders:
                            "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
                            it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
+.device/moe_fp8_sweep_images.json (+ .groups.json)  the same contenders with "fused_fp8_<name>" for each of
+                           FP8_LARGE_CANDIDATES: the FP8 images with another "large" tiling (the one the launcher
+                           takes at the MoE shapes), "fused_fp8_m64" without "large" (--moe-fp8)
 .device/moe_sweep_images.json (+ .groups.json)  benchmarks/moe_sweep.py's contenders: the shipped Triton tilings,
                            the wgmma GEMMs built with other stages and cluster sizes, other Triton tilings (--sweep)
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
@@ -41,7 +44,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from et_trt_backend.kernels import aot, moe_aot, sm90  # noqa: E402
+from et_trt_backend.kernels import aot, int4_mma, moe_aot, sm90  # noqa: E402
 from et_trt_backend.kernels.images import save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
@@ -123,15 +126,31 @@ def save_moe_images() -> None:
     })
 
 
+# Sweep candidates for the FP8 "large" tiling (shipped: 128 rows, 128 features, K steps of 128, 4 stages, 8 warps;
+# the gate+up's features stay 128, one scale block): name -> (block_m, down_n, block_k, stages, warps). A down of
+# 256 columns (3 stages) spilled 132 registers: not a candidate. The H100 sweep (benchmarks/results/h100_moe_fp8acc/)
+# ranked these with 3 stages shipped; 4 stages ("s4") won and ships.
+FP8_LARGE_CANDIDATES = {"s3": (128, 128, 128, 3, 8), "k64s4": (128, 128, 64, 4, 8), "k64s6": (128, 128, 64, 6, 8),
+                        "d64s4": (128, 64, 128, 4, 8)}
+
+
 def save_moe_fp8_images() -> None:
-    """.device/moe_fp8_images.json and benchmarks/moe_fp8_block_bench.py's fused contenders (the docstring)."""
+    """.device/moe_fp8_images.json, benchmarks/moe_fp8_block_bench.py's fused contenders and the sweep's (the
+    docstring)."""
     fp8 = {dtype: moe_aot.moe_experts_images([ARCH], dtype, "fp8") for dtype in aot.DTYPES}
     save_images(OUT / "moe_fp8_images.json", [i for images in fp8.values() for i in images])
-    save_contenders("moe_fp8_bench_images", {
+    contenders = {
         "fused_fp8": fp8["bf16"],
         "fused_fp8_no_small": [i for i in fp8["bf16"] if i.variant != "small"],
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
-    })
+    }
+    save_contenders("moe_fp8_bench_images", contenders)
+    shipped = [i for i in fp8["bf16"] if i.variant != "large"]
+    sweep = {"fused_fp8": fp8["bf16"], "fused_bf16": contenders["fused_bf16"], "fused_fp8_m64": shipped}
+    for name, (block_m, down_n, block_k, stages, warps) in FP8_LARGE_CANDIDATES.items():
+        config = moe_aot.MoEGemmConfig("large", block_m, 128, down_n, block_k, stages, warps, 16)
+        sweep[f"fused_fp8_{name}"] = shipped + moe_aot.fp8_gemm_images(ARCH, "bf16", [config])
+    save_contenders("moe_fp8_sweep_images", sweep)
 
 
 # benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.
@@ -191,11 +210,20 @@ def save_int4_images(executorch: pathlib.Path) -> None:
 # (rows, 32-element chunks per step, warps, stages, gate and up in one loop): the shipped one (first), and the one
 # the first sweep found never slower than its predecessor (h100_int4/sweep/).
 GEMV_SWEEP = [(4, 32, 2, 2, True), (16, 16, 4, 3, True)]
+GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (sweep 2 did: 1.01x-1.17x slower)
 # The per-expert ones (int4_rows.py): pairs per weight tile, weight rows (features of gate+up), chunks per step,
-# warps, stages. Around 16 pairs x 16 rows x 128 of K: more rows or K per step (bytes in flight), fewer warps (more
-# programs per multiprocessor), 32 pairs (fewer passes over an expert's weights at 64-256 tokens; 64 spill on sm_90a).
-ROWS_SWEEP = [(16, 16, 4, 4, 2), (16, 16, 8, 4, 2), (16, 16, 16, 4, 2), (16, 32, 4, 4, 2), (16, 32, 8, 8, 2),
-              (16, 64, 2, 4, 3), (16, 16, 4, 2, 3), (16, 16, 8, 4, 3), (32, 16, 4, 4, 2), (32, 32, 4, 8, 2)]
+# warps, stages. The best of the second sweep (h100_int4/sweep2/), as the mma.sync kernels' reference.
+ROWS_SWEEP = [(16, 64, 2, 4, 3)]
+# The mma.sync kernels (int4_mma.py, moe_int4_mma.cu): (gate+up blocking, down blocking), each MmaConfig(warps,
+# 16-row tiles per warp, pairs per pass, chunks per stage, stages). Around 4 warps x 16 rows x 16 pairs x 128 of K:
+# fewer rows per block (more blocks for few experts), 8 or 32 pairs a pass, longer K runs, fewer warps.
+MMA_SWEEP = [(int4_mma.MmaConfig(4, 2, 16, 4, 4), int4_mma.MmaConfig(4, 1, 16, 4, 4)),
+             (int4_mma.MmaConfig(4, 1, 16, 4, 4), int4_mma.MmaConfig(4, 1, 16, 4, 4)),
+             (int4_mma.MmaConfig(4, 1, 8, 4, 4), int4_mma.MmaConfig(4, 1, 8, 4, 4)),
+             (int4_mma.MmaConfig(4, 1, 32, 4, 3), int4_mma.MmaConfig(4, 1, 32, 4, 3)),
+             (int4_mma.MmaConfig(4, 1, 16, 8, 3), int4_mma.MmaConfig(4, 1, 16, 8, 3)),
+             (int4_mma.MmaConfig(2, 1, 16, 8, 4), int4_mma.MmaConfig(2, 1, 16, 8, 4)),
+             (int4_mma.MmaConfig(4, 2, 8, 4, 4), int4_mma.MmaConfig(4, 1, 8, 4, 4))]
 
 
 def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
@@ -207,19 +235,21 @@ def rows_sweep_label(block_m: int, block_n: int, block_c: int, warps: int, stage
 
 
 def save_int4_sweep_images() -> None:
-    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP and ROWS_SWEEP its images (variant "gemv"); the
-    GEMV_SWEEP ones also without moe_gemv_down_combine (label + "_3launch")."""
+    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP, ROWS_SWEEP and MMA_SWEEP its images (variant
+    "gemv"); with GEMV_SWEEP_3LAUNCH the GEMV_SWEEP ones also without moe_gemv_down_combine (label + "_3launch")."""
     contenders = {}
     for block_n, block_c, warps, stages, paired in GEMV_SWEEP:
         config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, paired)
         label = gemv_sweep_label(block_n, block_c, warps, stages, paired)
         contenders[label] = moe_aot.gemv_images(ARCH, "bf16", "cubin", [config])
-        # Without the down and combine in one launch: what that launch saves.
-        contenders[label + "_3launch"] = [i for i in contenders[label] if i.kernel != "moe_gemv_down_combine"]
+        if GEMV_SWEEP_3LAUNCH:  # without the down and combine in one launch: what that launch saves
+            contenders[label + "_3launch"] = [i for i in contenders[label] if i.kernel != "moe_gemv_down_combine"]
     for block_m, block_n, block_c, warps, stages in ROWS_SWEEP:
         config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, block_m=block_m)
         contenders[rows_sweep_label(block_m, block_n, block_c, warps, stages)] = moe_aot.gemv_images(
             ARCH, "bf16", "cubin", [config])
+    for gate_up, down in MMA_SWEEP:
+        contenders[int4_mma.sweep_label(gate_up, down)] = int4_mma.images(ARCH, "bf16", gate_up, down, sweep=True)
     save_contenders("int4_sweep_images", contenders)
 
 

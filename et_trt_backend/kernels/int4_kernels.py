@@ -13,7 +13,8 @@ Two paths, which the launchers choose between by the rows each expert's weights 
   summed by moe_experts.moe_combine_kernel), or moe_int4_gemv_down_combine_kernel (both in one launch, by token).
 - tensor cores, above: the grouped GEMM kernels (grouped_mm.py, moe_experts.py) with INT4 = True load a chunk of
   32 elements of BLOCK_N weight rows per step (16 bytes a row), unpack it in registers and multiply it
-  (int4_tiles.py).
+  (int4_tiles.py). The MoE op has a third path between the two: moe_int4_mma.cu (CUDA, int4_mma.py), in these
+  kernels' launch, each expert's weights read once for its pairs on mma.sync.
 
 Semantics as int4_weights.py: the products of the activations with q * scale accumulate in float32; a GroupedMM's
 output is rounded to the activations' dtype, the MoE op's intermediate roundings are moe_experts.py's.

@@ -12,8 +12,11 @@ weight_format "int4" (expert_precision "int4", et_trt_backend/int4_weights.py): 
 dense ones: they read no weights), the two GEMMs' INT4 builds of the same tilings with BLOCK_K 32 (weight_format
 "int4"), and the vector-matrix kernels the launcher takes for few pairs per expert (int4_kernels.py): kernels
 "moe_gemv_gate_up", "moe_gemv_gate_up_gated" and "moe_gemv_down", variants "gemv" (H and F multiples of 16) and
-"gemv_any", with "moe_gemv_down_combine" (down and combine in one launch); no wgmma builds. gemv_images also
-builds int4_rows.py's per-expert kernels under the same names for blockings of block_m > 0 (benchmarks only).
+"gemv_any", with "moe_gemv_down_combine" (down and combine in one launch); the mma.sync kernels (int4_mma.py, nvcc:
+"moe_mma_gate_up", "moe_mma_gate_up_gated", "moe_mma_down", variants "mma_p<pairs per pass>") for up to tens of
+pairs per expert; no wgmma
+builds. gemv_images also builds int4_rows.py's per-expert kernels under the same names for blockings of block_m > 0
+(benchmarks only).
 
 weight_format "fp8" (expert_precision "fp8" where the architecture has FP8 MMA; moe_fp8.py): "moe_route_quantize"
 (variants as moe_route's: the route and hidden's quantization in one launch), the combine image and the two GEMMs'
@@ -27,7 +30,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from et_trt_backend.kernels import aot, sm90
+from et_trt_backend.kernels import aot, int4_mma, sm90
 from et_trt_backend.kernels.images import cached_image
 from et_trt_backend.serialization.kernel_image import KernelImage
 
@@ -90,19 +93,32 @@ class MoEGemvConfig:
 # few cells, by 2-13%, and no one blocking of them faster at both hidden sizes; they stay the sweep's candidates.
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
+# The mma.sync kernels' builds (int4_mma.py's MmaConfig: warps, 16-row weight tiles per warp, pairs per pass, 32-element
+# chunks of K per stage, stages; gate+up, down), one per pass size: the launcher takes the fewest pairs per pass that
+# hold twice the average expert's. Each the fastest of the seven an H100 sweep timed (benchmarks/results/h100_int4/
+# sweep3/) where the launcher runs it: 8 pairs at 64x2048x1024 x 8-64 tokens and 16x2048x4096 x 8-32; 16 (64 gate+up
+# rows a block) at 64x2048x1024 x 256 and 16x2048x4096 x 64; 32 at 16x2048x4096 x 256.
+MOE_MMA_CONFIGS = ((int4_mma.MmaConfig(4, 1, 8, 4, 4), int4_mma.MmaConfig(4, 1, 8, 4, 4)),
+                   (int4_mma.MmaConfig(4, 2, 16, 4, 4), int4_mma.MmaConfig(4, 1, 16, 4, 4)),
+                   (int4_mma.MmaConfig(4, 1, 32, 4, 3), int4_mma.MmaConfig(4, 1, 32, 4, 3)))
 # The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
 # down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
 # spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory
 # (sm_89, sm_120) take two stages and "tile" of 32 rows (_fp8_configs). "any" (masked byte loads, no cp.async: a pointer
 # per element) takes K steps of 32 and runs unpipelined: with 128 or two stages its gated gate+up spills.
+# "large" (the MoE shapes' tiling) loads 4 stages deep (192 KiB for the gated gate+up): the fastest of the H100 sweep
+# (benchmarks/results/h100_moe_fp8acc/: 3 stages, K steps of 64 with 4 or 6 stages, a 64-column down, 64-row tiles),
+# 3141 / 7236 us against 3 stages' 3307 / 7356 at 3500 / 8740 tokens (gate+up -9%, down -6%).
 FP8_GEMM_CONFIGS = (
     MoEGemmConfig("small", 16, 128, 64, 128, 3, 4, 16),
     MoEGemmConfig("tile", 64, 128, 128, 128, 3, 8, 16),
-    MoEGemmConfig("large", 128, 128, 128, 128, 3, 8, 16),
+    MoEGemmConfig("large", 128, 128, 128, 128, 4, 8, 16),
     MoEGemmConfig("any", 16, 128, 32, 32, 1, 8, 1),
 )
 _SMALL_SMEM_CAPS = (89, 120)
-FP8_QUANTIZE_TOKENS = 16  # tokens of hidden per quantizing program of moe_route_quantize
+# Tokens of hidden per quantizing program of moe_route_quantize. Each thread divides once per token (the scale, IEEE
+# division with its slow path as a call): with 16, sm_120a's e1024 variant spilled 4 registers.
+FP8_QUANTIZE_TOKENS = 8
 FP8_ROUTE_WARPS = 8  # with 4, moe_route_quantize e256 spills a register on sm_90a
 # The route kernel's variants: experts it holds (E <= E_PAD) and pairs per program.
 MOE_ROUTE_CONFIGS = {"e64": (64, 256), "e256": (256, 1024), "e1024": (1024, 1024)}
@@ -226,6 +242,13 @@ def _fp8_configs(arch: str) -> tuple[MoEGemmConfig, ...]:
     return configs
 
 
+def fp8_route_signature(dtype: str) -> dict:
+    """moe_fp8.moe_fp8_route_kernel's signature (its constexprs CHUNK, E_PAD, BLOCK_T)."""
+    return {**_pointers("ids_ptr:i32 offs_ptr:i32 sorted_ptr:i32 tiles_ptr:i32", dtype), "pairs": "i32", "E": "i32",
+            "block_m": "i32", **_pointers("x_ptr:x xq_ptr:f8 xs_ptr:f32", dtype), "T": "i32", "H": "i32",
+            "route_programs": "i32", "CHUNK": "constexpr", "E_PAD": "constexpr", "BLOCK_T": "constexpr"}
+
+
 def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
     """The route + quantization variants, the combine, each FP8 tiling's gate+up (non-gated and gated) and down
     (moe_fp8.py), cubins."""
@@ -233,10 +256,7 @@ def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
 
     images = []
     for variant, (e_pad, chunk) in MOE_ROUTE_CONFIGS.items():
-        signature = {**_pointers("ids_ptr:i32 offs_ptr:i32 sorted_ptr:i32 tiles_ptr:i32", dtype),
-                     "pairs": "i32", "E": "i32", "block_m": "i32",
-                     **_pointers("x_ptr:x xq_ptr:f8 xs_ptr:f32", dtype), "T": "i32", "H": "i32",
-                     "route_programs": "i32", "CHUNK": "constexpr", "E_PAD": "constexpr", "BLOCK_T": "constexpr"}
+        signature = fp8_route_signature(dtype)
         images.append(_compile("moe_route_quantize", variant, source.moe_fp8_route_kernel, signature,
                                {"CHUNK": chunk, "E_PAD": e_pad, "BLOCK_T": FP8_QUANTIZE_TOKENS},
                                {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin",
@@ -247,7 +267,16 @@ def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
                            {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
                            {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
                            (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
-    for config in _fp8_configs(arch):
+    return images + fp8_gemm_images(arch, dtype, _fp8_configs(arch))
+
+
+def fp8_gemm_images(arch: str, dtype: str, configs: Sequence[MoEGemmConfig]) -> list[KernelImage]:
+    """Each tiling's FP8 gate+up (non-gated and gated) and down (moe_fp8.py), cubins; benchmarks/device/prepare.py
+    builds other tilings than FP8_GEMM_CONFIGS with it (sweep candidates)."""
+    from et_trt_backend.kernels import moe_fp8 as source
+
+    images = []
+    for config in configs:
         sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
         for gated in (False, True):
             signature = {**_pointers("xq_ptr:f8 xs_ptr:f32 sorted_ptr:i32 w_ptr:f8 w_scale_ptr:f32 bias_ptr:x "
@@ -323,10 +352,18 @@ def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -
         return _fp8_images(arch, dtype)
     images = _route_and_combine(arch, dtype, fmt) + gemm_images(arch, dtype, fmt, weight_format)
     if weight_format == "int4":
-        images += gemv_images(arch, dtype, fmt)
+        images += gemv_images(arch, dtype, fmt) + _mma_images(arch, dtype, fmt)
     elif aot._capability(arch) == 90 and fmt == "cubin":
         images += _sm90_images(arch, dtype, source)
     return images
+
+
+def _mma_images(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
+    """The INT4 mma.sync kernels (int4_mma.py); [] without nvcc (the launcher's tiles serve their pairs)."""
+    if sm90.nvcc_path() is None:
+        logger.warning("nvcc not found: the INT4 images lack the mma.sync kernels (the tiles serve their shapes)")
+        return []
+    return [image for gate_up, down in MOE_MMA_CONFIGS for image in int4_mma.images(arch, dtype, gate_up, down, fmt)]
 
 
 def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:

@@ -18,13 +18,16 @@ quantize_weights_fp8: w_gate_up [E, N1, H] with w_gate_up_scale [E, N1], w_down 
                           128 features h_scale [pairs, cdiv(F, 128)] (BLOCK_N = 128: one program owns a block)
   moe_fp8_down_kernel     y[pairs[r]] = topk_weights * (h[r] @ w_down[e]^T * scales (+ bias)), float32, as the
                           dense down kernel writes it; each K step (BLOCK_K, within one block) adds its FP8 product
-                          scaled by its rows' block scales to the float32 accumulator (DeepGEMM's promotion)
+                          scaled by its rows' block scales to the float32 accumulator (DeepGEMM's promotion; it
+                          keeps the MMA from accumulating: on an H100 at the MoE shapes the down runs at 363 TFLOP/s,
+                          the gate+up at 658, benchmarks/results/h100_moe_fp8acc/)
 
 So a block is these three and moe_experts.py's moe_combine: four launches, as the dense form's.
 Quantization: amax over the row or block (masked columns are zeros), scale = amax / 448 (1 where amax is 0),
-q = e4m3(clamp(x * (448 / amax), +-448)) rounded to nearest even. The reciprocal is rounded once per row, so q
-may differ from x / scale's rounding by one e4m3 step where the quotient lies near a tie: the tests measure the
-result against a float32 reference of the same quantized weights, never bit for bit.
+q = e4m3(clamp(x / scale, +-448)) rounded to nearest even, both divisions IEEE (quantize_rows.py's quotients, the
+form of quantization.py and moe_experts_fp8.reference). Triton's `/` on float32 is div.full.f32 (up to 2 ulps off):
+with it a quotient near an e4m3 tie rounded one step off the reference's, and where that moved a gate+up output's
+block amax by a bf16 ulp every value of the block rounded anew (4.5e-2 off at one token on an H100).
 """
 
 import triton
@@ -38,21 +41,16 @@ from et_trt_backend.kernels.moe_experts import (
     _store_weighted_rows,
     moe_route_kernel,
 )
+from et_trt_backend.kernels.quantize_rows import _quantized, _row_scales
 
-E4M3_MAX = tl.constexpr(448.0)  # the largest finite float8 e4m3fn value
 SCALE_BLOCK = tl.constexpr(128)  # columns of h per scale
 
 
 @triton.jit
-def _scales(amax):
-    """(scale, its inverse) of rows of this amax: the amax becomes 448 (1 where it is 0)."""
-    nonzero = amax > 0
-    return tl.where(nonzero, amax / E4M3_MAX, 1.0), tl.where(nonzero, E4M3_MAX / amax, 1.0)
-
-
-@triton.jit
-def _quantized(x, inverse):
-    return tl.minimum(tl.maximum(x * inverse[:, None], -E4M3_MAX), E4M3_MAX).to(tl.float8e4nv)
+def _quantize(x, amax):
+    """(e4m3 of rows x [rows, cols] scaled by their amax [rows], the scales): quantize_rows.py's IEEE quotients."""
+    scale, divisor, inverse, lift = _row_scales(amax)
+    return _quantized(x, divisor, inverse, lift), scale
 
 
 @triton.jit
@@ -72,13 +70,13 @@ def moe_fp8_route_kernel(ids_ptr, offs_ptr, sorted_ptr, tiles_ptr, pairs, E, blo
             mask = (rt < T)[:, None] & (rk < H)[None, :]
             amax = tl.maximum(amax, tl.max(tl.abs(tl.load(x_ptr + rows + rk[None, :], mask=mask, other=0.0)
                                                   .to(tl.float32)), 1))
-        scale, inverse = _scales(amax)
+        scale, divisor, inverse, lift = _row_scales(amax)
         tl.store(xs_ptr + rt, scale, mask=rt < T)
         for k in range(0, H, SCALE_BLOCK):
             rk = k + tl.arange(0, SCALE_BLOCK)
             mask = (rt < T)[:, None] & (rk < H)[None, :]
             x = tl.load(x_ptr + rows + rk[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(xq_ptr + rows + rk[None, :], _quantized(x, inverse), mask=mask)
+            tl.store(xq_ptr + rows + rk[None, :], _quantized(x, divisor, inverse, lift), mask=mask)
 
 
 @triton.jit
@@ -104,8 +102,7 @@ def moe_fp8_gate_up_kernel(xq_ptr, xs_ptr, sorted_ptr, w_ptr, w_scale_ptr, bias_
         # the dense form), then quantized for the down GEMM; features past F are zeros, outside the block's amax.
         h = _gate_up_activation(acc_g, acc_u, bias_ptr, has_bias, expert, rows_per_expert, gate_row, layout_block,
                                 f_ok, activation, alpha, limit, GATED).to(dtype).to(tl.float32)
-        scale, inverse = _scales(tl.max(tl.abs(tl.where(f_ok[None, :], h, 0.0)), 1))
-        q = _quantized(h, inverse)
+        q, scale = _quantize(h, tl.max(tl.abs(tl.where(f_ok[None, :], h, 0.0)), 1))
         tl.store(h_ptr + rm.to(tl.int64)[:, None] * F + f[None, :], q, mask=row_ok[:, None] & f_ok[None, :])
         tl.store(h_scale_ptr + rm.to(tl.int64) * tl.cdiv(F, SCALE_BLOCK) + tl.program_id(1), scale, mask=row_ok)
 

@@ -64,6 +64,31 @@ bool is_gemv_kernel(const std::string& kernel) {
   return kernel == "moe_gemv_gate_up" || kernel == "moe_gemv_gate_up_gated" || kernel == "moe_gemv_down" ||
          kernel == "moe_gemv_down_combine";
 }
+// The INT4 mma.sync kernels (et_trt_backend/kernels/int4_mma.py): the per-pair kernels' launch and arguments.
+bool is_mma_kernel(const std::string& kernel) {
+  return kernel == "moe_mma_gate_up" || kernel == "moe_mma_gate_up_gated" || kernel == "moe_mma_down";
+}
+
+// The INT4 kernels for a launch (measured on an H100: benchmarks/results/h100_int4/sweep3/, 8x1024x1024,
+// 64x2048x1024 and 16x2048x4096, top-2, 1-256 tokens). The vector-matrix kernels (two launches) while pairs <=
+// max(experts, kInt4GemvMaxRows) and, where the mma.sync kernels serve, pairs x H x F <= kInt4GemvMaxWork: above that
+// (64x2048x1024 from 16 tokens, 16x2048x4096 from 4) the mma.sync kernels read each weight byte once per expert and
+// win by 1.1x-1.6x. The mma.sync kernels then up to kInt4MmaMaxPairsPerExpert pairs per expert on average (they beat
+// the tiles by 1.2x-1.8x there), kInt4MmaLargeMaxPairsPerExpert where H x F >= kInt4MmaLargeSize (16x2048x4096 at 256
+// tokens: 1.35x); the route and the tiles above (8x1024x1024 at 64 and 256 tokens: the tiles 1.06x and 1.34x faster).
+enum class Int4Path { kGemv, kMma, kTiles };
+constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 25;
+constexpr int64_t kInt4MmaMaxPairsPerExpert = 8;
+constexpr int64_t kInt4MmaLargeMaxPairsPerExpert = 32;
+constexpr int64_t kInt4MmaLargeSize = int64_t{1} << 23;
+Int4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
+  const int64_t size = hidden_size * ffn;
+  if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * size <= kInt4GemvMaxWork))
+    return Int4Path::kGemv;
+  const int64_t most = size >= kInt4MmaLargeSize ? kInt4MmaLargeMaxPairsPerExpert : kInt4MmaMaxPairsPerExpert;
+  if (mma_serves && pairs <= most * experts) return Int4Path::kMma;
+  return Int4Path::kTiles;
+}
 
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
 struct Regions {
@@ -129,6 +154,7 @@ struct MoEExpertsLauncher::State {
   bool int4 = false;              // the GEMM images' weight format is Int4GroupScaled
   bool fp8 = false;               // ... is Float8RowScaled
   std::vector<Gemvs> gemvs;       // int4: "gemv" first, then "gemv_any"
+  std::vector<Gemvs> mmas;        // int4: the mma.sync kernels' builds, by pairs per pass (gate_up.block_m)
   Kernel combine;                 // block_m tokens x block_n columns per program
   // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
   // per program); null where no image serves this GPU.
@@ -195,7 +221,8 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     if (image.global_scratch_bytes > 0 || image.profile_scratch_bytes > 0)
       return failed("image " + image.kernel + " needs scratch memory, which this launcher does not pass; rebuild "
                     "the images and the launcher from one release");
-    if (!is_gemm_kernel(image.kernel) && !is_gemv_kernel(image.kernel)) continue;  // route, combine, gather: any
+    if (!is_gemm_kernel(image.kernel) && !is_gemv_kernel(image.kernel) && !is_mma_kernel(image.kernel))
+      continue;  // route, combine, gather: any
     const bool int4 = image.weight_format == blob::WeightFormat::Int4GroupScaled;
     const bool fp8 = image.weight_format == blob::WeightFormat::Float8RowScaled;
     if (!int4 && !fp8 && image.weight_format != blob::WeightFormat::Dense)
@@ -241,6 +268,15 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
                      : image.kernel == "moe_gemv_gate_up"      ? gemvs->gate_up
                                                                : gemvs->gate_up_gated;
       slot = kernel;
+    } else if (is_mma_kernel(image.kernel)) {
+      auto mma = std::find_if(state->mmas.begin(), state->mmas.end(),
+                              [&](const Gemvs& g) { return g.variant == image.variant; });
+      if (mma == state->mmas.end()) {
+        state->mmas.push_back({image.variant, {}, {}, {}, 16, {}});
+        mma = state->mmas.end() - 1;
+      }
+      (image.kernel == "moe_mma_down" ? mma->down : image.kernel == "moe_mma_gate_up" ? mma->gate_up
+                                                                                     : mma->gate_up_gated) = kernel;
     } else if (is_gemm_kernel(image.kernel)) {
       auto gemms = std::find_if(state->gemms.begin(), state->gemms.end(),
                                 [&](const Gemms& g) { return g.variant == image.variant; });
@@ -273,6 +309,11 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
                      }), state->gemvs.end());
   std::sort(state->gemvs.begin(), state->gemvs.end(),
             [](const Gemvs& a, const Gemvs& b) { return a.size_multiple > b.size_multiple; });
+  state->mmas.erase(std::remove_if(state->mmas.begin(), state->mmas.end(), [](const Gemvs& g) {
+                      return !g.gate_up.function || !g.gate_up_gated.function || !g.down.function;
+                    }), state->mmas.end());
+  std::sort(state->mmas.begin(), state->mmas.end(),
+            [](const Gemvs& a, const Gemvs& b) { return a.gate_up.block_m < b.gate_up.block_m; });
   if (state->int4 && (state->gemvs.empty() || state->gemvs.back().size_multiple != 1))
     return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
                   gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
@@ -380,9 +421,18 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                ? rule_path(a.tokens, a.top_k, a.experts, a.hidden_size, a.ffn)
                                : state_->path;
   const bool wgmma = wgmma_serves && path == MoEGemmPath::kWgmma;
-  // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles).
+  // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles); at
+  // tens: the mma.sync kernels, the same launches.
   const Gemvs* gemvs = nullptr;
-  if (state_->int4 && pairs <= std::max(a.experts, kInt4GemvMaxRows))
+  const bool mma_serves = !state_->mmas.empty() && a.hidden_size % 16 == 0 && a.ffn % 16 == 0;
+  const Int4Path int4_choice =
+      state_->int4 ? int4_path(pairs, a.experts, a.hidden_size, a.ffn, mma_serves) : Int4Path::kTiles;
+  if (int4_choice == Int4Path::kMma)  // the fewest pairs per pass that hold twice the average expert's (skew)
+    for (const Gemvs& candidate : state_->mmas) {
+      gemvs = &candidate;
+      if (candidate.gate_up.block_m >= 2 * per_expert) break;
+    }
+  if (int4_choice == Int4Path::kGemv)
     for (const Gemvs& candidate : state_->gemvs)  // "gemv" first; create() keeps a "gemv_any"
       if (a.hidden_size % candidate.size_multiple == 0 && a.ffn % candidate.size_multiple == 0) {
         gemvs = &candidate;

@@ -24,3 +24,19 @@ def make_inputs(tokens, top_k, experts, hidden, ffn, activation, *, dtype=torch.
     b_gate_up = (torch.randn(experts, rows, generator=g) * 0.1).to(dtype) if bias else None
     b_down = (torch.randn(experts, hidden, generator=g) * 0.1).to(dtype) if bias else None
     return hidden_states, ids, weights, w_gate_up, w_down, b_gate_up, b_down
+
+
+def e4m3_tie_rows(tokens, size):
+    """bfloat16 hidden states [tokens, size >= 61] for the FP8 form's per-token quantization: amax 1.53125 (times
+    2^(row - 3)) and 30 values of each sign whose quotients by the row's scale (amax / 448) round to another e4m3
+    value than their products with 448 / amax (what the kernels once computed)."""
+    amax = torch.tensor(1.53125)
+    values = torch.arange(2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    values = values[values < amax]
+    by_scale = (values / (amax / torch.tensor(448.0))).to(torch.float8_e4m3fn).float()
+    by_inverse = (values * (torch.tensor(448.0) / amax)).to(torch.float8_e4m3fn).float()
+    ties = values[by_scale != by_inverse]
+    assert ties.numel() == 30, ties.numel()
+    row = torch.cat([amax[None], ties, -ties])
+    row = torch.nn.functional.pad(row, (0, size - row.numel()))
+    return (row * 2.0 ** (torch.arange(tokens) - 3)[:, None]).to(torch.bfloat16)
