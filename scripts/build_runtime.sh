@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds runtime/ (libet_trt_runtime.so, et_trt_runner, the
 # kernel launcher libraries, the C++ tests).
-#   ./scripts/build_runtime.sh [--target host|aarch64] [--build-dir DIR] [CMAKE_ARGS...]
+#   ./scripts/build_runtime.sh [--target host|aarch64] [--build-dir DIR] [--only "TARGET..."] [CMAKE_ARGS...]
 # --target host (default): for this machine, against the ExecuTorch wheel in
 #   .venv; DIR defaults to runtime/build.
 # --target aarch64: for Jetson Orin and Thor, against ExecuTorch's manylinux
@@ -9,16 +9,19 @@
 #   (ET_TRT_WHEELS moves it); cross-compiled on an x86-64 machine
 #   (runtime/cmake/aarch64-linux-gnu.cmake; ctest then runs the tests under
 #   qemu-aarch64), natively on an aarch64 one. DIR defaults to runtime/build-aarch64.
+# --only: build these CMake targets (and what they link) instead of all.
 # CMAKE_ARGS go to CMake's configure step, e.g. -DET_TRT_TENSORRT_INCLUDE_DIR=/path/to/TensorRT/include.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 target=host
 build_dir=
+only=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --target) target=${2:?--target needs host or aarch64}; shift 2 ;;
     --build-dir) build_dir=${2:?--build-dir needs a folder}; shift 2 ;;
+    --only) read -ra only <<<"${2:?--only needs CMake target names}"; only=(--target "${only[@]}"); shift 2 ;;
     *) break ;;
   esac
 done
@@ -72,4 +75,4 @@ esac
 
 .venv/bin/cmake -S runtime -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${toolchain[@]}" \
   -DCMAKE_PREFIX_PATH="$et_dir" -DPython3_EXECUTABLE="$PWD/.venv/bin/python" "$@"
-.venv/bin/cmake --build "$build_dir" -j"$(nproc)"
+.venv/bin/cmake --build "$build_dir" -j"$(nproc)" "${only[@]}"

@@ -7,7 +7,9 @@
 #         libet_trt_plugin.so included) and its ctest suite, but the blob
 #         reader's corruption run and the unit tests, which runtime/build's
 #         suite runs (they include no TensorRT header).
-#   others (10.16, 10.3): the delegate and the plugin library.
+#   others (10.16, 10.3): the delegate and the plugin library (CMake target et_trt_tensorrt_layer:
+#         every source that includes a TensorRT header, checked against 11.1's build where there
+#         is one); the runner, the launcher check and the kernels' C ABI library include none.
 #   ./scripts/build_tensorrt_layers.sh [--build-only] [VERSION...]
 # VERSIONs limit it to those header sets; --build-only runs no ctest (scripts/setup.sh
 # builds 11.1 so, with the flags test.sh builds it with, so test.sh does not build it again).
@@ -15,6 +17,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Fails naming a source 11.1's whole build compiled with a TensorRT header that $1 (et_trt_tensorrt_layer) did not.
+check_trt_targets() {
+  local full=runtime/build-tensorrt-$full_version dep
+  [ -d "$full" ] || return 0
+  for dep in $(grep -rl --include='*.o.d' NvInfer.h "$full" | grep -v "^$full/tests/"); do
+    [ -f "$1/${dep#"$full"/}" ] || {
+      echo "build_tensorrt_layers.sh: $(basename "${dep%.o.d}") includes a TensorRT header but is not built by" \
+        "et_trt_tensorrt_layer (runtime/CMakeLists.txt): add its target there" >&2
+      return 1
+    }
+  done
+}
 run_ctest=1
 if [ "${1:-}" = --build-only ]; then
   run_ctest=0
@@ -40,6 +54,7 @@ for include in "$headers"/*/include; do
       .venv/bin/ctest --test-dir "$build" -j"$(nproc)" --output-on-failure
     fi
   else
-    ./scripts/build_runtime.sh "${args[@]}" -DET_TRT_BUILD_TESTS=OFF
+    ./scripts/build_runtime.sh --only et_trt_tensorrt_layer "${args[@]}" -DET_TRT_BUILD_TESTS=OFF
+    check_trt_targets "$build"
   fi
 done

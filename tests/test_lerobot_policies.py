@@ -2,11 +2,13 @@
 
 Each policy (tests/support/lerobot_policies.py builds them tiny, no hub, policy code unmodified) is exported
 once for the module: its programs through torch.export and to_edge_transform_and_lower with one
-TensorRTPartitioner recipe into one .pte (engines are left to the check below). Then
+TensorRTPartitioner recipe and the compile config `et-trt export` passes into one .pte (engines are left to
+the check below). Then
 - every program is one partition and ExecuTorch runs no op of its own (a leftover op is an engine boundary
   and a device-to-host copy at every control step on the robot);
 - `et-trt check --build --require-builder` passes: the pre-flight rules, then NVIDIA's ONNX parser and
-  builder (TensorRT for RTX, on this CPU) build every partition.
+  builder (TensorRT for RTX, on this CPU) build every partition, for one target (kernel_archs), the policies
+  taking sm_80 and sm_120a in turn (test_real_builder.py builds the example for every target).
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ logger = logging.getLogger(__name__)
 pytestmark = pytest.mark.slow
 
 POLICIES = ["act", "diffusion", "groot", "xvla", "smolvla", "pi0"]
+BUILD_TARGETS = ["sm_80", "sm_120a"]
+
+
+def _build_target(name: str) -> str:
+    """The one target the policy's partitions are built for: the policies take BUILD_TARGETS in turn."""
+    return BUILD_TARGETS[POLICIES.index(name) % len(BUILD_TARGETS)]
 
 
 def _build(name: str, folder):
@@ -60,8 +68,12 @@ def lowered(request, tmp_path_factory):
     start = time.process_time()
     with _build(name, folder) as policy, torch.no_grad():
         exported = {program: torch.export.export(p.module, p.args) for program, p in policy.programs.items()}
-    recipe = {**policy.recipe, "default": {**policy.recipe.get("default", {}), "engine_build": "never"}}
-    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner(recipe)])
+    recipe = {**policy.recipe, "default": {**policy.recipe.get("default", {}), "engine_build": "never",
+                                           "kernel_archs": [_build_target(name)]}}
+    # as `et-trt export` lowers them: the preserved ops in the compile config (ExecuTorch traces each program once less)
+    partitioner = TensorRTPartitioner(recipe, preserved_ops_in_config=True)
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner],
+                                       compile_config=TensorRTPartitioner.edge_compile_config())
     found = {program: (_partitions(edge.exported_program(program)), _outside_delegates(edge.exported_program(program)))
              for program in exported}
     pte = folder / f"{name}.pte"
@@ -81,5 +93,6 @@ def test_every_program_is_one_tensorrt_partition(lowered):
 def test_nvidia_builder_builds_every_partition(lowered, capsys):
     name, found, pte = lowered
     assert cli.main(["check", "--build", "--require-builder", str(pte)]) == 0, capsys.readouterr().out
-    assert f"{sum(parts for parts, _ in found.values())} partition(s), 0 violation(s), 0 build failure(s)" in \
-        capsys.readouterr().out
+    out, partitions = capsys.readouterr().out, sum(parts for parts, _ in found.values())
+    assert f"{partitions} partition(s), 0 violation(s), 0 build failure(s)" in out
+    assert out.count(f": built for {_build_target(name)} in ") == partitions, out

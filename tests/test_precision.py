@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -28,11 +27,11 @@ from et_trt_backend.onnx_analysis import onnx_precision
 from et_trt_backend.lowering import LoweringError, lower_to_onnx
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.serialization import external_data
+from et_trt_backend.serialization.pte import read_partitions
 from et_trt_partitioner import TensorRTPartitioner
 from support import moe_models, onnx_reference
 from support.lowering import assert_onnx_matches_partition, lower, lower_program
 
-ROOT = Path(__file__).resolve().parents[1]
 _NAMES = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.FLOAT: "fp32"}
 _FP16_ULP = 2.0**-10  # relative spacing of fp16 values
 
@@ -153,16 +152,15 @@ def test_a_scalar_beyond_fp16_range_is_a_warning_naming_its_line(caplog):
 
 # ---- the example policy with its recipe (velocity fp16, decoder bf16) ---------------------------
 @pytest.fixture(scope="module")
-def example_parts():
-    from examples import moe_policy
-
-    parts = lower_program(moe_policy.export_policy(), TensorRTPartitioner(ROOT / "examples" / "recipe.toml"))
-    return {contents.part: (program, contents) for program, contents in parts}
+def example_parts(example_pte):
+    """part -> blob contents of the example as `et-trt export` wrote it with its recipe (the test run's shared
+    export, conftest.py)."""
+    return {p.contents.part: p.contents for p in read_partitions(example_pte.read_bytes(), data_dir=example_pte.parent)}
 
 
 @pytest.mark.slow
 def test_example_velocity_is_fp16_throughout(example_parts):
-    _, velocity = example_parts["velocity"]
+    velocity = example_parts["velocity"]
     model = onnx.ModelProto.FromString(velocity.onnx)
     assert velocity.options.precision == "fp16"
     assert _boundary_casts(model) == (3, 1)  # timestep, noisy_actions, context in; the velocity out
@@ -175,7 +173,7 @@ def test_example_velocity_is_fp16_throughout(example_parts):
     assert ops[("MatMul", "fp32")] == 1 and ops[("Gemm", "fp32")] == 0  # only the router's .float() linear
     assert {k.dtype for k in velocity.kernels} == {"fp16"}
     # The decoder keeps the model's bf16.
-    _, decoder = example_parts["decoder"]
+    decoder = example_parts["decoder"]
     assert "fp16" not in onnx_precision(onnx.ModelProto.FromString(decoder.onnx))["computed"]
     assert {k.dtype for k in decoder.kernels} == {"bf16"}
 
@@ -184,7 +182,7 @@ def test_example_velocity_is_fp16_throughout(example_parts):
 def test_example_velocity_matches_pytorch_fp16(example_parts):
     from examples import moe_policy
 
-    _, velocity = example_parts["velocity"]
+    velocity = example_parts["velocity"]
     model = external_data.onnx_with_weights(velocity.onnx, velocity.weights)
     (context,) = [s.name for s in velocity.inputs if s.name not in ("timestep", "noisy_actions")]
     head = moe_policy.build_policy().velocity  # the exported policy's weights (seed 0)

@@ -1,8 +1,10 @@
 """NVIDIA's own ONNX parser and builder (TensorRT for RTX, on this CPU machine), driven by et-trt's C++ engine
 builder (libet_trt_plugin.so, the builder the robot runs at init), on every partition we produce, with our C++
 GroupedMM plugin: the example policy, the test models, unmodified transformers MoE blocks and whole decoder
-layers (attention, rotary, norms and MoE) of eight families parse with 0 errors and build for sm_80, sm_86, sm_89 and
-sm_120. Negative controls fail with the parser's or builder's own
+layers (attention, rotary, norms and MoE) of eight families parse with 0 errors and build. The example policy builds
+for every target (sm_80, sm_86, sm_89 and sm_120); each other case for one, the cases of a test taking the targets in
+turn (one target proves the parse; the targets differ in the builder's kernel choice, which the example covers).
+Negative controls fail with the parser's or builder's own
 message, not a crash (they run in a subprocess: the library can abort a process). Where the real parser and a
 pre-flight rule disagree, DISAGREEMENTS records it.
 
@@ -71,13 +73,23 @@ def _partitions(exported, recipe=None) -> list[blob.BlobContents]:
     return [contents for _, contents in delegated_parts(edge)]
 
 
+def _partitions_for(exported, target: str, **options) -> list[blob.BlobContents]:
+    """The partitions of `exported` with RECIPE (and `options`), their kernel images for `target` only."""
+    return _partitions(exported, {"default": {**RECIPE, "kernel_archs": [target], **options}})
+
+
 def _images_id(kernels: list[KernelImage]) -> bytes:
     """The 32-byte reference each GroupedMM node of an engine holds (schema.fbs, table Engine)."""
     return hashlib.sha256(b"".join(k.image.bytes() for k in kernels)).digest()
 
 
-def _assert_builds_everywhere(rtx, partitions: list[blob.BlobContents], targets=TARGETS) -> list[bytes]:
-    """Every partition parses and builds for every target, the plan recording that target and, for each GroupedMM
+def _in_turn(case: str, cases) -> str:
+    """The one target `case` builds for: the cases of `cases` take TARGETS in turn."""
+    return TARGETS[list(cases).index(case) % len(TARGETS)]
+
+
+def _assert_builds(rtx, partitions: list[blob.BlobContents], targets=TARGETS) -> list[bytes]:
+    """Every partition parses and builds for each of `targets`, the plan recording that target and, for each GroupedMM
     node, the reference to the blob's kernel images; the plans, partition by partition and target by target."""
     assert partitions, "nothing was delegated"
     plans = []
@@ -116,8 +128,8 @@ def test_example_policy(rtx):
     fp8_inputs = [len(n.input) for n in onnx.load_from_string(by_part["decoder"].onnx).graph.node
                   if n.op_type == "MoEExperts"]
     assert fp8_inputs == [9] * 2
-    _assert_builds_everywhere(rtx, [by_part["velocity"]])
-    for plan in _assert_builds_everywhere(rtx, [by_part["decoder"]], targets=FP8_TARGETS):
+    _assert_builds(rtx, [by_part["velocity"]])
+    for plan in _assert_builds(rtx, [by_part["decoder"]], targets=FP8_TARGETS):
         assert serialized_group_sizes(plan) == [0, 0]  # the FP8 form: no INT4 group size
 
 
@@ -139,7 +151,7 @@ def test_example_policy_with_int4_experts(rtx):
     nodes = [n for n in onnx.load_from_string(decoder.onnx).graph.node if n.op_type == "MoEExperts"]
     assert [len(n.input) for n in nodes] == [9, 9]
     assert {k.weight_format for k in decoder.kernels if k.kernel not in ("moe_route", "moe_combine")} == {"int4"}
-    for plan in _assert_builds_everywhere(rtx, [decoder]):
+    for plan in _assert_builds(rtx, [decoder]):
         assert serialized_group_sizes(plan) == [128, 128]
 
 
@@ -155,13 +167,19 @@ MODELS = {
 
 @pytest.mark.parametrize("name", MODELS)
 def test_test_models(rtx, name):
-    _assert_builds_everywhere(rtx, _partitions(moe_models.export(moe_models.bf16(MODELS[name]()))))
+    target = _in_turn(name, MODELS)
+    _assert_builds(rtx, _partitions_for(moe_models.export(moe_models.bf16(MODELS[name]())), target), [target])
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "gpt_oss"])
+HF_BLOCKS = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "gpt_oss"]
+
+
+@pytest.mark.parametrize("name", HF_BLOCKS)
 def test_transformers_moe_blocks(rtx, name):
     block = moe_models.hf_moe_block(name)
-    _assert_builds_everywhere(rtx, _partitions(moe_models.export(block, hidden=moe_models.HF_HIDDEN, batch=True)))
+    target = _in_turn(name, HF_BLOCKS)
+    _assert_builds(rtx, _partitions_for(moe_models.export(block, hidden=moe_models.HF_HIDDEN, batch=True), target),
+                   [target])
 
 
 @pytest.mark.slow
@@ -172,9 +190,10 @@ def test_transformers_decoder_layers(rtx, name):
     with torch.no_grad():
         exported = torch.export.export(layer, (torch.randn(1, 8, moe_models.HF_HIDDEN, dtype=moe_models.DTYPE),),
                                        dynamic_shapes=({1: torch.export.Dim("tokens", min=2, max=256)},))
-    partitions = _partitions(exported)
+    target = _in_turn(name, moe_models.HF_FAMILIES)
+    partitions = _partitions_for(exported, target)
     assert any(contents.kernels for contents in partitions), "no GroupedMM partition"
-    _assert_builds_everywhere(rtx, partitions)
+    _assert_builds(rtx, partitions, [target])
 
 
 @pytest.mark.slow
@@ -186,15 +205,15 @@ def test_transformers_decoder_layer_with_fp8_experts(rtx):
         exported = torch.export.export(layer, (torch.randn(1, 8, moe_models.HF_HIDDEN, dtype=moe_models.DTYPE),),
                                        dynamic_shapes=({1: torch.export.Dim("tokens", min=2, max=256)},))
     partitions = _partitions(exported, {"default": {**RECIPE, "expert_precision": "fp8", "kernel_archs": FP8_TARGETS}})
-    _assert_builds_everywhere(rtx, partitions, targets=FP8_TARGETS)
-    (plan,) = [onnx_build.parse_and_build(rtx, c, FP8_TARGETS[0]).plan for c in partitions if c.kernels]
-    assert sorted(f.activation for f in serialized_plugin_fields(plan)) == [0, 1]
+    fields = [serialized_plugin_fields(plan) for plan in _assert_builds(rtx, partitions, targets=FP8_TARGETS)]
+    # one partition holds the GroupedMMs; its plan for each target
+    assert [sorted(f.activation for f in plan) for plan in fields if plan] == [[0, 1]] * len(FP8_TARGETS)
 
 
 def test_dense_lowering_and_fp16(rtx):
     model = moe_models.bf16(moe_models.GroupedMoE(experts=8, shared=True))
-    for options in ({"grouped_gemm_kernel": False}, {"precision": "fp16"}, {"precision": "fp32"}):
-        _assert_builds_everywhere(rtx, _partitions(moe_models.export(model), {"default": {**RECIPE, **options}}))
+    for target, options in zip(TARGETS, ({"grouped_gemm_kernel": False}, {"precision": "fp16"}, {"precision": "fp32"})):
+        _assert_builds(rtx, _partitions_for(moe_models.export(model), target, **options), [target])
 
 
 # ---- the FP8 form of GroupedMM (4 inputs), hand-made ---------------------------------------------------------
@@ -361,36 +380,9 @@ NEGATIVE = {
 }
 
 
-@pytest.fixture(scope="module")
-def moe_pte(tmp_path_factory, rtx) -> Path:
-    exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
-    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner({"default": {
-        **RECIPE, "kernel_archs": ["sm_86"]}})])
-    path = tmp_path_factory.mktemp("moe") / "moe.pte"
-    path.write_bytes(edge.to_executorch().buffer)
-    return path
-
-
-def _check_build(pte: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "et_trt_partitioner.cli", "-q", "check", "--build", str(pte), *extra],
-                          capture_output=True, text=True, env=env, timeout=600)
-
-
-def test_check_build_of_a_sound_partition(moe_pte, rtx):
-    done = _check_build(moe_pte)
-    assert done.returncode == 0, done.stdout + done.stderr
-    # NVIDIA's parser and builder say nothing about our nodes (they warned of each plugin field a node lacked).
-    assert not [line for line in done.stderr.splitlines() if " WARNING " in line], done.stderr
-    assert f"    TensorRT for RTX {rtx.version}: built for sm_86 in" in done.stdout
-    assert done.stdout.rstrip().endswith("1 partition(s), 0 violation(s), 0 build failure(s)")
-
-
-@pytest.mark.parametrize("case", NEGATIVE)
-def test_negative_control_fails_with_the_nvidia_message(moe_pte, tmp_path, case):
+def _damaged(pte: bytes, mutate) -> bytes:
+    """The .pte with `mutate` applied to its TensorRT partition's ONNX."""
     from support.damaged_pte import rewrite_blob
-
-    mutate, message = NEGATIVE[case]
 
     def change(data: bytes) -> bytes:
         contents = blob.deserialize(data)
@@ -398,12 +390,67 @@ def test_negative_control_fails_with_the_nvidia_message(moe_pte, tmp_path, case)
         mutate(model)
         return blob.serialize(blob.BlobContents(**{**contents.__dict__, "onnx": model.SerializeToString()}))
 
-    bad = tmp_path / f"{case}.pte"
-    bad.write_bytes(rewrite_blob(moe_pte.read_bytes(), change))
-    done = _check_build(bad, "--require-builder")
-    assert done.returncode == 1, f"exit {done.returncode} (a crash is negative):\n{done.stdout}\n{done.stderr[-3000:]}"
-    assert "FAILED for sm_86" in done.stdout
-    assert re.search(message, done.stdout, re.S), done.stdout
+    return rewrite_blob(pte, change)
+
+
+# `et-trt check --build --require-builder` of each .pte, one after the other in ONE subprocess (the library can abort
+# a process: then every case fails, none passes): a section per file on stdout and stderr, then its exit status.
+_CHECK_EACH = textwrap.dedent("""
+    import sys, traceback
+    from et_trt_partitioner import cli
+    for path in sys.argv[1:]:
+        for stream in (sys.stdout, sys.stderr):
+            print("=== " + path, file=stream, flush=True)
+        try:
+            status = cli.main(["-q", "check", "--build", "--require-builder", path])
+        except Exception:
+            traceback.print_exc(file=sys.stdout)
+            status = "an exception"
+        sys.stderr.flush()
+        print("=== exit", status, flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory, rtx) -> dict[str, tuple[str, str, str]]:
+    """case -> (exit status, stdout, stderr) of `et-trt check --build` of a small MoE model's .pte ("sound") and of
+    each NEGATIVE control's damaged copy of it."""
+    exported = moe_models.export(moe_models.bf16(moe_models.GroupedMoE()))
+    edge = to_edge_transform_and_lower(exported, partitioner=[TensorRTPartitioner({"default": {
+        **RECIPE, "kernel_archs": ["sm_86"]}})])
+    pte = edge.to_executorch().buffer
+    folder = tmp_path_factory.mktemp("checked")
+    files = {"sound": pte, **{case: _damaged(pte, mutate) for case, (mutate, _) in NEGATIVE.items()}}
+    for case, data in files.items():
+        (folder / f"{case}.pte").write_bytes(data)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _CHECK_EACH, *(str(folder / f"{case}.pte") for case in files)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    out, err = (re.split(r"^=== .*/(\S+)\.pte\n", text, flags=re.M) for text in (done.stdout, done.stderr))
+    results = {}
+    for case, section, err_section in zip(out[1::2], out[2::2], err[2::2]):
+        status = re.search(r"^=== exit (.+)\n\Z", section, re.M)
+        results[case] = (status.group(1), section[:status.start()], err_section) if status else ("none", section, "")
+    assert list(results) == list(files), f"exit {done.returncode} (a crash is negative):\n{done.stdout[-3000:]}\n" \
+                                         f"{done.stderr[-3000:]}"
+    return results
+
+
+def test_check_build_of_a_sound_partition(checked, rtx):
+    status, out, err = checked["sound"]
+    assert status == "0", out + err
+    # NVIDIA's parser and builder say nothing about our nodes (they warned of each plugin field a node lacked).
+    assert not [line for line in err.splitlines() if " WARNING " in line], err
+    assert f"    TensorRT for RTX {rtx.version}: built for sm_86 in" in out
+    assert out.rstrip().endswith("1 partition(s), 0 violation(s), 0 build failure(s)")
+
+
+@pytest.mark.parametrize("case", NEGATIVE)
+def test_negative_control_fails_with_the_nvidia_message(checked, case):
+    status, out, err = checked[case]
+    assert status == "1", f"exit {status} (a crash is negative):\n{out}\n{err[-3000:]}"
+    assert "FAILED for sm_86" in out
+    assert re.search(NEGATIVE[case][1], out, re.S), out
 
 
 # ---- where the real parser and the pre-flight rules disagree ------------------------------------------------
