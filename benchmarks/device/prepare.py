@@ -7,6 +7,8 @@
     python benchmarks/device/prepare.py --moe-fp8  # only what benchmarks/device/moe_fp8_run.sh needs
     python benchmarks/device/prepare.py --sweep # only what benchmarks/device/moe_sweep_run.sh needs
     python benchmarks/device/prepare.py --moe --sweep  # both: benchmarks/device/moe_run.sh with MOE_SWEEP=1
+    python benchmarks/device/prepare.py --gpu-tests  # only what benchmarks/device/gpu_tests_run.sh needs (the
+                                                     # images of every GPU test module, no benchmark's)
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -112,12 +114,18 @@ def save_test_images() -> None:
     save_images(OUT / "images.json", tests)
 
 
+def save_moe_test_images() -> list:
+    """.device/moe_images.json: tests/test_moe_experts_gpu.py's images. Returns them."""
+    tests = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype)]
+    save_images(OUT / "moe_images.json", tests)
+    return tests
+
+
 def save_moe_images() -> None:
     """.device/moe_images.json (the MoE experts GPU tests' images) and benchmarks/moe_block_bench.py's contenders:
     "unfused", our GroupedMM images; "fused", the MoE experts images the launcher picks from (the wgmma GEMMs at
     many rows per expert); "fused_triton", the same without the wgmma GEMMs."""
-    tests = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype)]
-    save_images(OUT / "moe_images.json", tests)
+    tests = save_moe_test_images()
     fused = [i for i in tests if i.dtype == "bf16" and i.format == "cubin"]
     save_contenders("moe_bench_images", {
         "unfused": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
@@ -134,11 +142,17 @@ FP8_LARGE_CANDIDATES = {"s3": (128, 128, 128, 3, 8), "k64s4": (128, 128, 64, 4, 
                         "d64s4": (128, 64, 128, 4, 8)}
 
 
+def save_moe_fp8_test_images() -> dict:
+    """.device/moe_fp8_images.json: tests/test_moe_experts_fp8_gpu.py's images. Returns them by dtype."""
+    fp8 = {dtype: moe_aot.moe_experts_images([ARCH], dtype, "fp8") for dtype in aot.DTYPES}
+    save_images(OUT / "moe_fp8_images.json", [i for images in fp8.values() for i in images])
+    return fp8
+
+
 def save_moe_fp8_images() -> None:
     """.device/moe_fp8_images.json, benchmarks/moe_fp8_block_bench.py's fused contenders and the sweep's (the
     docstring)."""
-    fp8 = {dtype: moe_aot.moe_experts_images([ARCH], dtype, "fp8") for dtype in aot.DTYPES}
-    save_images(OUT / "moe_fp8_images.json", [i for images in fp8.values() for i in images])
+    fp8 = save_moe_fp8_test_images()
     contenders = {
         "fused_fp8": fp8["bf16"],
         "fused_fp8_no_small": [i for i in fp8["bf16"] if i.variant != "small"],
@@ -187,14 +201,19 @@ def save_moe_sweep_images() -> None:
     logging.info("%d images, %.1f MB", len(images), (OUT / "moe_sweep_images.json").stat().st_size / 1e6)
 
 
-def save_int4_images(executorch: pathlib.Path) -> None:
-    """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
+def save_int4_test_images() -> None:
+    """.device/int4_images.json: tests/test_int4_gpu.py's images (benchmarks/int4_experts_bench.py's too)."""
     images = [i for dtype in aot.DTYPES for i in moe_aot.moe_experts_images([ARCH], dtype, "int4")
               + aot.grouped_mm_images([ARCH], dtype, True, "int4")]
     images += [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"]
     # Route and combine read no weights: the INT4 and dense sets hold the same images once each.
     unique = {(i.kernel, i.variant, i.arch, i.format, i.dtype, i.weight_format): i for i in images}
     save_images(OUT / "int4_images.json", list(unique.values()))
+
+
+def save_int4_images(executorch: pathlib.Path) -> None:
+    """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
+    save_int4_test_images()
     source = "backends/cuda/triton/kernels/fused_moe.py"
     commit = subprocess.run(["git", "-C", executorch, "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -259,11 +278,19 @@ def main() -> None:
     parser.add_argument("--int4", action="store_true", help="only the INT4 experts' images (int4_run.sh)")
     parser.add_argument("--moe-fp8", action="store_true", help="only the FP8 MoE block's images (moe_fp8_run.sh)")
     parser.add_argument("--sweep", action="store_true", help="only the MoE sweep's images (moe_sweep_run.sh)")
+    parser.add_argument("--gpu-tests", action="store_true",
+                        help="only the images of every GPU test module (gpu_tests_run.sh)")
     parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
                         help="a git directory of pytorch/executorch (--int4)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     copy_flatbuffers()
+    if args.gpu_tests:
+        save_test_images()
+        save_moe_test_images()
+        save_moe_fp8_test_images()
+        save_int4_test_images()
+        return
     if args.moe_fp8:
         save_moe_fp8_images()
         return
