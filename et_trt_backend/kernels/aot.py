@@ -204,7 +204,8 @@ def _source_hash(*modules: str) -> str:
 KERNEL_SOURCES = {"grouped_mm": ("grouped_mm", "int4_tiles"), "moe_experts": ("moe_experts", "int4_tiles"),
                   "int4_kernels": ("int4_kernels", "int4_tiles", "moe_experts"),
                   "int4_rows": ("int4_rows", "int4_tiles", "moe_experts"),
-                  "moe_fp8": ("moe_fp8", "moe_experts", "int4_tiles", "quantize_rows")}
+                  "moe_fp8": ("moe_fp8", "moe_experts", "int4_tiles", "quantize_rows"),
+                  "moe_fp8_down": ("moe_fp8_down", "moe_fp8", "moe_experts", "int4_tiles", "quantize_rows")}
 
 
 def _arch_name(cap: int) -> str:
