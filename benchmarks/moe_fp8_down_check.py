@@ -6,7 +6,8 @@ GPU, no TF32) within 2e-2, tests/test_moe_experts_fp8_gpu.py's bound, and agains
 same way: the candidates compute the shipped down's products and promotions in its order, so "bit-identical" is
 expected (a difference is reported, not failed: the reference decides). Cases: one token, odd H and F (a partial
 column tile and a partial scale block), skewed routing (several m-tiles of one expert, empty experts, invalid ids),
-biases, and a wide FFN (24 scale blocks). No Triton in the process: AOT images through the C++ launcher.
+biases with bfloat16 routing weights, and a wide FFN (24 scale blocks). No Triton in the process: AOT images through
+the C++ launcher. The Gluon candidates run nowhere else before the device (Triton's interpreter does not run Gluon).
 
     python benchmarks/moe_fp8_down_check.py --images .device/moe_fp8_sweep_images.json --ok-file out/down_ok.txt
 """
@@ -43,7 +44,8 @@ def cases(quick: bool) -> dict:
               "odd H 176, F 208": make_inputs(37, 2, 5, 176, 208, "swiglu", invalid=0.1, seed=2),
               "skewed, empty experts, invalid ids": tuple(skewed)}
     if not quick:
-        chosen["biases, 64 x top-4"] = make_inputs(64, 4, 8, 512, 384, "swiglu", bias=True, seed=3)
+        chosen["biases, bf16 routing weights, 64 x top-4"] = make_inputs(64, 4, 8, 512, 384, "swiglu", bias=True,
+                                                                      weights_dtype=torch.bfloat16, seed=3)
         chosen["F 3072, 256 x top-8"] = make_inputs(256, 8, 16, 1024, 3072, "swiglu", seed=4)
     return chosen
 
@@ -63,7 +65,8 @@ def run(launcher: MoEExpertsLauncher, inputs, weights_fp8) -> tuple[torch.Tensor
                             device="cuda")
     biases = {name: b.data_ptr() for name, b in (("b_gate_up", b_gate_up), ("b_down", b_down)) if b is not None}
     launcher.launch(MoEExpertsArgs(
-        hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(), weights_fp32=1,
+        hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(),
+        weights_fp32=int(weights.dtype == torch.float32),
         w_gate_up=gq.data_ptr(), w_down=dq.data_ptr(), out=out.data_ptr(), tokens=tokens, top_k=top_k,
         experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS["swiglu"],
         gate_up_layout=MOE_GATE_UP_LAYOUTS.index("concat"), alpha=moe_experts.GPTOSS_ALPHA,

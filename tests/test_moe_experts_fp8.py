@@ -156,3 +156,25 @@ def test_down_candidates_compile(split_k, tmp_path):
     assert image.global_scratch_bytes == 0 and image.shared_bytes <= _SHARED_KIB[90] * 1024, image.shared_bytes
     ops = _sass_ops(image, tmp_path)
     assert ops["LDL"] == ops["STL"] == 0 and ops["QGMMA"] > 0, ops
+
+
+@pytest.mark.parametrize("stages, step", [(4, 2), (4, 4), (5, 4)])
+def test_down_wgmma_candidates_compile(stages, step, tmp_path):
+    """The Gluon FP8 down candidates (moe_fp8_down.py's moe_fp8_down_wgmma_kernel; prepare.py's
+    FP8_DOWN_WGMMA_CANDIDATES) for sm_90a: no spills, within shared memory, and one wgmma wait per block, not one per
+    wgmma instruction (ptxas serializes them where it cannot prove an in-flight accumulator unread, C7514: the
+    overlap they exist for would be gone). Their numerics are checked on the device (Gluon has no interpreter)."""
+    pytest.importorskip("triton", reason="the MoE kernels are Triton source")
+    import triton
+
+    large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")
+    image = moe_aot.fp8_down_wgmma_image("bf16", dataclasses.replace(large, num_stages=stages), step)
+    assert (image.kernel, image.variant, image.arch) == ("moe_down", "large", "sm_90a")
+    assert image.global_scratch_bytes == 0 and image.shared_bytes <= _SHARED_KIB[90] * 1024, image.shared_bytes
+    ops = _sass_ops(image, tmp_path)
+    assert ops["LDL"] == ops["STL"] == 0 and ops["QGMMA"] == 4 * step, ops  # 4 k32 instructions per 128-K block
+    path = tmp_path / "down.cubin"
+    path.write_bytes(image.image.bytes())
+    cuobjdump = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    sass = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True, check=True).stdout
+    assert sass.count("WARPGROUP.DEPBAR") == step, "wgmma waits: one per block expected"

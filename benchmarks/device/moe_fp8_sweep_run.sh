@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call for the FP8 down GEMM's candidates (issue 32; kernels/moe_fp8_down.py, prepare.py's
-# FP8_DOWN_CANDIDATES): build the launcher; the shipped FP8 images' GPU tests (tests/test_moe_experts_fp8_gpu.py);
-# every candidate checked against the FP8 reference and the shipped down at small and odd sizes with the "large"
-# tiling forced (benchmarks/moe_fp8_down_check.py), the small cases also under compute-sanitizer memcheck; then the
+# One device call for the FP8 down GEMM's candidates (issue 32; kernels/moe_fp8_down.py, Triton and Gluon; prepare.py's
+# FP8_DOWN_CANDIDATES and FP8_DOWN_WGMMA_CANDIDATES): build the launcher; the shipped FP8 images' GPU tests
+# (tests/test_moe_experts_fp8_gpu.py); every candidate checked against the FP8 reference and the shipped down at small
+# and odd sizes with the "large" tiling forced (benchmarks/moe_fp8_down_check.py), the small cases also under
+# compute-sanitizer memcheck; then the
 # candidates that passed timed at the MoE shapes beside the shipped images, a repeat of them, bf16 eager, torch's FP8
 # chain and our bf16 kernels (benchmarks/moe_fp8_block_bench.py --skip-robot: block us, paired ratios, per-kernel
 # us). Its tables print last; everything printed also goes to $OUT/moe_fp8_sweep_run.log, each step's log to

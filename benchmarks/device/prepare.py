@@ -20,9 +20,10 @@
                            "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
                            it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
 .device/moe_fp8_sweep_images.json (+ .groups.json)  the same contenders with "fused_fp8_<name>" for each of
-                           FP8_DOWN_CANDIDATES: the FP8 images with another down GEMM in the "large" tiling (the
-                           one the launcher takes at the MoE shapes), and "fused_fp8_repeat" (the shipped images
-                           again: the measurement's spread) (--moe-fp8; moe_fp8_sweep_run.sh)
+                           FP8_DOWN_CANDIDATES and FP8_DOWN_WGMMA_CANDIDATES: the FP8 images with another down
+                           GEMM in the "large" tiling (the one the launcher takes at the MoE shapes), and
+                           "fused_fp8_repeat" (the shipped images again: the measurement's spread) (--moe-fp8;
+                           moe_fp8_sweep_run.sh)
 .device/moe_sweep_images.json (+ .groups.json)  benchmarks/moe_sweep.py's contenders: the shipped Triton tilings,
                            the wgmma GEMMs built with other stages and cluster sizes, other Triton tilings (--sweep)
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
@@ -129,14 +130,16 @@ def save_moe_images() -> None:
 
 
 # Sweep candidates for the FP8 down GEMM of the "large" tiling (moe_fp8_down.py; issue 32: on an H100 the shipped
-# down runs at 363 TFLOP/s, the gate+up at 658): name -> (split_k, stages), each 128 rows x 128 columns, 8 warps, in
-# place of the shipped "large" down (K steps of 128, 4 stages, 188 registers). "pf_s4": the block scales loaded a
-# block ahead (192 registers; the shipped loop already issues that load before its wgmma: a control, expected
-# within the noise); "split_s4": that and the second half of each block's K left in flight while the
-# previous block is promoted (235 registers; ptxas serializes its wgmmas, C7514: moe_fp8_down.py). None spills. The
-# "large" tilings swept before (3 stages, K steps of 64, a 64-column down, 64-row tiles) are in
-# benchmarks/results/h100_moe_fp8acc/: 4 stages won and ships.
-FP8_DOWN_CANDIDATES = {"pf_s4": (False, 4), "split_s4": (True, 4)}
+# down runs at 363 TFLOP/s, the gate+up at 658), each 128 rows x 128 columns, 8 warps, in place of the shipped "large"
+# down (Triton, K steps of 128, 4 stages, 188 registers): name -> (stages, split_k) for the Triton candidate kernel,
+# (stages, step) for the Gluon one. "pf_s4": the block scales loaded a block ahead (192 registers; the shipped loop
+# already issues that load before its wgmma: a control, expected within the noise); "split_s4": that and the second
+# half of each block's K left in flight while the previous block is promoted (235 registers; ptxas serializes its
+# wgmmas, C7514); "wgmma_t<step>_s<stages>": Gluon, step - 1 of every step promotions overlapping a wgmma (237, 255,
+# 243 registers). None spills. The "large" tilings swept before (3 stages, K steps of 64, a 64-column down, 64-row
+# tiles) are in benchmarks/results/h100_moe_fp8acc/: 4 stages won and ships.
+FP8_DOWN_CANDIDATES = {"pf_s4": (4, False), "split_s4": (4, True)}
+FP8_DOWN_WGMMA_CANDIDATES = {"wgmma_t2_s4": (4, 2), "wgmma_t4_s4": (4, 4), "wgmma_t4_s5": (5, 4)}
 
 
 def save_moe_fp8_images() -> None:
@@ -153,9 +156,12 @@ def save_moe_fp8_images() -> None:
     sweep = {"fused_fp8": fp8["bf16"], "fused_bf16": contenders["fused_bf16"], "fused_fp8_repeat": fp8["bf16"]}
     large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")
     others = [i for i in fp8["bf16"] if (i.kernel, i.variant) != ("moe_down", "large")]
-    for name, (split_k, stages) in FP8_DOWN_CANDIDATES.items():
-        config = dataclasses.replace(large, block_k=64 if split_k else 128, num_stages=stages)
-        down = moe_aot.fp8_down_candidate_image(ARCH, "bf16", config, split_k)
+    downs = {name: moe_aot.fp8_down_candidate_image(
+        ARCH, "bf16", dataclasses.replace(large, block_k=64 if split_k else 128, num_stages=stages), split_k)
+        for name, (stages, split_k) in FP8_DOWN_CANDIDATES.items()}
+    downs |= {name: moe_aot.fp8_down_wgmma_image("bf16", dataclasses.replace(large, num_stages=stages), step)
+              for name, (stages, step) in FP8_DOWN_WGMMA_CANDIDATES.items()}
+    for name, down in downs.items():
         logging.info("fused_fp8_%s: moe_down %d B shared", name, down.shared_bytes)
         sweep[f"fused_fp8_{name}"] = others + [down]
     images = save_contenders("moe_fp8_sweep_images", sweep)

@@ -22,8 +22,8 @@ weight_format "fp8" (expert_precision "fp8" where the architecture has FP8 MMA; 
 (variants as moe_route's: the route and hidden's quantization in one launch), the combine image and the two GEMMs'
 FP8 builds (weight_format "fp8"), cubins only (no PTX: sm_80 has no FP8), for FP8
 architectures only (options.FP8_ARCHS; others are refused as aot.grouped_mm_images refuses them).
-fp8_down_candidate_image builds moe_fp8_down.py's down GEMM candidates under the shipped down's name ("moe_down")
-for benchmarks/device/prepare.py's sweep; they ship in no image set.
+fp8_down_candidate_image and fp8_down_wgmma_image build moe_fp8_down.py's down GEMM candidates under the shipped
+down's name ("moe_down") for benchmarks/device/prepare.py's sweep; they ship in no image set.
 """
 
 from __future__ import annotations
@@ -324,6 +324,15 @@ def fp8_down_candidate_image(arch: str, dtype: str, config: MoEGemmConfig, split
     from et_trt_backend.kernels import moe_fp8_down as source
 
     return _fp8_down_image(arch, dtype, config, source.moe_fp8_down_candidate_kernel, {"SPLIT_K": split_k})
+
+
+def fp8_down_wgmma_image(dtype: str, config: MoEGemmConfig, step: int) -> KernelImage:
+    """A sweep candidate's FP8 down image for sm_90a: moe_fp8_down.py's Gluon moe_fp8_down_wgmma_kernel with
+    config.num_stages stages and `step` scale blocks per iteration (config.block_k 128, block_m 16 per warp)."""
+    from et_trt_backend.kernels import moe_fp8_down as source
+
+    return _fp8_down_image("sm_90a", dtype, config, source.moe_fp8_down_wgmma_kernel,
+                           {"STAGES": config.num_stages, "STEP": step})
 
 
 def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> list[KernelImage]:
