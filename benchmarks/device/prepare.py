@@ -136,7 +136,7 @@ def save_moe_images() -> None:
 # already issues that load before its wgmma: a control, expected within the noise); "split_s4": that and the second
 # half of each block's K left in flight while the previous block is promoted (235 registers; ptxas serializes its
 # wgmmas, C7514); "wgmma_t<step>_s<stages>": Gluon, step - 1 of every step promotions overlapping a wgmma (237, 255,
-# 243 registers). None spills. The "large" tilings swept before (3 stages, K steps of 64, a 64-column down, 64-row
+# 244 registers). None spills. The "large" tilings swept before (3 stages, K steps of 64, a 64-column down, 64-row
 # tiles) are in benchmarks/results/h100_moe_fp8acc/: 4 stages won and ships.
 FP8_DOWN_CANDIDATES = {"pf_s4": (4, False), "split_s4": (4, True)}
 FP8_DOWN_WGMMA_CANDIDATES = {"wgmma_t2_s4": (4, 2), "wgmma_t4_s4": (4, 4), "wgmma_t4_s5": (5, 4)}
