@@ -10,7 +10,9 @@ method and helpers (bf16 contenders there):
   fused_bf16  our bf16 MoEExperts kernels (for scale)
   fused_fp8   our FP8 MoEExperts kernels (kernels/moe_fp8.py) through the C++ launcher: route + hidden's per-token
               quantization, gate+up writing the down GEMM's e4m3 input and block scales, down, combine;
-              fused_fp8_<label>: other FP8 image sets (prepare.py's groups), timed beside it for the dispatch rule
+              fused_fp8_<label>: other FP8 image sets (prepare.py's groups: another tiling, a down GEMM
+              candidate of moe_fp8_down.py), timed beside it; a table after the main one gives each set's block us,
+              paired speedups over fused_fp8 and bf16 eager, kernel us and the down GEMM's TFLOP/s
 
 No Triton in the process: our kernels are AOT images (benchmarks/device/prepare.py --moe-fp8). Each contender's
 output is checked before it is timed: the FP8 ones against moe_experts.reference in float32 of the same dequantized
@@ -19,6 +21,8 @@ fresh random order each round, medians of the rounds' paired ratios; launches co
 each kernel's device time per call (moe_sweep.kernel_times: our kernels by stage, route / gate_up / down / combine).
 
     python benchmarks/moe_fp8_block_bench.py --images .device/moe_fp8_bench_images.json --out results/
+    python benchmarks/moe_fp8_block_bench.py --images .device/moe_fp8_sweep_images.json --skip-robot \
+        --only out/down_ok.txt --out results/   # the sweep (benchmarks/device/moe_fp8_sweep_run.sh)
 """
 
 from __future__ import annotations
@@ -131,15 +135,24 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
     row["us"] = {label: statistics.median(t) * 1e6 for label, t in times.items()}
     row["x"] = {other: statistics.median(o / f for o, f in zip(times[other], times["fused_fp8"]))
                 for other in times if other != "fused_fp8"} if "fused_fp8" in times else {}
+    # Each other FP8 image set's paired speedups over the shipped one and over bf16 eager.
+    row["x_candidate"] = {label: {other: statistics.median(o / c for o, c in zip(times[other], times[label]))
+                                  for other in ("fused_fp8", "eager") if other in times}
+                          for label in times if label.startswith("fused_fp8_")}
     del graphs
     torch.cuda.empty_cache()
     return row
 
 
-def load_contenders(images_path: str) -> dict:
+def load_contenders(images_path: str, only: set[str] | None = None) -> dict:
+    """The contenders; `only`: the fused_fp8_<name> groups to keep (those a check passed), the others dropped."""
     images = load_images(images_path)
     torch.empty(1, device="cuda")  # the launchers load into the current CUDA context
     groups: dict[str, list[int]] = json.loads(pathlib.Path(images_path).with_suffix(".groups.json").read_text())
+    if only is not None:
+        for label in [label for label in groups if label.startswith("fused_fp8_") and label not in only]:
+            logger.error("%s: not in the checked list; not timed", label)
+            del groups[label]
     chosen = {label: [images[i] for i in indices] for label, indices in groups.items()}
     fp8 = {label: fused_fp8_block(MoEExpertsLauncher(images)) for label, images in chosen.items()
            if label.startswith("fused_fp8")}
@@ -166,7 +179,28 @@ def table(rows: list[dict]) -> str:
     lines += ["", "Our kernels' device us per call at the MoE shapes (route / gate+up / down / combine):"]
     lines += [f"{r['shape']} {label}: {kernel_us(r, label)}" for r in rows if r["shape"].endswith("tok")
               for label in r.get("kernel_us", {}) if label.startswith("fused")]
-    return "\n".join(lines) + "\n\n" + goals(rows)
+    return "\n".join(lines) + "\n\n" + candidates_table(rows) + goals(rows)
+
+
+def candidates_table(rows: list[dict]) -> str:
+    """The other FP8 image sets (prepare.py's sweep groups) at the MoE shapes: block us, paired speedups over the
+    shipped set and bf16 eager, kernel us and the down GEMM's rate; "" without any."""
+    lines, nan = [], float("nan")
+    for r in rows:
+        if not r["shape"].endswith("tok") or not r.get("x_candidate"):
+            continue
+        flops = 2.0 * r["tokens"] * r["top_k"] * r["hidden"] * r["ffn"]  # the down GEMM's
+        shipped = {"fused_fp8": 1.0, "eager": r["x"].get("eager", nan)}
+        for label in [label for label in ["fused_fp8", *sorted(r["x_candidate"])] if label in r["us"]]:
+            x = r["x_candidate"].get(label, shipped)
+            down = r.get("kernel_us", {}).get(label, {}).get("down", nan)
+            lines.append(f"| {r['shape']} | {label} | {r['us'][label]:.1f} | {x.get('fused_fp8', nan):.3f}x | "
+                         f"{x.get('eager', nan):.2f}x | {kernel_us(r, label)} | {flops / down / 1e6:.0f} |")
+    if not lines:
+        return ""
+    return ("FP8 image sets at the MoE shapes (x: paired medians, the set's speedup; kernels: route / gate+up / down "
+            "/ combine):\n| shape | contender | us | x shipped fused_fp8 | x bf16 eager | kernel us | down TFLOP/s |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n")
 
 
 def kernel_us(row: dict, label: str) -> str:
@@ -195,9 +229,12 @@ def main() -> None:
     parser.add_argument("--images", required=True, help="JSON from benchmarks/device/prepare.py --moe-fp8")
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--skip-robot", action="store_true")
+    parser.add_argument("--only", type=pathlib.Path,
+                        help="a file of fused_fp8_<name> labels to time, one a line (moe_fp8_down_check.py's "
+                             "--ok-file); the image sets not in it are not timed")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    contenders = load_contenders(args.images)
+    contenders = load_contenders(args.images, set(args.only.read_text().split()) if args.only else None)
     bench.print_device()
     shapes = [(f"{t}tok", t, e, h, f, k, 0.03, 15) for t, e, h, f, k in block_bench.MOE]
     if not args.skip_robot:

@@ -11,7 +11,8 @@ same FP8 weights (the activations' e4m3 roundings included) <= 5e-2; checks hidd
 bit against quantization.quantize_rows_fp8 (rows whose quotients lie at e4m3 rounding ties included) and each row's
 block scales: the amax of its 128 features over 448. Inputs are float16 (the FP8 GEMMs have no bfloat16 tl.dot,
 which the interpreter gets wrong: moe_interpreter_check.py), and bfloat16 at the plugin check's sizes (one token,
-top-1). Prints "fp8 interpreter ok" last.
+top-1). The down GEMM's sweep candidates (moe_fp8_down.py) run in the shipped down's place at a few of these
+sizes. Prints "fp8 interpreter ok" last.
 
 Triton 3.9's interpreter converts float32 to e4m3 by truncating the mantissa and adding the rounding bit without
 its carry (1.97 becomes 1.0), and float32 to bfloat16 by truncation. The GPU's cvt rounds both to nearest even; so
@@ -31,7 +32,7 @@ from triton.runtime import interpreter
 
 from et_trt_backend import moe_experts, moe_experts_fp8
 from et_trt_backend.kernels import moe_experts as kernels
-from et_trt_backend.kernels import moe_fp8, quantize_rows
+from et_trt_backend.kernels import moe_fp8, moe_fp8_down, quantize_rows
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS
 from et_trt_backend.quantization import quantize_rows_fp8
 
@@ -58,8 +59,9 @@ quantize_rows.libdevice = types.SimpleNamespace(copysign=_copysign)
 
 
 def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, layout, block_m=16, down_k=64,
-        chunk=16, e_pad=16):
-    """The four launches; w_gate_up and w_down are (e4m3, scale) pairs."""
+        chunk=16, e_pad=16, split_k=None):
+    """The four launches; w_gate_up and w_down are (e4m3, scale) pairs. split_k None: the shipped down kernel;
+    False or True: moe_fp8_down.py's sweep candidate (K steps of 128 or 64)."""
     tokens, size = hidden.shape
     top_k, experts, ffn = ids.shape[1], w_down[0].shape[0], w_down[0].shape[2]
     pairs = tokens * top_k
@@ -86,9 +88,14 @@ def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, 
         xq, xs, order, *w_gate_up, no_bias if b_gate_up is None else b_gate_up, tiles, offs, h, h_scale, size, ffn,
         top_k, block, MOE_ACTIVATIONS[activation], moe_experts.GPTOSS_ALPHA, moe_experts.GPTOSS_LIMIT,
         int(b_gate_up is not None), GATED=gated, BLOCK_M=block_m, BLOCK_N=128, BLOCK_K=down_k)
-    moe_fp8.moe_fp8_down_kernel[(max_tiles, triton.cdiv(size, 32))](
-        h, h_scale, order, *w_down, no_bias if b_down is None else b_down, weights, tiles, offs, y, size, ffn,
-        int(b_down is not None), int(weights.dtype != torch.float32), BLOCK_M=block_m, BLOCK_N=32, BLOCK_K=down_k)
+    down_args = (h, h_scale, order, *w_down, no_bias if b_down is None else b_down, weights, tiles, offs, y, size,
+                 ffn, int(b_down is not None), int(weights.dtype != torch.float32))
+    if split_k is None:
+        moe_fp8.moe_fp8_down_kernel[(max_tiles, triton.cdiv(size, 32))](*down_args, BLOCK_M=block_m, BLOCK_N=32,
+                                                                        BLOCK_K=down_k)
+    else:
+        moe_fp8_down.moe_fp8_down_candidate_kernel[(max_tiles, triton.cdiv(size, 32))](
+            *down_args, BLOCK_M=block_m, BLOCK_N=32, BLOCK_K=64 if split_k else 128, SPLIT_K=split_k)
     kernels.moe_combine_kernel[(triton.cdiv(tokens, 4), triton.cdiv(size, 16))](
         y, ids, out, tokens, size, top_k, experts, BLOCK_T=4, BLOCK_H=16)
     return out, h, h_scale, int(offs[-1]) if experts else 0, xq, xs
@@ -147,12 +154,28 @@ def main():
     ids = torch.stack([torch.zeros(37), torch.ones(37)], 1).int()
     ids[3, 0] = 5  # past the last expert
     ids[9, 1] = -(2**31)
-    check("skewed", (hidden, ids, weights, w_gate_up, w_down, None, None), down_k=128)
+    skewed = (hidden, ids, weights, w_gate_up, w_down, None, None)
+    check("skewed", skewed, down_k=128)
     # Every id invalid: no tiles, every output row zero.
     hidden, ids, weights, w_gate_up, w_down, _, _ = make_inputs(5, 2, 4, 32, 32, "silu", dtype=torch.float16, seed=6)
-    out, _, _, valid, _, _ = run(hidden, torch.full_like(ids, 9), weights,
-                           *moe_experts_fp8.quantize_weights(w_gate_up, w_down), None, None, "silu", "concat")
-    assert (out == 0).all() and valid == 0
+    for split_k in (None, False, True):
+        out, _, _, valid, _, _ = run(hidden, torch.full_like(ids, 9), weights,
+                                     *moe_experts_fp8.quantize_weights(w_gate_up, w_down), None, None, "silu",
+                                     "concat", split_k=split_k)
+        assert (out == 0).all() and valid == 0
+    # The down GEMM's sweep candidates (moe_fp8_down.py), with K steps of 128 and 64: odd sizes (one partial scale
+    # block: the split's second K step all masked), three scale blocks (the last partial), biases, float16 routing
+    # weights, skewed routing (empty experts, invalid ids, several m-tiles of one expert), one token.
+    for split_k in (False, True):
+        check(f"down candidate split_k={split_k}: odd sizes",
+              make_inputs(7, 2, 5, 40, 13, "swiglu", dtype=torch.float16, weights_dtype=torch.float16, seed=3),
+              split_k=split_k)
+        check(f"down candidate split_k={split_k}: three scale blocks",
+              make_inputs(9, 2, 3, 48, 300, "swiglu", dtype=torch.float16, bias=True, invalid=0.1, seed=10),
+              split_k=split_k)
+        check(f"down candidate split_k={split_k}: skewed", skewed, split_k=split_k)
+        check(f"down candidate split_k={split_k}: one token",
+              make_inputs(1, 2, 4, 64, 64, "gelu_tanh", dtype=torch.float16, seed=4), "gelu_tanh", split_k=split_k)
     # bfloat16 at the plugin check's sizes, top-1 (the case an H100 saw 4.5e-2 off while the kernels divided
     # approximately), and hidden rows whose quotients lie at e4m3 rounding ties: x / scale rounds them one way,
     # x * (448 / amax) (the kernels' former quotient) the other.

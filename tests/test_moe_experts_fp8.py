@@ -4,6 +4,7 @@ quantization and reference (moe_experts_fp8), and the eager op's FP8 signature. 
 tests/test_moe_experts_fp8_gpu.py."""
 
 import collections
+import dataclasses
 import os
 import pathlib
 import re
@@ -23,7 +24,8 @@ _SHARED_KIB = {89: 99, 90: 227, 100: 227, 110: 227, 120: 99}  # shared memory a 
 def test_fp8_kernels_in_triton_interpreter():
     """Every activation and gate+up layout, biases, float16 routing weights, odd H and F (a partial scale block),
     one token, skewed routing with empty experts and invalid ids, every id invalid: route, FP8 gate+up, FP8 down
-    and combine against the FP8 reference and float32, every buffer poisoned."""
+    and combine against the FP8 reference and float32, every buffer poisoned; the down GEMM's sweep candidates
+    (moe_fp8_down.py) at the odd sizes, three scale blocks, skewed routing, one token and every id invalid."""
     pytest.importorskip("triton", reason="the MoE kernels are Triton source")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     result = subprocess.run([sys.executable, str(REPO / "tests" / "moe_fp8_interpreter_check.py")],
@@ -139,3 +141,40 @@ def test_eager_op_fp8_fake_shapes_and_input_errors():
         with pytest.raises(ValueError, match=r"FP8 w_gate_up must be .* float32 scales \[E, out\]"):
             torch.ops.et_trt.moe_experts(hidden, ids, weights, w_gate_up, w_down, None, None, "swiglu", "concat",
                                          1.702, 7.0, torch.empty(4, 24), scales[1])
+
+
+@pytest.mark.parametrize("split_k", [False, True])
+def test_down_candidates_compile(split_k, tmp_path):
+    """The FP8 down GEMM's sweep candidates (moe_fp8_down.py) for sm_90a in the "large" tiling with 4 stages
+    (benchmarks/device/prepare.py's FP8_DOWN_CANDIDATES): FP8 wgmma, no spills, within shared memory, named as the
+    shipped down (the launcher takes them in its place)."""
+    pytest.importorskip("triton", reason="the MoE kernels are Triton source")
+    large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")
+    config = dataclasses.replace(large, block_k=64 if split_k else 128, num_stages=4)
+    image = moe_aot.fp8_down_candidate_image("sm_90a", "bf16", config, split_k)
+    assert (image.kernel, image.variant, image.weight_format) == ("moe_down", "large", "fp8")
+    assert image.global_scratch_bytes == 0 and image.shared_bytes <= _SHARED_KIB[90] * 1024, image.shared_bytes
+    ops = _sass_ops(image, tmp_path)
+    assert ops["LDL"] == ops["STL"] == 0 and ops["QGMMA"] > 0, ops
+
+
+@pytest.mark.parametrize("stages, step", [(4, 2), (4, 4), (5, 4)])
+def test_down_wgmma_candidates_compile(stages, step, tmp_path):
+    """The Gluon FP8 down candidates (moe_fp8_down.py's moe_fp8_down_wgmma_kernel; prepare.py's
+    FP8_DOWN_WGMMA_CANDIDATES) for sm_90a: no spills, within shared memory, and one wgmma wait per block, not one per
+    wgmma instruction (ptxas serializes them where it cannot prove an in-flight accumulator unread, C7514: the
+    overlap they exist for would be gone). Their numerics are checked on the device (Gluon has no interpreter)."""
+    pytest.importorskip("triton", reason="the MoE kernels are Triton source")
+    import triton
+
+    large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")
+    image = moe_aot.fp8_down_wgmma_image("bf16", dataclasses.replace(large, num_stages=stages), step)
+    assert (image.kernel, image.variant, image.arch) == ("moe_down", "large", "sm_90a")
+    assert image.global_scratch_bytes == 0 and image.shared_bytes <= _SHARED_KIB[90] * 1024, image.shared_bytes
+    ops = _sass_ops(image, tmp_path)
+    assert ops["LDL"] == ops["STL"] == 0 and ops["QGMMA"] == 4 * step, ops  # 4 k32 instructions per 128-K block
+    path = tmp_path / "down.cubin"
+    path.write_bytes(image.image.bytes())
+    cuobjdump = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    sass = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True, check=True).stdout
+    assert sass.count("WARPGROUP.DEPBAR") == step, "wgmma waits: one per block expected"

@@ -22,8 +22,10 @@
                            "fused_fp8" (bf16 FP8 images), "fused_fp8_no_small" (without the "small" tiling: is
                            it the faster where the launcher takes it?) and "fused_bf16" (the bf16 ones) (--moe-fp8)
 .device/moe_fp8_sweep_images.json (+ .groups.json)  the same contenders with "fused_fp8_<name>" for each of
-                           FP8_LARGE_CANDIDATES: the FP8 images with another "large" tiling (the one the launcher
-                           takes at the MoE shapes), "fused_fp8_m64" without "large" (--moe-fp8)
+                           FP8_DOWN_CANDIDATES and FP8_DOWN_WGMMA_CANDIDATES: the FP8 images with another down
+                           GEMM in the "large" tiling (the one the launcher takes at the MoE shapes), and
+                           "fused_fp8_repeat" (the shipped images again: the measurement's spread) (--moe-fp8;
+                           moe_fp8_sweep_run.sh)
 .device/moe_sweep_images.json (+ .groups.json)  benchmarks/moe_sweep.py's contenders: the shipped Triton tilings,
                            the wgmma GEMMs built with other stages and cluster sizes, other Triton tilings (--sweep)
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
@@ -38,6 +40,7 @@
 """
 
 import argparse
+import dataclasses
 import json
 import logging
 import pathlib
@@ -134,12 +137,17 @@ def save_moe_images() -> None:
     })
 
 
-# Sweep candidates for the FP8 "large" tiling (shipped: 128 rows, 128 features, K steps of 128, 4 stages, 8 warps;
-# the gate+up's features stay 128, one scale block): name -> (block_m, down_n, block_k, stages, warps). A down of
-# 256 columns (3 stages) spilled 132 registers: not a candidate. The H100 sweep (benchmarks/results/h100_moe_fp8acc/)
-# ranked these with 3 stages shipped; 4 stages ("s4") won and ships.
-FP8_LARGE_CANDIDATES = {"s3": (128, 128, 128, 3, 8), "k64s4": (128, 128, 64, 4, 8), "k64s6": (128, 128, 64, 6, 8),
-                        "d64s4": (128, 64, 128, 4, 8)}
+# Sweep candidates for the FP8 down GEMM of the "large" tiling (moe_fp8_down.py; issue 32: on an H100 the shipped
+# down runs at 363 TFLOP/s, the gate+up at 658), each 128 rows x 128 columns, 8 warps, in place of the shipped "large"
+# down (Triton, K steps of 128, 4 stages, 188 registers): name -> (stages, split_k) for the Triton candidate kernel,
+# (stages, step) for the Gluon one. "pf_s4": the block scales loaded a block ahead (192 registers; the shipped loop
+# already issues that load before its wgmma: a control, expected within the noise); "split_s4": that and the second
+# half of each block's K left in flight while the previous block is promoted (235 registers; ptxas serializes its
+# wgmmas, C7514); "wgmma_t<step>_s<stages>": Gluon, step - 1 of every step promotions overlapping a wgmma (237, 255,
+# 244 registers). None spills. The "large" tilings swept before (3 stages, K steps of 64, a 64-column down, 64-row
+# tiles) are in benchmarks/results/h100_moe_fp8acc/: 4 stages won and ships.
+FP8_DOWN_CANDIDATES = {"pf_s4": (4, False), "split_s4": (4, True)}
+FP8_DOWN_WGMMA_CANDIDATES = {"wgmma_t2_s4": (4, 2), "wgmma_t4_s4": (4, 4), "wgmma_t4_s5": (5, 4)}
 
 
 def save_moe_fp8_test_images() -> dict:
@@ -159,12 +167,19 @@ def save_moe_fp8_images() -> None:
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
     }
     save_contenders("moe_fp8_bench_images", contenders)
-    shipped = [i for i in fp8["bf16"] if i.variant != "large"]
-    sweep = {"fused_fp8": fp8["bf16"], "fused_bf16": contenders["fused_bf16"], "fused_fp8_m64": shipped}
-    for name, (block_m, down_n, block_k, stages, warps) in FP8_LARGE_CANDIDATES.items():
-        config = moe_aot.MoEGemmConfig("large", block_m, 128, down_n, block_k, stages, warps, 16)
-        sweep[f"fused_fp8_{name}"] = shipped + moe_aot.fp8_gemm_images(ARCH, "bf16", [config])
-    save_contenders("moe_fp8_sweep_images", sweep)
+    sweep = {"fused_fp8": fp8["bf16"], "fused_bf16": contenders["fused_bf16"], "fused_fp8_repeat": fp8["bf16"]}
+    large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")
+    others = [i for i in fp8["bf16"] if (i.kernel, i.variant) != ("moe_down", "large")]
+    downs = {name: moe_aot.fp8_down_candidate_image(
+        ARCH, "bf16", dataclasses.replace(large, block_k=64 if split_k else 128, num_stages=stages), split_k)
+        for name, (stages, split_k) in FP8_DOWN_CANDIDATES.items()}
+    downs |= {name: moe_aot.fp8_down_wgmma_image("bf16", dataclasses.replace(large, num_stages=stages), step)
+              for name, (stages, step) in FP8_DOWN_WGMMA_CANDIDATES.items()}
+    for name, down in downs.items():
+        logging.info("fused_fp8_%s: moe_down %d B shared", name, down.shared_bytes)
+        sweep[f"fused_fp8_{name}"] = others + [down]
+    images = save_contenders("moe_fp8_sweep_images", sweep)
+    logging.info("%d sweep images, %.1f MB", len(images), (OUT / "moe_fp8_sweep_images.json").stat().st_size / 1e6)
 
 
 # benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.

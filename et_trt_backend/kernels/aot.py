@@ -204,7 +204,8 @@ def _source_hash(*modules: str) -> str:
 KERNEL_SOURCES = {"grouped_mm": ("grouped_mm", "int4_tiles"), "moe_experts": ("moe_experts", "int4_tiles"),
                   "int4_kernels": ("int4_kernels", "int4_tiles", "moe_experts"),
                   "int4_rows": ("int4_rows", "int4_tiles", "moe_experts"),
-                  "moe_fp8": ("moe_fp8", "moe_experts", "int4_tiles", "quantize_rows")}
+                  "moe_fp8": ("moe_fp8", "moe_experts", "int4_tiles", "quantize_rows"),
+                  "moe_fp8_down": ("moe_fp8_down", "moe_fp8", "moe_experts", "int4_tiles", "quantize_rows")}
 
 
 def _arch_name(cap: int) -> str:
@@ -234,7 +235,12 @@ def _triton_compile(kernel, signature: dict, constexprs: dict, attrs: dict, cap:
                     num_stages: int, ptx_version: int):
     import triton
 
-    source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
+    if kernel.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source = GluonASTSource(kernel, signature, constexprs, attrs)
+    else:
+        source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
     target = triton.backends.compiler.GPUTarget("cuda", cap, 32)
     # No line info: it holds this checkout's path to the kernel's source, and an export must not depend
     # on where it ran (same model and options, same bytes). The SASS is the same without it.

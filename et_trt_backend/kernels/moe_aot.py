@@ -22,6 +22,8 @@ weight_format "fp8" (expert_precision "fp8" where the architecture has FP8 MMA; 
 (variants as moe_route's: the route and hidden's quantization in one launch), the combine image and the two GEMMs'
 FP8 builds (weight_format "fp8"), cubins only (no PTX: sm_80 has no FP8), for FP8
 architectures only (options.FP8_ARCHS; others are refused as aot.grouped_mm_images refuses them).
+fp8_down_candidate_image and fp8_down_wgmma_image build moe_fp8_down.py's down GEMM candidates under the shipped
+down's name ("moe_down") for benchmarks/device/prepare.py's sweep; they ship in no image set.
 """
 
 from __future__ import annotations
@@ -291,16 +293,46 @@ def fp8_gemm_images(arch: str, dtype: str, configs: Sequence[MoEGemmConfig]) -> 
                                    {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin",
                                    config.num_warps, config.num_stages,
                                    (config.block_m, config.gate_up_n, config.block_k), "fp8"))
-        signature = {**_pointers("h_ptr:f8 h_scale_ptr:f32 sorted_ptr:i32 w_ptr:f8 w_scale_ptr:f32 bias_ptr:x "
-                                 "weights_ptr:f32 tiles_ptr:i32 offs_ptr:i32 y_ptr:f32", dtype),
-                     "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",
-                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
-        constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.down_n, "BLOCK_K": config.block_k}
-        images.append(_compile("moe_down", config.variant, source.moe_fp8_down_kernel, signature, constexprs,
-                               {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin",
-                               config.num_warps, config.num_stages, (config.block_m, config.down_n, config.block_k),
-                               "fp8"))
+        images.append(_fp8_down_image(arch, dtype, config, source.moe_fp8_down_kernel, {}))
     return images
+
+
+def fp8_down_signature(dtype: str, constexprs: Sequence[str] = ()) -> dict:
+    """moe_fp8.moe_fp8_down_kernel's signature (its constexprs BLOCK_M, BLOCK_N, BLOCK_K), plus `constexprs` (a
+    sweep candidate's, moe_fp8_down.py)."""
+    return {**_pointers("h_ptr:f8 h_scale_ptr:f32 sorted_ptr:i32 w_ptr:f8 w_scale_ptr:f32 bias_ptr:x "
+                        "weights_ptr:f32 tiles_ptr:i32 offs_ptr:i32 y_ptr:f32", dtype),
+            "H": "i32", "F": "i32", "has_bias": "i32", "weights_16bit": "i32", "BLOCK_M": "constexpr",
+            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", **{name: "constexpr" for name in constexprs}}
+
+
+def _fp8_down_image(arch: str, dtype: str, config: MoEGemmConfig, kernel, constexprs: dict) -> KernelImage:
+    """One FP8 down image of `kernel` (moe_fp8.py's moe_fp8_down_kernel, or a sweep candidate taking the same
+    arguments plus `constexprs`)."""
+    signature = fp8_down_signature(dtype, list(constexprs))
+    sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
+    constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.down_n, "BLOCK_K": config.block_k, **constexprs}
+    return _compile("moe_down", config.variant, kernel, signature, constexprs,
+                    {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin", config.num_warps,
+                    config.num_stages, (config.block_m, config.down_n, config.block_k), "fp8")
+
+
+def fp8_down_candidate_image(arch: str, dtype: str, config: MoEGemmConfig, split_k: bool) -> KernelImage:
+    """A sweep candidate's FP8 down image (benchmarks/device/prepare.py's FP8_DOWN_CANDIDATES): moe_fp8_down.py's
+    moe_fp8_down_candidate_kernel, config.block_k 64 with split_k, else 128; the launcher takes it as the shipped down
+    of config's variant (same arguments, grid and rows per tile)."""
+    from et_trt_backend.kernels import moe_fp8_down as source
+
+    return _fp8_down_image(arch, dtype, config, source.moe_fp8_down_candidate_kernel, {"SPLIT_K": split_k})
+
+
+def fp8_down_wgmma_image(dtype: str, config: MoEGemmConfig, step: int) -> KernelImage:
+    """A sweep candidate's FP8 down image for sm_90a: moe_fp8_down.py's Gluon moe_fp8_down_wgmma_kernel with
+    config.num_stages stages and `step` scale blocks per iteration (config.block_k 128, block_m 16 per warp)."""
+    from et_trt_backend.kernels import moe_fp8_down as source
+
+    return _fp8_down_image("sm_90a", dtype, config, source.moe_fp8_down_wgmma_kernel,
+                           {"STAGES": config.num_stages, "STEP": step})
 
 
 def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> list[KernelImage]:
