@@ -3,11 +3,11 @@
 and where each beats the other and the tensor-core tiles.
 
   <blocking>  the MoE block (gate+up, down, combine) through the C++ launcher with one blocking of the gemv
-              kernels (prepare.py's GEMV_SWEEP, label n<rows>_k<K per step>_w<warps>_s<stages>[_paired]) or of the
-              per-expert ones (ROWS_SWEEP, label rows_m<pairs>_n<rows>_k<K per step>_w<warps>_s<stages>), sm_90a
-              cubins, bf16, told max(E, pairs) experts so that it takes that path at every token count (the
-              ids still name only the real experts)
-  shipped     the launcher as shipped (int4_images.json): gemv where pairs <= max(E, 16), the tiles above
+              kernels (prepare.py's GEMV_SWEEP, label n<rows>_k<K per step>_w<warps>_s<stages>[_paired]), of the
+              per-expert ones (ROWS_SWEEP, label rows_m<pairs>_n<rows>_k<K per step>_w<warps>_s<stages>) or of the
+              mma.sync ones (MMA_SWEEP, label mma_<gate+up>_<down>, int4_mma.MmaConfig.label), sm_90a cubins,
+              bf16, forced onto that path at every token count (MoEExpertsLauncher.set_int4_path)
+  shipped     the launcher as shipped (int4_images.json): the gemv, mma.sync or tiles path by its rule
   bf16        our bf16 MoEExperts kernels
   et_decode   ExecuTorch's fused_moe (its vector-matrix kernel, autotuned; at 1-16 tokens only, where it was the
               faster of its two in h100_int4/)
@@ -45,13 +45,13 @@ from et_trt_backend.kernels.launcher import MoEExpertsLauncher  # noqa: E402
 
 logger = logging.getLogger("int4_gemv_sweep")
 
-TOKENS = [1, 4, 8, 16, 32, 64, 256]
+TOKENS = [4, 8, 16, 32, 64, 256]  # the mma.sync kernels' range (at 1 token the gemv ones win by 2x, sweep 3)
 ET_MAX_TOKENS = 16
 ROUNDS = 7
 
 
 def sweep_contenders(images_path: str, sweep_path: str, mma_ok: pathlib.Path | None = None) -> dict:
-    """label -> block function: shipped, bf16, and one per swept blocking (forced onto the gemv path); mma_ok: the
+    """label -> block function: shipped, bf16, and one per swept blocking (forced onto its path); mma_ok: the
     mma.sync builds that passed int4_mma_check.py (the others are left out: a fault would end the process)."""
     shipped = int4_bench.load_contenders(images_path)
     contenders = {"shipped": shipped["int4"], "bf16": shipped["bf16"]}
@@ -62,31 +62,25 @@ def sweep_contenders(images_path: str, sweep_path: str, mma_ok: pathlib.Path | N
             [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
              and i.kernel.startswith("moe_") and not i.kernel.startswith("moe_mma_")
              and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]))
-    base = [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
-            and i.kernel.startswith("moe_") and i.variant != "gemv"
-            and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]
+    base = sweep_base(images_path)
     sweep = load_images(sweep_path)
     groups = json.loads(pathlib.Path(sweep_path).with_suffix(".groups.json").read_text())
     for label, indices in groups.items():
         if mma_ok and label.startswith("mma_") and label not in passed:
             logger.warning("%s: not checked or failed int4_mma_check.py; not timed", label)
             continue
-        contenders[label] = gemv_block(MoEExpertsLauncher(base + [sweep[i] for i in indices]))
+        launcher = MoEExpertsLauncher(base + [sweep[i] for i in indices])
+        launcher.set_int4_path("mma" if label.startswith("mma_") else "gemv")
+        contenders[label] = int4_bench.int4_block(launcher)
     return contenders
 
 
-def gemv_block(launcher: MoEExpertsLauncher):
-    """int4_experts_bench.int4_block, told max(E, pairs) experts: the launcher's gemv path at any token count."""
-    buffers = {}
-
-    def block(hidden, ids, weights, gate_up, down):
-        return moe_block_bench.launch_block(
-            launcher, buffers, hidden, ids, weights, gate_up.packed, down.packed, down.k, "concat",
-            experts=ids.numel(), w_gate_up_scale=gate_up.scales.data_ptr(), w_down_scale=down.scales.data_ptr(),
-            group_size=int4_bench.GROUP)
-
-    block.launcher = launcher
-    return block
+def sweep_base(images_path: str) -> list:
+    """The shipped INT4 images a swept build runs with (the route, combine, tiles and "gemv_any"), bf16 cubins: not
+    the shipped "gemv" blocking nor the mma.sync builds, which the swept ones stand in for."""
+    return [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
+            and i.kernel.startswith("moe_") and i.variant != "gemv" and not i.kernel.startswith("moe_mma_")
+            and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]
 
 
 def bench_shape(tokens: int, experts: int, size: int, ffn: int, w, contenders: dict, et) -> dict:
@@ -147,7 +141,7 @@ def table(rows: list[dict], copy_bps: float) -> str:
             continue
         best = ranked[0]
         share = r["touched_bytes"] / (us[best] * 1e-6) / copy_bps
-        path = "gemv" if "gemv" in r.get("shipped_kernels", "") else "tiles"
+        path = next((p for p in ("gemv", "mma") if f"moe_{p}_" in r.get("shipped_kernels", "")), "tiles")
         best_rows = next((label for label in ranked if label.startswith(TENSOR_CORE)), None)
         best_gemv = next((label for label in ranked if not label.startswith(TENSOR_CORE)), None)
 

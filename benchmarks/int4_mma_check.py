@@ -1,10 +1,11 @@
 """The INT4 mma.sync kernels (int4_mma.py) on a GPU before they are timed: every build of the sweep
-(prepare.py's MMA_SWEEP, .device/int4_sweep_images.json) through the C++ launcher, forced onto its per-pair path,
-against int4_weights' float32 reference, outputs NaN-poisoned: one token, odd sizes (K not a multiple of 32, features
-not a multiple of a block), every group size (and more scale groups than the kernel holds at once), every activation
-and layout, biases, invalid ids and empty experts, more of an expert's pairs than one pass takes. Exits 1 on any
-failure; run it under compute-sanitizer too (--quick: the small cases only). --ok-file lists the builds that passed
-(a build that crashes the process leaves the later ones unlisted), for the sweep's --mma-ok.
+(prepare.py's MMA_SWEEP, .device/int4_sweep_images.json) through the C++ launcher, forced onto the mma.sync path
+(MoEExpertsLauncher.set_int4_path), against int4_weights' float32 reference, outputs NaN-poisoned: one token, odd
+sizes (K not a multiple of 32, features not a multiple of a block), every group size (and more scale groups than the
+kernel holds at once), every activation and layout, biases, invalid ids and empty experts, more of an expert's pairs
+than one pass takes, fewer experts than pairs and more (the BY_EXPERT builds' two ways of finding an expert's
+pairs). Exits 1 on any failure; run it under compute-sanitizer too (--quick: the small cases only). --ok-file lists
+the builds that passed (a build that crashes the process leaves the later ones unlisted), for the sweep's --mma-ok.
 
     python benchmarks/int4_mma_check.py --images .device/int4_images.json --sweep .device/int4_sweep_images.json
 """
@@ -19,6 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+import int4_gemv_sweep  # noqa: E402  (benchmarks/, next to this file)
 from support.int4_cases import moe_case, relative_error, run_moe  # noqa: E402
 
 from et_trt_backend.kernels.images import load_images  # noqa: E402
@@ -34,6 +36,8 @@ def cases(quick: bool) -> list[tuple[str, object]]:
     skewed = moe_case(120, 2, 8, 128, 64, activation="geglu_erf", seed=6)
     skewed.ids = torch.stack([torch.zeros(120), torch.ones(120)], 1).int()  # 120 pairs each: many passes
     skewed.ids[5, 1] = -1  # negative: invalid whatever count of experts the launcher is told
+    few = moe_case(6, 2, 16, 96, 48, seed=13)  # more experts than pairs: the first-pair rule, 5 pairs on experts 0, 3
+    few.ids = torch.tensor([[0, 3], [3, 0], [0, 3], [3, 9], [9, 0], [0, 3]], dtype=torch.int32)
     small = [
         ("1 token", moe_case(1, 2, 8, 256, 128, seed=1)),
         ("odd K and F, group 32", moe_case(5, 2, 4, 208, 80, group_size=32, weights_dtype=torch.bfloat16, seed=2)),
@@ -42,6 +46,7 @@ def cases(quick: bool) -> list[tuple[str, object]]:
          moe_case(37, 2, 3, 256, 128, activation="gptoss_glu", layout="interleaved", bias=True, seed=4)),
         ("relu2, invalid ids, empty experts", invalid),
         ("geglu_erf, skewed", skewed),
+        ("16 experts, 12 pairs on 3", few),
         ("silu, bias", moe_case(9, 2, 4, 96, 48, activation="silu", bias=True, seed=7)),
         ("gelu_tanh", moe_case(9, 2, 4, 96, 48, activation="gelu_tanh", seed=8)),
         ("geglu_tanh blocked8", moe_case(9, 2, 4, 96, 48, activation="geglu_tanh", layout="blocked8", seed=9)),
@@ -56,13 +61,6 @@ def cases(quick: bool) -> list[tuple[str, object]]:
     ]
 
 
-def run(launcher: MoEExpertsLauncher, case) -> tuple[torch.Tensor, str]:
-    """The op through `launcher`, told max(E, pairs) experts where no id is E or more (its per-pair path at any
-    count), into a NaN-poisoned output and a 0xff workspace."""
-    case = case.to("cuda")
-    tokens, top_k, experts = case.hidden.shape[0], case.ids.shape[1], case.dense_down.shape[0]
-    told = max(experts, tokens * top_k) if (case.ids < experts).all() else experts  # ids >= E stay invalid
-    return run_moe(launcher, case, told)
 
 
 def main() -> None:
@@ -75,23 +73,22 @@ def main() -> None:
                         help="append each build that passed every case (the sweep times only those)")
     args = parser.parse_args()
     torch.empty(1, device="cuda")  # the launchers load their images into the current CUDA context: make it current
-    base = [i for i in load_images(args.images) if i.format == "cubin" and i.dtype == "bf16"
-            and i.kernel.startswith("moe_") and i.variant != "gemv"
-            and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]
+    base = int4_gemv_sweep.sweep_base(args.images)
     sweep = load_images(args.sweep)
     groups = json.loads(pathlib.Path(args.sweep).with_suffix(".groups.json").read_text())
     labels = [label for label in groups if label.startswith("mma_") and (not args.labels or label in args.labels)]
     checked = cases(args.quick)
+    wants = [case.reference() for _, case in checked]
     failures = 0
     for label in labels:
         launcher = MoEExpertsLauncher(base + [sweep[i] for i in groups[label]])
+        launcher.set_int4_path("mma")
         failed_before = failures
-        for name, case in checked:
-            out, kernels = run(launcher, case)
-            want = case.reference()
+        for (name, case), want in zip(checked, wants):
+            out, kernels = run_moe(launcher, case.to("cuda"), case.dense_down.shape[0])
             err = relative_error(out, want)
             zero_rows = (out[(want == 0).all(1)] == 0).all().item()
-            ok = not out.isnan().any() and err < BOUND and zero_rows and "(gemv)" in kernels
+            ok = not out.isnan().any() and err < BOUND and zero_rows and "(mma_p" in kernels
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {label} | {name}: relative error {err:.2e}"
                   f"{'' if zero_rows else ', rows of no valid pair not zero'} | {kernels}", flush=True)

@@ -1,11 +1,15 @@
 """benchmarks/int4_experts_bench.py on the CPU: ExecuTorch's byte order of our INT4 values (its comparator must get
 the same weights), and the report from the rows a device run makes, contenders that were not timed included."""
 
+import pathlib
+import re
+
 import pytest
 import torch
 from support.benchmark_modules import benchmark_module
 
 from et_trt_backend import int4_weights
+from et_trt_backend.kernels import int4_mma
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +72,13 @@ def test_sweep_report_ranks_the_blockings():
     assert ranking[2:] == ["| rows_m16_n16_k128_w4_s2 | 1.000 | 1 | 1.000 | 1 |",
                            "| n8_k256_w2_s3 | 2.000 | 1 | 2.000 | 2 |",
                            "| n4_k512_w2_s3_paired | 4.000 | 1 | 2.000 | 2 |"]
+
+
+def test_sweep_device_call_names_prepared_builds():
+    """benchmarks/device/int4_sweep_run.sh's compute-sanitizer step names builds of prepare.py's MMA_SWEEP (a label
+    that names none checks nothing)."""
+    with benchmark_module("device.prepare") as prepare:
+        labels = {int4_mma.sweep_label(*build) for build in prepare.MMA_SWEEP}
+    script = (pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "device" / "int4_sweep_run.sh").read_text()
+    named = re.search(r"--labels ([^\n]+)", script)[1].split()
+    assert named and set(named) <= labels, (named, sorted(labels))

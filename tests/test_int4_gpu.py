@@ -136,6 +136,25 @@ def test_moe_mma_pass_sizes(tokens, per_pass):
     assert f"moe_mma_down (mma_p{per_pass})" in kernels, kernels
 
 
+@pytest.mark.parametrize("path, kernel", [("gemv", "moe_gemv_gate_up"), ("mma", "moe_mma_down"),
+                                          ("tiles", "moe_route")])
+def test_moe_forced_int4_path(path, kernel):
+    """MoEExpertsLauncher.set_int4_path (the sweep and int4_mma_check.py force a path at every shape): each path at
+    16 tokens on 8 experts (the rule's: mma.sync), then the rule again."""
+    from et_trt_backend.kernels import moe_op
+
+    case = moe_case(16, 2, 8, 256, 128, seed=16)
+    launcher = moe_op.launcher_for(launcher_device(), case.hidden.dtype, "int4")
+    launcher.set_int4_path(path)
+    try:
+        out, kernels = run_moe(launcher, case.to(launcher_device()), 8)
+    finally:
+        launcher.set_int4_path("rule")  # the launcher is shared with the other tests
+    assert kernel in kernels, kernels
+    assert relative_error(out, case.reference()) < BOUND[case.hidden.dtype], kernels
+    _check_moe(case)  # the rule again
+
+
 def test_moe_single_token_no_tokens_and_robot_size():
     _check_moe(moe_case(1, 2, 64, 2048, 1024, seed=1))
     out, _ = _moe(moe_case(0, 2, 8, 64, 32, seed=2))

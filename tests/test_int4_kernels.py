@@ -102,3 +102,16 @@ def test_mma_ptx_is_pinned_to_a_version_current_drivers_accept():
         version = re.search(r"^\.version (\d+)\.(\d+)$", image.image.bytes().decode(), re.M)
         assert version and f"{version[1]}.{version[2]}" == image.ptx_version == "8.0", image.kernel
         assert image.kernel.startswith("moe_mma_") and image.variant == "mma_p8" and image.format == "ptx"
+
+
+def test_mma_by_expert_candidate_builds_for_orin(tmp_path):
+    """The BY_EXPERT candidate (benchmarks/device/prepare.py's MMA_SWEEP; not shipped): its own variant, which the
+    launcher launches min(pairs, experts) programs across, mma.sync and no spills in the sm_87 SASS; a build's two
+    kernels must take one grid."""
+    config = int4_mma.MmaConfig(4, 1, 8, 8, 5, by_expert=True)
+    images = int4_mma.images("sm_87", "bf16", config, config)
+    assert {(i.kernel, i.variant) for i in images} == {
+        (kernel, "mma_p8_by_expert") for kernel in ("moe_mma_gate_up", "moe_mma_gate_up_gated", "moe_mma_down")}
+    _check_cubins(images, tmp_path)
+    with pytest.raises(ValueError, match="one grid"):
+        int4_mma.images("sm_87", "bf16", config, int4_mma.MmaConfig(4, 1, 8, 8, 5))

@@ -31,8 +31,9 @@
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
-.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's blockings of the vector-matrix
-                           and per-expert INT4 kernels for sm_90a, bf16: each group the three images of one (--int4)
+.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's blockings of the vector-matrix,
+                           per-expert and mma.sync INT4 kernels for sm_90a, bf16: each group the images of one
+                           (--int4)
 .device/executorch/fused_moe.py  ExecuTorch CUDA backend's Triton fused_moe, the benchmark's comparator, as its
                            authors wrote it (from the fetched pytorch/executorch, --executorch; --int4)
 .device/flatbuffers        flatc and the flatbuffers headers of this machine: the launcher reads the images'
@@ -229,6 +230,10 @@ def save_int4_test_images() -> None:
 def save_int4_images(executorch: pathlib.Path) -> None:
     """.device/int4_images.json and .device/executorch/fused_moe.py (the module docstring)."""
     save_int4_test_images()
+    if not executorch.exists():  # int4_run.sh's benchmark needs it; int4_sweep_run.sh does not
+        logging.warning("no ExecuTorch git directory at %s: .device/executorch not written (int4_run.sh's benchmark "
+                        "needs it: fetch pytorch/executorch first)", executorch)
+        return
     source = "backends/cuda/triton/kernels/fused_moe.py"
     commit = subprocess.run(["git", "-C", executorch, "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -241,23 +246,29 @@ def save_int4_images(executorch: pathlib.Path) -> None:
 
 
 # The INT4 kernels' blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig). The vector-matrix ones
-# (rows, 32-element chunks per step, warps, stages, gate and up in one loop): the shipped one (first), and the one
-# the first sweep found never slower than its predecessor (h100_int4/sweep/).
-GEMV_SWEEP = [(4, 32, 2, 2, True), (16, 16, 4, 3, True)]
+# (rows, 32-element chunks per step, warps, stages, gate and up in one loop) and the per-expert ones (int4_rows.py:
+# pairs per weight tile, weight rows, chunks per step, warps, stages): none this time (sweeps 1-3, h100_int4/, settled
+# them; the shipped launcher stands for the gemv kernels where its rule runs them).
+GEMV_SWEEP: list[tuple] = []
 GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (sweep 2 did: 1.01x-1.17x slower)
-# The per-expert ones (int4_rows.py): pairs per weight tile, weight rows (features of gate+up), chunks per step,
-# warps, stages. The best of the second sweep (h100_int4/sweep2/), as the mma.sync kernels' reference.
-ROWS_SWEEP = [(16, 64, 2, 4, 3)]
+ROWS_SWEEP: list[tuple] = []
 # The mma.sync kernels (int4_mma.py, moe_int4_mma.cu): (gate+up blocking, down blocking), each MmaConfig(warps,
-# 16-row tiles per warp, pairs per pass, chunks per stage, stages). Around 4 warps x 16 rows x 16 pairs x 128 of K:
-# fewer rows per block (more blocks for few experts), 8 or 32 pairs a pass, longer K runs, fewer warps.
-MMA_SWEEP = [(int4_mma.MmaConfig(4, 2, 16, 4, 4), int4_mma.MmaConfig(4, 1, 16, 4, 4)),
-             (int4_mma.MmaConfig(4, 1, 16, 4, 4), int4_mma.MmaConfig(4, 1, 16, 4, 4)),
-             (int4_mma.MmaConfig(4, 1, 8, 4, 4), int4_mma.MmaConfig(4, 1, 8, 4, 4)),
-             (int4_mma.MmaConfig(4, 1, 32, 4, 3), int4_mma.MmaConfig(4, 1, 32, 4, 3)),
-             (int4_mma.MmaConfig(4, 1, 16, 8, 3), int4_mma.MmaConfig(4, 1, 16, 8, 3)),
-             (int4_mma.MmaConfig(2, 1, 16, 8, 4), int4_mma.MmaConfig(2, 1, 16, 8, 4)),
-             (int4_mma.MmaConfig(4, 2, 8, 4, 4), int4_mma.MmaConfig(4, 1, 8, 4, 4))]
+# 16-row tiles per warp, pairs per pass, chunks per stage, stages, by_expert=...). The shipped three (moe_aot's
+# MOE_MMA_CONFIGS) as the reference; the same with BY_EXPERT (programs by expert, not by pair: min(pairs, experts)
+# programs across, not pairs; the weights requested before the ids are read; one scan of the ids);
+# BY_EXPERT with the whole K of 1024 in flight (8 chunks x 4 stages ahead: 8x1024x1024 at 8-64 tokens, where the
+# shipped 4 x 3 chunks ahead take three round trips to memory per program); and 64 pairs a pass (256 tokens: every
+# expert's pairs in one pass, each weight byte read once), 128 gate+up rows a block by 8 warps (4 warps of two
+# tiles spill: 255 registers in the ungated gate+up), the down's 64 or 128 rows by 4 or 8.
+MMA_SWEEP = list(moe_aot.MOE_MMA_CONFIGS) + [
+    tuple(dataclasses.replace(config, by_expert=True) for config in build) for build in moe_aot.MOE_MMA_CONFIGS] + [
+    (int4_mma.MmaConfig(4, 1, 8, 8, 5, by_expert=True), int4_mma.MmaConfig(4, 1, 8, 8, 5, by_expert=True)),
+    (int4_mma.MmaConfig(4, 1, 16, 8, 5, by_expert=True), int4_mma.MmaConfig(4, 1, 16, 8, 5, by_expert=True)),
+    (int4_mma.MmaConfig(8, 1, 64, 4, 3, by_expert=True), int4_mma.MmaConfig(4, 1, 64, 4, 3, by_expert=True)),
+    (int4_mma.MmaConfig(8, 1, 64, 4, 3, by_expert=True), int4_mma.MmaConfig(8, 1, 64, 4, 3, by_expert=True))]
+# Builds also timed as sm_80 PTX (label + "_sm80", JIT by the driver as on any GPU without a cubin; the issue's
+# bandwidth goal is the sm_80 images'): the shipped one of 8 pairs a pass (4-32 tokens) and its BY_EXPERT twin.
+MMA_SWEEP_PTX = MMA_SWEEP[0], MMA_SWEEP[len(moe_aot.MOE_MMA_CONFIGS)]
 
 
 def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
@@ -269,8 +280,9 @@ def rows_sweep_label(block_m: int, block_n: int, block_c: int, warps: int, stage
 
 
 def save_int4_sweep_images() -> None:
-    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP, ROWS_SWEEP and MMA_SWEEP its images (variant
-    "gemv"); with GEMV_SWEEP_3LAUNCH the GEMV_SWEEP ones also without moe_gemv_down_combine (label + "_3launch")."""
+    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP, ROWS_SWEEP (variant "gemv") and MMA_SWEEP (named
+    as in an export) its images, and MMA_SWEEP_PTX's sm_80 PTX; with GEMV_SWEEP_3LAUNCH the GEMV_SWEEP ones also
+    without moe_gemv_down_combine (label + "_3launch")."""
     contenders = {}
     for block_n, block_c, warps, stages, paired in GEMV_SWEEP:
         config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, paired)
@@ -283,7 +295,10 @@ def save_int4_sweep_images() -> None:
         contenders[rows_sweep_label(block_m, block_n, block_c, warps, stages)] = moe_aot.gemv_images(
             ARCH, "bf16", "cubin", [config])
     for gate_up, down in MMA_SWEEP:
-        contenders[int4_mma.sweep_label(gate_up, down)] = int4_mma.images(ARCH, "bf16", gate_up, down, sweep=True)
+        contenders[int4_mma.sweep_label(gate_up, down)] = int4_mma.images(ARCH, "bf16", gate_up, down)
+    for gate_up, down in MMA_SWEEP_PTX:
+        contenders[int4_mma.sweep_label(gate_up, down) + "_sm80"] = int4_mma.images("sm_80", "bf16", gate_up, down,
+                                                                                   "ptx")
     save_contenders("int4_sweep_images", contenders)
 
 

@@ -3,9 +3,9 @@
 They take the per-pair kernels' launch and arguments (int4_kernels.py's moe_int4_gemv_gate_up_kernel and
 moe_int4_gemv_down_kernel: grid (pairs, column blocks), the combine after the down). In an export their images are
 "moe_mma_gate_up", "moe_mma_gate_up_gated" and "moe_mma_down", variant "mma_p<pairs per pass>" (H and F multiples
-of 16), which
-runtime/kernels/moe_experts_launcher.cc runs where its INT4 rule says; the sweep (benchmarks/int4_gemv_sweep.py)
-names them as the per-pair kernels ("moe_gemv_*", variant "gemv") to run them in their place. One MmaConfig is the
+of 16; "mma_p<pairs>_by_expert" for the BY_EXPERT candidates, whose grid the launcher makes min(pairs, experts)
+programs across), which runtime/kernels/moe_experts_launcher.cc runs where its INT4 rule says (the sweep,
+benchmarks/int4_gemv_sweep.py, forces them with MoEExpertsLauncher.set_int4_path("mma")). One MmaConfig is the
 blocking of one kernel; a build takes one for the gate+up kernels and one for the down. Cubins for each
 architecture, and PTX for sm_80 (the portable fallback) at aot's PTX version for it.
 """
@@ -32,14 +32,12 @@ _ELEM = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 # MODE of the .cu -> its entry, and the image's kernel name in an export and in the sweep
 _ENTRIES = {0: "moe_int4_mma_gate_up", 1: "moe_int4_mma_gate_up", 2: "moe_int4_mma_down"}
 KERNELS = {0: "moe_mma_gate_up", 1: "moe_mma_gate_up_gated", 2: "moe_mma_down"}
-SWEEP_KERNELS = {0: "moe_gemv_gate_up", 1: "moe_gemv_gate_up_gated", 2: "moe_gemv_down"}
-SWEEP_VARIANT = "gemv"
 
 
 @dataclasses.dataclass(frozen=True)
 class MmaConfig:
     """Warps per block, 16-row weight tiles per warp, pairs per pass (a multiple of 8), 32-element chunks of K per
-    stage, stages, scale groups held in shared memory at once."""
+    stage, stages, scale groups held in shared memory at once; by_expert: the .cu's BY_EXPERT (a candidate)."""
 
     warps: int
     tiles: int
@@ -47,10 +45,11 @@ class MmaConfig:
     chunks: int
     stages: int
     scale_groups: int = 32
+    by_expert: bool = False
 
     @property
     def label(self) -> str:
-        return f"w{self.warps}t{self.tiles}p{self.pairs}c{self.chunks}s{self.stages}"
+        return f"w{self.warps}t{self.tiles}p{self.pairs}c{self.chunks}s{self.stages}" + ("e" if self.by_expert else "")
 
     def rows(self) -> int:
         return self.warps * self.tiles * 16
@@ -75,7 +74,7 @@ def sweep_label(gate_up: MmaConfig, down: MmaConfig) -> str:
 def _defines(config: MmaConfig, mode: int, dtype: str) -> list[str]:
     return [f"-DMODE={mode}", f"-DWARPS={config.warps}", f"-DMT={config.tiles}", f"-DNP={config.pairs}",
             f"-DCHUNKS={config.chunks}", f"-DSTAGES={config.stages}", f"-DMAX_SCALE_GROUPS={config.scale_groups}",
-            f"-DELEM={_ELEM[dtype]}", f"-DSHARED_BYTES={config.shared_bytes()}"]
+            f"-DELEM={_ELEM[dtype]}", f"-DBY_EXPERT={int(config.by_expert)}", f"-DSHARED_BYTES={config.shared_bytes()}"]
 
 
 def _run(command: list[str], what: str) -> str:
@@ -111,22 +110,19 @@ def compile_image(config: MmaConfig, mode: int, dtype: str, arch: str, fmt: str,
         return ptx.encode()
 
 
-def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str = "cubin",
-           sweep: bool = False) -> list[KernelImage]:
-    """The three images (gate+up, gated gate+up, down) of one build for `arch`, named for an export or (sweep) for
-    the sweep, from the disk cache where there."""
+def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str = "cubin") -> list[KernelImage]:
+    """The three images (gate+up, gated gate+up, down) of one build for `arch`, from the disk cache where there."""
     nvcc = sm90.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the INT4 mma.sync kernels need the CUDA toolkit's nvcc on PATH")
-    if gate_up.pairs != down.pairs:
-        raise ValueError(f"a build's two kernels take one number of pairs per pass; got {gate_up.pairs} and "
-                         f"{down.pairs}")
+    if (gate_up.pairs, gate_up.by_expert) != (down.pairs, down.by_expert):
+        raise ValueError(f"a build's two kernels take one number of pairs per pass and one grid (by_expert); got "
+                         f"{gate_up} and {down}")
     cap = aot._capability(arch)
     built = []
     for mode, entry in _ENTRIES.items():
         config = down if mode == 2 else gate_up
-        kernel = (SWEEP_KERNELS if sweep else KERNELS)[mode]
-        variant = f"mma_p{config.pairs}"
+        variant = f"mma_p{config.pairs}" + ("_by_expert" if config.by_expert else "")
         key = [SOURCE.read_text(), sm90.nvcc_version(nvcc), cap, dtype, fmt, mode, dataclasses.astuple(config),
                aot._PTX_VERSION[cap], KERNELS[mode], variant]
         image = cached_image(key, lambda config=config, mode=mode, entry=entry, variant=variant: KernelImage(
@@ -137,5 +133,5 @@ def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str 
             block_k=32 * config.chunks, persistent=False,
             ptx_version="" if fmt == "cubin" else f"{aot._PTX_VERSION[cap] // 10}.{aot._PTX_VERSION[cap] % 10}",
             weight_format="int4"))
-        built.append(dataclasses.replace(image, kernel=kernel, variant=SWEEP_VARIANT) if sweep else image)
+        built.append(image)
     return built

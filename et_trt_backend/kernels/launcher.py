@@ -82,6 +82,8 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_moe_experts_destroy.argtypes = [ctypes.c_void_p]
         lib.et_trt_moe_experts_set_gemm_path.restype = ctypes.c_int32
         lib.et_trt_moe_experts_set_gemm_path.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.et_trt_moe_experts_set_int4_path.restype = ctypes.c_int32
+        lib.et_trt_moe_experts_set_int4_path.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.et_trt_moe_experts_rule_path.restype = ctypes.c_int32
         lib.et_trt_moe_experts_rule_path.argtypes = [ctypes.c_int64] * 5
         lib.et_trt_grouped_mm_images_for_gpu.restype = ctypes.c_int32
@@ -202,6 +204,7 @@ def moe_workspace_bytes(tokens: int, top_k: int, experts: int, hidden_size: int,
 
 
 MOE_GEMM_PATHS = ("rule", "wgmma", "tilings")  # MoEGemmPath's values, in order
+MOE_INT4_PATHS = ("rule", "gemv", "mma", "tiles")  # MoEInt4Path's values, in order
 
 
 def moe_rule_path(tokens: int, top_k: int, experts: int, hidden_size: int, ffn: int) -> str:
@@ -227,6 +230,13 @@ class MoEExpertsLauncher:
         if path not in MOE_GEMM_PATHS:
             raise ValueError(f"unknown MoE GEMM path {path!r}; use one of {MOE_GEMM_PATHS}")
         _library().et_trt_moe_experts_set_gemm_path(self._handle, MOE_GEMM_PATHS.index(path))
+
+    def set_int4_path(self, path: str) -> None:
+        """The INT4 kernels later launches run: "rule" (the launcher's), "gemv" (the vector-matrix kernels), "mma"
+        (the mma.sync kernels where hidden and FFN sizes are multiples of 16, else the rule's) or "tiles"."""
+        if path not in MOE_INT4_PATHS:
+            raise ValueError(f"unknown MoE INT4 path {path!r}; use one of {MOE_INT4_PATHS}")
+        _library().et_trt_moe_experts_set_int4_path(self._handle, MOE_INT4_PATHS.index(path))
 
     @property
     def last_kernels(self) -> str:

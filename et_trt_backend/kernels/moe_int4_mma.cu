@@ -21,9 +21,16 @@
 // Gated gate+up (MODE 1): a 16-row tile holds 8 features' gate rows then their up rows, so a thread's accumulator
 // rows g and g + 8 are one feature's gate and up: the activation needs no exchange between threads.
 //
+// BY_EXPERT 1 (a candidate, not yet run on a GPU): where the launch has no more experts than pairs, program
+// (x, block) serves expert x, and the launcher makes the grid min(pairs, E) programs across (variant
+// "mma_p<NP>_by_expert"; programs x >= E would return before any load). The first-pair rule launches pairs across,
+// of which all but one per expert return after reading the ids (31 of 32 at 256 tokens on 16 experts). With more
+// experts than pairs, the first-pair rule. The expert's weights' first stages are requested before the ids are read
+// (an expert without pairs wastes those), and its pairs are found by one scan of all threads (the first-pair rule's
+// kernel: warp 0, 32 ids at a time, after a scan for the first pair).
 // Build macros (et_trt_backend/kernels/int4_mma.py): MODE 0 gate+up, 1 gated gate+up, 2 down; WARPS; MT (16-row
 // tiles per warp); NP (pairs per pass, a multiple of 8); CHUNKS (32-element chunks of K per stage); STAGES;
-// MAX_SCALE_GROUPS (scale groups of K held in shared memory at once); ELEM (__nv_bfloat16 or __half).
+// MAX_SCALE_GROUPS (scale groups of K held in shared memory at once); ELEM (__nv_bfloat16 or __half); BY_EXPERT.
 // K (H for gate+up, F for down) must be a multiple of 8; the launcher runs this build where H and F are multiples
 // of 16 (variant "gemv").
 #include <cuda_bf16.h>
@@ -33,7 +40,7 @@
 #include <type_traits>
 
 #if !defined(MODE) || !defined(WARPS) || !defined(MT) || !defined(NP) || !defined(CHUNKS) || !defined(STAGES) || \
-    !defined(MAX_SCALE_GROUPS) || !defined(ELEM)
+    !defined(MAX_SCALE_GROUPS) || !defined(ELEM) || !defined(BY_EXPERT)
 #error "build with et_trt_backend/kernels/int4_mma.py (it sets MODE, WARPS, MT, NP, CHUNKS, STAGES, ...)"
 #endif
 
@@ -155,8 +162,45 @@ __device__ __forceinline__ int64_t weight_row(const Args& a, int e, int block, i
   return n < a.N ? int64_t(e) * a.N + n : -1;
 }
 
+// This thread's i-th weight load of every stage: its row's first chunk of the stage's column; null past the end.
+__device__ __forceinline__ const uint8_t* weight_src(const Args& a, int e, int block, int i, int row_bytes) {
+  const int index = threadIdx.x + i * kThreads;
+  const int64_t row = weight_row(a, e, block, index / CHUNKS);
+  return row >= 0 ? a.w + row * row_bytes + index % CHUNKS * 16 : nullptr;
+}
+
+// Stage `slot`'s weights from chunk `first_chunk` of the rows (zeros past the end).
+__device__ __forceinline__ void load_weights(const Args& a, const uint8_t* const (&w_src)[kWeightLoads],
+                                             uint32_t smem_base, int slot, int first_chunk) {
+  const int chunks = (a.K + 31) / 32;
+  const uint32_t stage = smem_base + slot * kStageBytes;
+#pragma unroll
+  for (int i = 0; i < kWeightLoads; ++i) {
+    const int index = threadIdx.x + i * kThreads;
+    const bool ok = w_src[i] != nullptr && first_chunk + index % CHUNKS < chunks;
+    cp_async16(stage + index / CHUNKS * kWeightStride + index % CHUNKS * 16, ok ? w_src[i] + first_chunk * 16 : a.w,
+               ok);
+  }
+}
+
+// BY_EXPERT: the weights of the first STAGES - 1 stages, a commit group each (compute's prologue then adds the
+// activations'), requested before the pairs are known.
+__device__ __forceinline__ void request_weights(const Args& a, int e, int block, uint8_t* smem) {
+  const uint8_t* w_src[kWeightLoads];
+#pragma unroll
+  for (int i = 0; i < kWeightLoads; ++i) w_src[i] = weight_src(a, e, block, i, (a.K + 31) / 32 * 16);
+  const int steps = ((a.K + 31) / 32 + CHUNKS - 1) / CHUNKS;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) load_weights(a, w_src, smem_base, s, s * CHUNKS);
+    cp_async_commit();
+  }
+}
+
+// weights_requested: request_weights ran for this pass (BY_EXPERT only).
 __device__ __forceinline__ void compute(const Args& a, int e, int block, int count, const int* pair_s,
-                                        uint8_t* smem, float (&acc)[MT][kNT][4]) {
+                                        uint8_t* smem, float (&acc)[MT][kNT][4], bool weights_requested = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int row_bytes = (a.K + 31) / 32 * 16;
   const int chunks = row_bytes / 16;
@@ -169,10 +213,7 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
   // activation rows' 16-byte pieces; null where the row lies past the end.
   const uint8_t* w_src[kWeightLoads];
 #pragma unroll
-  for (int i = 0; i < kWeightLoads; ++i) {
-    const int64_t row = weight_row(a, e, block, (tid + i * kThreads) / CHUNKS);
-    w_src[i] = row >= 0 ? a.w + row * row_bytes + (tid + i * kThreads) % CHUNKS * 16 : nullptr;
-  }
+  for (int i = 0; i < kWeightLoads; ++i) w_src[i] = weight_src(a, e, block, i, row_bytes);
   const Elem* x_src[kActLoads];
 #pragma unroll
   for (int i = 0; i < kActLoads; ++i) {
@@ -180,15 +221,8 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
     x_src[i] = index < NP * CHUNKS * 4 && n < count
                    ? a.x + int64_t(pair_s[n] / a.top_k) * a.K + index % (CHUNKS * 4) * 8 : nullptr;
   }
-  auto load_stage = [&](int slot, int first_chunk) {
+  auto load_acts = [&](int slot, int first_chunk) {
     const uint32_t stage = smem_base + slot * kStageBytes;
-#pragma unroll
-    for (int i = 0; i < kWeightLoads; ++i) {
-      const int index = tid + i * kThreads;
-      const bool ok = w_src[i] != nullptr && first_chunk + index % CHUNKS < chunks;
-      cp_async16(stage + index / CHUNKS * kWeightStride + index % CHUNKS * 16,
-                 ok ? w_src[i] + first_chunk * 16 : a.w, ok);
-    }
 #pragma unroll
     for (int i = 0; i < kActLoads; ++i) {
       const int index = tid + i * kThreads;
@@ -197,6 +231,10 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
       cp_async16(stage + kRows * kWeightStride + index / (CHUNKS * 4) * kActStride + index % (CHUNKS * 4) * 16,
                  ok ? x_src[i] + first_chunk * 32 : a.x, ok);
     }
+  };
+  auto load_stage = [&](int slot, int first_chunk) {
+    load_weights(a, w_src, smem_base, slot, first_chunk);
+    load_acts(slot, first_chunk);
   };
   // The scales of groups [first, first + MAX_SCALE_GROUPS) of the block's rows.
   auto load_scales = [&](int first) {
@@ -209,10 +247,27 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
   };
 
   const int steps = (chunks + CHUNKS - 1) / CHUNKS;
+  if constexpr (BY_EXPERT) {
+    // The first stages' weights, then their activations, a commit group each: waiting for all but the newest
+    // STAGES - 2 groups at step s still covers stage s (its activations' group and every weights' group before).
+    if (!weights_requested) {
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < steps) load_stage(s, s * CHUNKS);
-    cp_async_commit();
+      for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) load_weights(a, w_src, smem_base, s, s * CHUNKS);
+        cp_async_commit();
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < steps) load_acts(s, s * CHUNKS);
+      cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < steps) load_stage(s, s * CHUNKS);
+      cp_async_commit();
+    }
   }
   int scale_first = 0;
   load_scales(0);
@@ -332,6 +387,74 @@ __device__ __forceinline__ int next_pairs(const int32_t* ids, int pairs, int e, 
   return count;
 }
 
+// BY_EXPERT: expert e's pairs ranked [first, first + NP) into pair_s, in one scan of the ids by all threads (pair i
+// is thread i % kThreads's; ranks by thread, then by index: any fixed order serves, each pair's rows are its own).
+// Returns e's count of pairs, or -1 where one lies below `below` (the first-pair rule: another program serves e).
+__device__ __forceinline__ int rank_pairs(const int32_t* ids, int pairs, int e, int first, int below, int* pair_s,
+                                          int* warp_s) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int kUnroll = 4;  // loads in flight per thread (512 pairs: one round trip with 128 threads)
+  int mine = 0;
+  bool earlier = false;
+  for (int base = tid; base < pairs; base += kUnroll * kThreads) {
+    int id[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) id[u] = base + u * kThreads < pairs ? __ldg(ids + base + u * kThreads) : -1;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      mine += id[u] == e;
+      earlier |= id[u] == e && base + u * kThreads < below;
+    }
+  }
+  if (__syncthreads_or(earlier)) return -1;
+  int inclusive = mine;  // the prefix of the threads' counts: within the warp, then over the warps before
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d) inclusive += v;
+  }
+  if (lane == 31) warp_s[warp] = inclusive;
+  __syncthreads();
+  int rank = inclusive - mine, total = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    rank += w < warp ? warp_s[w] : 0;
+    total += warp_s[w];
+  }
+  if (mine > 0 && rank < first + NP && rank + mine > first)  // this thread's pairs again (from L1), in index order
+    for (int i = tid; i < pairs; i += kThreads)
+      if (__ldg(ids + i) == e) {
+        if (rank >= first && rank < first + NP) pair_s[rank - first] = i;
+        ++rank;
+      }
+  __syncthreads();  // pair_s is written; warp_s is read by all
+  return total;
+}
+
+// A program's passes over its expert's pairs: next() puts the next (up to) NP of them in pair_s and returns their
+// count (0: none left, or another program serves the expert).
+struct PairPasses {
+  const int32_t* ids;
+  int pairs, e;
+  int start;  // next_pairs': where warp 0 scans on; rank_pairs': the first-pair rule's pair (0: none)
+  int* pair_s;
+  int* count_s;
+  int* warp_s;
+  int first = 0;  // rank_pairs': the rank of the pass's first pair
+
+  __device__ __forceinline__ int next() {
+    if constexpr (BY_EXPERT) {
+      const int total = rank_pairs(ids, pairs, e, first, start, pair_s, warp_s);
+      start = 0;
+      const int count = max(0, min(NP, total - first));
+      first += NP;
+      return count;
+    } else {
+      return next_pairs(ids, pairs, e, &start, pair_s, count_s);
+    }
+  }
+};
+
 #if MODE != 2
 extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_gate_up(
     const Elem* x, const int32_t* ids, const uint8_t* w, const __nv_bfloat16* scale, const Elem* bias, Elem* h,
@@ -339,18 +462,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_gate_up(
     float limit, int has_bias, void*, void*) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int p = blockIdx.x, block = blockIdx.y;
-  const int e = ids[p];
-  if (e < 0 || e >= E || !first_pair_of(ids, p, e)) return;
+  // The program's expert: x where there are no more experts than pairs (BY_EXPERT), else pair x's if x is its first
+  // pair (BY_EXPERT: PairPasses checks that).
+  const int e = BY_EXPERT && E <= pairs ? p : ids[p];
+  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) return;
   int* pair_s = reinterpret_cast<int*>(smem + kPairsOffset);
-  __shared__ int count_s;
+  __shared__ int count_s, warp_s[WARPS];
   const Args a{x, ids, w, scale, bias, pairs, E, H, F, top_k, layout_block, group_size, has_bias};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  int start = p;  // warp 0's
-  for (;;) {
-    const int count = next_pairs(ids, pairs, e, &start, pair_s, &count_s);
+  const bool requested = BY_EXPERT && E <= pairs;  // the weights' first stages before the pairs are known
+  if (requested) request_weights(a, e, block, smem);
+  PairPasses passes{ids, pairs, e, requested ? 0 : p, pair_s, &count_s, warp_s};
+  for (int pass = 0;; ++pass) {
+    const int count = passes.next();
     if (count == 0) break;
     float acc[MT][kNT][4];
-    compute(a, e, block, count, pair_s, smem, acc);
+    compute(a, e, block, count, pair_s, smem, acc, requested && pass == 0);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -384,6 +511,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_gate_up(
     }
     if (count < NP) break;
   }
+  if (requested) cp_async_wait<0>();  // an expert without pairs: its requested weights land before the exit
 }
 #else
 extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_down(
@@ -392,18 +520,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_down(
     int weights_16bit, void*, void*) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int p = blockIdx.x, block = blockIdx.y;
-  const int e = ids[p];
-  if (e < 0 || e >= E || !first_pair_of(ids, p, e)) return;
+  // The program's expert: x where there are no more experts than pairs (BY_EXPERT), else pair x's if x is its first
+  // pair (BY_EXPERT: PairPasses checks that).
+  const int e = BY_EXPERT && E <= pairs ? p : ids[p];
+  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) return;
   int* pair_s = reinterpret_cast<int*>(smem + kPairsOffset);
-  __shared__ int count_s;
+  __shared__ int count_s, warp_s[WARPS];
   const Args a{hrows, ids, w, scale, bias, pairs, E, F, H, 1, 1, group_size, has_bias};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  int start = p;
-  for (;;) {
-    const int count = next_pairs(ids, pairs, e, &start, pair_s, &count_s);
+  const bool requested = BY_EXPERT && E <= pairs;  // the weights' first stages before the pairs are known
+  if (requested) request_weights(a, e, block, smem);
+  PairPasses passes{ids, pairs, e, requested ? 0 : p, pair_s, &count_s, warp_s};
+  for (int pass = 0;; ++pass) {
+    const int count = passes.next();
     if (count == 0) break;
     float acc[MT][kNT][4];
-    compute(a, e, block, count, pair_s, smem, acc);
+    compute(a, e, block, count, pair_s, smem, acc, requested && pass == 0);
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -426,5 +558,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_down(
         }
     if (count < NP) break;
   }
+  if (requested) cp_async_wait<0>();  // an expert without pairs: its requested weights land before the exit
 }
 #endif

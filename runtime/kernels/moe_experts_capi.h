@@ -46,6 +46,9 @@ size_t et_trt_moe_experts_workspace_bytes(int64_t tokens, int64_t top_k, int64_t
 // The GEMM path of later launches: 0 the launcher's rule, 1 the wgmma GEMMs wherever they serve, 2 the Triton
 // tilings only (MoEGemmPath). Returns 0, or 1 for a path out of range (nothing changed).
 int32_t et_trt_moe_experts_set_gemm_path(void* launcher, int32_t path);
+// The INT4 path of later launches: 0 the launcher's rule, 1 the vector-matrix kernels, 2 the mma.sync kernels where
+// they serve, 3 the tiles (MoEInt4Path). Returns 0, or 1 for a path out of range (nothing changed).
+int32_t et_trt_moe_experts_set_int4_path(void* launcher, int32_t path);
 // The launcher's dispatch rule (MoEExpertsLauncher::rule_path) for a launch of these sizes: 1 where it takes the
 // wgmma GEMMs if they serve it, else 2 (MoEGemmPath's values). Needs no GPU.
 int32_t et_trt_moe_experts_rule_path(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn);

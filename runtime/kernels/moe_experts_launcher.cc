@@ -55,7 +55,11 @@ struct Gemvs {
   Kernel gate_up, gate_up_gated, down;
   int size_multiple = 16;
   Kernel down_combine;  // the down and the combine in one launch, by token (null in older exports)
+  // mma.sync builds with BY_EXPERT (int4_mma.py: variant "mma_p<pairs>_by_expert", a candidate): program x serves
+  // expert x where there are no more experts than pairs, so min(pairs, experts) programs across, not pairs.
+  bool by_expert = false;
 };
+constexpr char kByExpertSuffix[] = "_by_expert";
 
 bool is_gemm_kernel(const std::string& kernel) {
   return kernel == "moe_gate_up" || kernel == "moe_gate_up_gated" || kernel == "moe_down";
@@ -161,6 +165,7 @@ struct MoEExpertsLauncher::State {
   std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
   Kernel gather;
   MoEGemmPath path = MoEGemmPath::kRule;
+  MoEInt4Path int4_path = MoEInt4Path::kRule;
   std::string last_kernels;
 };
 
@@ -272,7 +277,10 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       auto mma = std::find_if(state->mmas.begin(), state->mmas.end(),
                               [&](const Gemvs& g) { return g.variant == image.variant; });
       if (mma == state->mmas.end()) {
-        state->mmas.push_back({image.variant, {}, {}, {}, 16, {}});
+        const size_t suffix = sizeof(kByExpertSuffix) - 1;
+        const bool by_expert = image.variant.size() > suffix &&
+                               image.variant.compare(image.variant.size() - suffix, suffix, kByExpertSuffix) == 0;
+        state->mmas.push_back({image.variant, {}, {}, {}, 16, {}, by_expert});
         mma = state->mmas.end() - 1;
       }
       (image.kernel == "moe_mma_down" ? mma->down : image.kernel == "moe_mma_gate_up" ? mma->gate_up
@@ -425,8 +433,12 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   // tens: the mma.sync kernels, the same launches.
   const Gemvs* gemvs = nullptr;
   const bool mma_serves = !state_->mmas.empty() && a.hidden_size % 16 == 0 && a.ffn % 16 == 0;
-  const Int4Path int4_choice =
-      state_->int4 ? int4_path(pairs, a.experts, a.hidden_size, a.ffn, mma_serves) : Int4Path::kTiles;
+  // The rule's INT4 path, or the one set_int4_path forced where it serves.
+  const MoEInt4Path forced = state_->int4_path;
+  Int4Path int4_choice = int4_path(pairs, a.experts, a.hidden_size, a.ffn, mma_serves);
+  if (forced == MoEInt4Path::kGemv) int4_choice = Int4Path::kGemv;
+  if (forced == MoEInt4Path::kMma && mma_serves) int4_choice = Int4Path::kMma;
+  if (forced == MoEInt4Path::kTiles || !state_->int4) int4_choice = Int4Path::kTiles;
   if (int4_choice == Int4Path::kMma)  // the fewest pairs per pass that hold twice the average expert's (skew)
     for (const Gemvs& candidate : state_->mmas) {
       gemvs = &candidate;
@@ -488,12 +500,13 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                       &weights, &out,     &tokens,        &experts,       &size,
                                       &ffn,  &top_k,      &group_size,    &has_down_bias, &weights_16bit,
                                       &no_scratch, &no_scratch};
-    if (a.ffn > 0 && !run(gemv_gate_up, pairs, cdiv(a.ffn, gemv_gate_up.block_n), gemv_gate_up_args)) return false;
+    const int64_t programs = gemvs->by_expert ? std::min(pairs, a.experts) : pairs;
+    if (a.ffn > 0 && !run(gemv_gate_up, programs, cdiv(a.ffn, gemv_gate_up.block_n), gemv_gate_up_args)) return false;
     if (gemvs->down_combine.function != nullptr) {
       if (!run(gemvs->down_combine, a.tokens, cdiv(a.hidden_size, gemvs->down_combine.block_n),
                gemv_down_combine_args))
         return false;
-    } else if (!run(gemvs->down, pairs, cdiv(a.hidden_size, gemvs->down.block_n), gemv_down_args) ||
+    } else if (!run(gemvs->down, programs, cdiv(a.hidden_size, gemvs->down.block_n), gemv_down_args) ||
                !run(state_->combine, cdiv(a.tokens, state_->combine.block_m),
                     cdiv(a.hidden_size, state_->combine.block_n), combine_args)) {
       return false;
@@ -560,6 +573,8 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
 }
 
 void MoEExpertsLauncher::set_gemm_path(MoEGemmPath path) { state_->path = path; }
+
+void MoEExpertsLauncher::set_int4_path(MoEInt4Path path) { state_->int4_path = path; }
 
 const std::string& MoEExpertsLauncher::last_kernels() const { return state_->last_kernels; }
 

@@ -112,6 +112,16 @@ enum class MoEGemmPath : int32_t {
   kTilings = 2  // the Triton tilings only
 };
 
+// Which INT4 kernels a launch runs (int4 images only): the launcher's rule, or one path wherever it serves
+// (benchmarks/int4_gemv_sweep.py and benchmarks/int4_mma_check.py run the mma.sync builds at every shape; the
+// rule's path where the forced one does not serve: mma.sync needs hidden and FFN sizes multiples of 16).
+enum class MoEInt4Path : int32_t {
+  kRule = 0,  // the launcher's rule (int4_path in the .cc)
+  kGemv = 1,  // the vector-matrix kernels
+  kMma = 2,   // the mma.sync kernels
+  kTiles = 3  // the route and the tensor-core tiles
+};
+
 class MoEExpertsLauncher {
  public:
   // The workspace one launch needs: the offsets and the sorted pairs, the activations [pairs, F] in the
@@ -142,6 +152,8 @@ class MoEExpertsLauncher {
 
   // The path later launches take (kRule until set).
   void set_gemm_path(MoEGemmPath path);
+  // The INT4 path later launches take (kRule until set).
+  void set_int4_path(MoEInt4Path path);
 
   // The dispatch rule, the one place it is written (the C ABI's et_trt_moe_experts_rule_path asks it): kWgmma where
   // a launch of these sizes takes the wgmma GEMMs if they serve it (sm_90a with their images, gated activation,
