@@ -140,9 +140,11 @@ def _compile(kernel_name: str, variant: str, function, signature: dict, constexp
         aot._PTX_VERSION[cap]
     names = list(signature)
     module = function.fn.__module__.rsplit(".", 1)[-1]
-    key = [aot._source_hash(*aot.KERNEL_SOURCES[module]), triton.__version__, cap, dtype, fmt, kernel_name, variant,
-           sorted(constexprs.items()), sorted(multiples.items()), num_warps, num_stages, ptx_version, weight_format,
-           "no line info"]
+    # The function's own name too: one module may hold several kernels built under one image name (the FP8 down's
+    # sweep candidates are all "moe_down").
+    key = [aot._source_hash(*aot.KERNEL_SOURCES[module]), triton.__version__, cap, dtype, fmt, kernel_name,
+           function.fn.__name__, variant, sorted(constexprs.items()), sorted(multiples.items()), num_warps, num_stages,
+           ptx_version, weight_format, "no line info"]
 
     def build() -> KernelImage:
         logger.info("compiling %s (%s) for %s (%s, %s)", kernel_name, variant, arch, dtype, fmt)
