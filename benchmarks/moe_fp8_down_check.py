@@ -136,5 +136,6 @@ def main() -> None:
     print(f"fp8 down check: {len(passed)} of {len(labels)} passed" + (f"; FAILED: {failed}" if failed else ""))
     sys.exit(1 if failed else 0)
 
+
 if __name__ == "__main__":
     main()
