@@ -1,10 +1,9 @@
 """The INT4 kernels without a route on a GPU (issue 33): which blocking of the vector-matrix kernels
-(int4_kernels.py) and of the per-expert kernels (int4_rows.py) streams the touched experts fastest at 1-256 tokens,
+(int4_kernels.py) and of the mma.sync kernels (int4_mma.py) streams the touched experts fastest at 1-256 tokens,
 and where each beats the other and the tensor-core tiles.
 
   <blocking>  the MoE block (gate+up, down, combine) through the C++ launcher with one blocking of the gemv
-              kernels (prepare.py's GEMV_SWEEP, label n<rows>_k<K per step>_w<warps>_s<stages>[_paired]), of the
-              per-expert ones (ROWS_SWEEP, label rows_m<pairs>_n<rows>_k<K per step>_w<warps>_s<stages>) or of the
+              kernels (prepare.py's GEMV_SWEEP, label n<rows>_k<K per step>_w<warps>_s<stages>[_paired]) or of the
               mma.sync ones (MMA_SWEEP, label mma_<gate+up>_<down>, int4_mma.MmaConfig.label), sm_90a cubins,
               bf16, forced onto that path at every token count (MoEExpertsLauncher.set_int4_path)
   shipped     the launcher as shipped (int4_images.json): the gemv, mma.sync or tiles path by its rule
@@ -122,7 +121,7 @@ def bench_shape(tokens: int, experts: int, size: int, ffn: int, w, contenders: d
     return row
 
 
-TENSOR_CORE = ("rows_", "mma_")  # the per-expert kernels' labels: int4_rows.py's and int4_mma.py's
+TENSOR_CORE = "mma_"  # the mma.sync kernels' labels (int4_mma.py)
 GAP_TOKENS = range(4, 65)  # where the shipped launcher misses 2.5x bf16 the most (h100_int4/)
 
 
@@ -132,7 +131,7 @@ def gemv_labels(row: dict) -> list[str]:
 
 def table(rows: list[dict], copy_bps: float) -> str:
     lines = [f"copy bandwidth (1 GiB device-to-device, read + write): {copy_bps / 1e9:.0f} GB/s", "",
-             "| E x H x F | tokens | best | us | % copy | best rows_/mma_ | us | best gemv | us | shipped us (path) | "
+             "| E x H x F | tokens | best | us | % copy | best mma_ | us | best gemv | us | shipped us (path) | "
              "bf16 us | et_decode us | best x bf16 | best x et | best x shipped |", "|---" * 15 + "|"]
     for r in rows:
         us = r["us"]
@@ -142,7 +141,7 @@ def table(rows: list[dict], copy_bps: float) -> str:
         best = ranked[0]
         share = r["touched_bytes"] / (us[best] * 1e-6) / copy_bps
         path = next((p for p in ("gemv", "mma") if f"moe_{p}_" in r.get("shipped_kernels", "")), "tiles")
-        best_rows = next((label for label in ranked if label.startswith(TENSOR_CORE)), None)
+        best_mma = next((label for label in ranked if label.startswith(TENSOR_CORE)), None)
         best_gemv = next((label for label in ranked if not label.startswith(TENSOR_CORE)), None)
 
         def fmt(label):
@@ -152,7 +151,7 @@ def table(rows: list[dict], copy_bps: float) -> str:
             return f"{us[label] / us[best]:.2f}x" if label in us else "-"
 
         lines.append(f"| {r['experts']}x{r['hidden']}x{r['ffn']} | {r['tokens']} | {best} | {us[best]:.1f} | "
-                     f"{100 * share:.0f}% | {best_rows} | {fmt(best_rows)} | {best_gemv} | {fmt(best_gemv)} | "
+                     f"{100 * share:.0f}% | {best_mma} | {fmt(best_mma)} | {best_gemv} | {fmt(best_gemv)} | "
                      f"{fmt('shipped')} ({path}) | {fmt('bf16')} | {fmt('et_decode')} | {ratio('bf16')} | "
                      f"{ratio('et_decode')} | {ratio('shipped')} |")
     return "\n".join(lines) + "\n\n" + overall(rows)

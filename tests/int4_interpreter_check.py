@@ -6,10 +6,9 @@ intermediate rows, -1 in the routing buffers), so an unwritten element or a row 
 
 - GroupedMM: the tensor-core build of grouped_mm_kernel (INT4 = True) and grouped_mm_int4_gemv_kernel, at odd K
   and N (K 40: one chunk and a padded one), every group size, empty groups and invalid offsets;
-- the MoEExperts op: route + INT4 gate+up + INT4 down + combine, the vector-matrix path (gate+up, down,
-  combine; and with the down and combine in one launch) and the per-expert path (int4_rows.py, the same
-  launches), every gated activation and layout, biases, invalid ids, odd sizes, float16 routing weights, an
-  expert's pairs over several windows and row blocks.
+- the MoEExperts op: route + INT4 gate+up + INT4 down + combine, and the vector-matrix path (gate+up, down,
+  combine; and with the down and combine in one launch), every gated activation and layout, biases, invalid ids,
+  odd sizes, float16 routing weights, an expert's pairs over several row blocks.
 
 Every check is float16: the interpreter's bfloat16 is wrong (Triton 3.9: tl.dot off by 1e10 on unit inputs, and
 float32 -> bfloat16 truncates instead of rounding to nearest). Prints "interpreter ok" last.
@@ -25,7 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from support.int4_cases import grouped_case, moe_case, relative_error  # noqa: E402
 
 from et_trt_backend import int4_weights, moe_experts  # noqa: E402
-from et_trt_backend.kernels import grouped_mm, int4_kernels, int4_rows, moe_aot  # noqa: E402
+from et_trt_backend.kernels import grouped_mm, int4_kernels, moe_aot  # noqa: E402
 from et_trt_backend.kernels import moe_experts as moe_kernels  # noqa: E402
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS  # noqa: E402
 
@@ -151,18 +150,6 @@ def moe_gemv_combined(case):
                              int4_kernels.moe_int4_gemv_down_combine_kernel, 8, combined=True, BLOCK_C=2, PAIRED=True)
 
 
-def moe_rows(case, window=16):
-    """The per-expert path (the vector-matrix path's launches): 16 pairs of an expert per weight tile, found among
-    `window` pairs at a time, K steps of 64. In the skewed case an expert's pairs span several windows of 16, and a
-    window of 64 holds more than 16 of them (searched again after the 16th)."""
-    return moe_without_route(case, int4_rows.moe_int4_rows_gate_up_kernel, int4_rows.moe_int4_rows_down_kernel, 16,
-                             BLOCK_C=2, BLOCK_M=16, WINDOW=window)
-
-
-def moe_rows_long_window(case):
-    return moe_rows(case, window=64)
-
-
 def moe_gemv_shipped(case):
     """The vector-matrix path at the shipped blocking (moe_aot.MOE_GEMV_CONFIGS: gate and up rows in one loop, a step
     of K longer than these cases' K, so every step is masked)."""
@@ -170,7 +157,7 @@ def moe_gemv_shipped(case):
     return moe_gemv(case, block_n=config.block_n, block_c=config.block_c, paired=config.paired)
 
 
-def check_moe(name, case, paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows)):
+def check_moe(name, case, paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined)):
     want = case.reference()
     for run in paths:
         out = run(case)
@@ -199,14 +186,14 @@ def main():
     # The MoE op: each gate+up layout, a clamped gated activation and a non-gated one (the activations' code is the
     # dense kernels', checked for every activation by moe_interpreter_check.py), biases and invalid ids. Layouts and
     # activations differ only in the gate+up: every gate+up kernel (the tiles', the vector-matrix one unpaired and
-    # paired, the per-expert one) runs each; the shipped blocking (the paired kernel again; its 4 x 32 blocking was
+    # paired) runs each; the shipped blocking (the paired kernel again; its 4 x 32 blocking was
     # 40% of a case's time in the interpreter) runs the first and the cases below.
     for activation, layout in (("swiglu", "concat"), ("swiglu", "interleaved"), ("swiglu", "blocked8"),
                                ("gptoss_glu", "blocked8"), ("relu2", "concat")):
         case = moe_case(7, 3, 5, 64, 16, activation=activation, layout=layout, group_size=32, dtype=torch.float16,
                         bias=True, invalid=0.15, seed=len(layout) + MOE_ACTIVATIONS[activation])
         first = (activation, layout) == ("swiglu", "concat")
-        check_moe(f"moe {activation} {layout}", case, paths=(moe_tiles, moe_gemv, moe_gemv_combined, moe_rows,
+        check_moe(f"moe {activation} {layout}", case, paths=(moe_tiles, moe_gemv, moe_gemv_combined,
                                                              *([moe_gemv_shipped] if first else [])))
     # Odd sizes (H 40, F 20: padded chunks, masked columns), group 64 and 128, float16 routing weights.
     check_moe("moe odd sizes g64", moe_case(5, 2, 4, 40, 20, group_size=64, dtype=torch.float16,
@@ -217,12 +204,11 @@ def main():
     case.ids = torch.stack([torch.zeros(20), torch.ones(20)], 1).int()
     case.ids[3, 0] = 4
     case.ids[9, 1] = -(2**31)
-    check_moe("moe skewed", case,
-              paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows, moe_rows_long_window))
+    check_moe("moe skewed", case)
     # Every id invalid: every output row zero.
     case = moe_case(3, 2, 4, 32, 16, dtype=torch.float16, seed=6)
     case.ids.fill_(9)
-    for run in (moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined, moe_rows):
+    for run in (moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined):
         assert (run(case) == 0).all(), (run.__name__, "rows of invalid pairs must be zero")
     print("interpreter ok")
 

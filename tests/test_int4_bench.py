@@ -45,7 +45,7 @@ def test_report_names_what_was_not_met_or_not_timed(bench):
 
 
 def test_sweep_report_ranks_the_blockings():
-    """benchmarks/int4_gemv_sweep.py's tables: per shape the fastest blocking, the fastest per-expert ("rows_") and
+    """benchmarks/int4_gemv_sweep.py's tables: per shape the fastest blocking, the fastest mma.sync ("mma_") and
     per-pair one and the ratios against the fastest, then each blocking's mean slowdown; a shape where no blocking
     was timed is left out, not a crash."""
     with benchmark_module("int4_gemv_sweep") as sweep:
@@ -56,20 +56,20 @@ def test_sweep_report_ranks_the_blockings():
                     "et_decode": 12.0}},
             {"tokens": 64, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6,
              "shipped_kernels": "moe_route (e64)",
-             "us": {"n8_k256_w2_s3": 20.0, "n4_k512_w2_s3_paired": 40.0, "rows_m16_n16_k128_w4_s2": 10.0}},
+             "us": {"n8_k256_w2_s3": 20.0, "n4_k512_w2_s3_paired": 40.0, "mma_w4t1p16c4s4": 10.0}},
             {"tokens": 4, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6, "us": {"bf16": 9.0}},
         ]
         text = sweep.table(rows, 2e12)
     lines = text.splitlines()
     assert lines[4] == ("| 8x1024x1024 | 1 | n4_k512_w2_s3_paired | 5.0 | 30% | None | - | n4_k512_w2_s3_paired | 5.0 | "
                         "10.0 (gemv) | 15.0 | 12.0 | 3.00x | 2.40x | 2.00x |")
-    assert lines[5].startswith("| 8x1024x1024 | 64 | rows_m16_n16_k128_w4_s2 | 10.0 | 15% | rows_m16_n16_k128_w4_s2 | "
+    assert lines[5].startswith("| 8x1024x1024 | 64 | mma_w4t1p16c4s4 | 10.0 | 15% | mma_w4t1p16c4s4 | "
                                "10.0 | n8_k256_w2_s3 | 20.0 | - (tiles) |")
     assert "| 4 |" not in text
     # Geometric means of time / best at 4-64 tokens (ranked by it) and on all shapes: n4_k512 40 / 10 at 64 tokens,
     # sqrt(1 * 4) on all; n8_k256 20 / 10, sqrt(2 * 2).
     ranking = text.split("| blocking |")[1].splitlines()
-    assert ranking[2:] == ["| rows_m16_n16_k128_w4_s2 | 1.000 | 1 | 1.000 | 1 |",
+    assert ranking[2:] == ["| mma_w4t1p16c4s4 | 1.000 | 1 | 1.000 | 1 |",
                            "| n8_k256_w2_s3 | 2.000 | 1 | 2.000 | 2 |",
                            "| n4_k512_w2_s3_paired | 4.000 | 1 | 2.000 | 2 |"]
 

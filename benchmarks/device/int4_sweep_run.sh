@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the INT4 kernels' tuning (issue 33), within 6 minutes: build the launcher; check every
 # mma.sync build of prepare.py's MMA_SWEEP against the float32 reference (benchmarks/int4_mma_check.py), two
-# BY_EXPERT builds' small cases also under compute-sanitizer; then time every blocking of prepare.py's GEMV_SWEEP,
-# ROWS_SWEEP and MMA_SWEEP forced onto its path at 4-256 tokens against the shipped launcher (gemv, mma.sync or
+# BY_EXPERT builds' small cases also under compute-sanitizer; then time every blocking of prepare.py's GEMV_SWEEP
+# and MMA_SWEEP forced onto its path at 4-256 tokens against the shipped launcher (gemv, mma.sync or
 # tiles by its rule) and our bf16 kernels (benchmarks/int4_gemv_sweep.py; without ExecuTorch's kernels, whose
 # autotuning takes minutes), each output checked first. The sweep's tables print last; everything printed also goes
 # to $OUT/int4_sweep_run.log, each step's log to $OUT/<step>.log. (The shipped images' GPU tests: int4_run.sh.)

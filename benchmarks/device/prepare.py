@@ -31,8 +31,8 @@
 .device/int4_images.json   the INT4 expert kernels (MoE and GroupedMM) for sm_90a, both dtypes, plus their sm_80
                            PTX, and the bf16 MoE experts kernels (tests/test_int4_gpu.py,
                            benchmarks/int4_experts_bench.py; --int4)
-.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's blockings of the vector-matrix,
-                           per-expert and mma.sync INT4 kernels for sm_90a, bf16: each group the images of one
+.device/int4_sweep_images.json (+ .groups.json)  benchmarks/int4_gemv_sweep.py's blockings of the vector-matrix
+                           and mma.sync INT4 kernels for sm_90a, bf16: each group the images of one
                            (--int4)
 .device/executorch/fused_moe.py  ExecuTorch CUDA backend's Triton fused_moe, the benchmark's comparator, as its
                            authors wrote it (from the fetched pytorch/executorch, --executorch; --int4)
@@ -246,12 +246,11 @@ def save_int4_images(executorch: pathlib.Path) -> None:
 
 
 # The INT4 kernels' blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig). The vector-matrix ones
-# (rows, 32-element chunks per step, warps, stages, gate and up in one loop) and the per-expert ones (int4_rows.py:
-# pairs per weight tile, weight rows, chunks per step, warps, stages): none this time (sweeps 1-3, h100_int4/, settled
-# them; the shipped launcher stands for the gemv kernels where its rule runs them).
+# (rows, 32-element chunks per step, warps, stages, gate and up in one loop): none this time (sweeps 1-3, h100_int4/,
+# settled them; the shipped launcher stands for the gemv kernels where its rule runs them). (The per-expert kernels
+# those sweeps also timed, int4_rows.py, lost to the mma.sync ones and left the tree: git history keeps them.)
 GEMV_SWEEP: list[tuple] = []
 GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (sweep 2 did: 1.01x-1.17x slower)
-ROWS_SWEEP: list[tuple] = []
 # The mma.sync kernels (int4_mma.py, moe_int4_mma.cu): (gate+up blocking, down blocking), each MmaConfig(warps,
 # 16-row tiles per warp, pairs per pass, chunks per stage, stages, by_expert=...). The shipped three (moe_aot's
 # MOE_MMA_CONFIGS) as the reference; the same with BY_EXPERT (programs by expert, not by pair: min(pairs, experts)
@@ -275,12 +274,8 @@ def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired
     return f"n{block_n}_k{32 * block_c}_w{warps}_s{stages}" + ("_paired" if paired else "")
 
 
-def rows_sweep_label(block_m: int, block_n: int, block_c: int, warps: int, stages: int) -> str:
-    return f"rows_m{block_m}_n{block_n}_k{32 * block_c}_w{warps}_s{stages}"
-
-
 def save_int4_sweep_images() -> None:
-    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP, ROWS_SWEEP (variant "gemv") and MMA_SWEEP (named
+    """.device/int4_sweep_images.json: per blocking of GEMV_SWEEP (variant "gemv") and MMA_SWEEP (named
     as in an export) its images, and MMA_SWEEP_PTX's sm_80 PTX; with GEMV_SWEEP_3LAUNCH the GEMV_SWEEP ones also
     without moe_gemv_down_combine (label + "_3launch")."""
     contenders = {}
@@ -290,10 +285,6 @@ def save_int4_sweep_images() -> None:
         contenders[label] = moe_aot.gemv_images(ARCH, "bf16", "cubin", [config])
         if GEMV_SWEEP_3LAUNCH:  # without the down and combine in one launch: what that launch saves
             contenders[label + "_3launch"] = [i for i in contenders[label] if i.kernel != "moe_gemv_down_combine"]
-    for block_m, block_n, block_c, warps, stages in ROWS_SWEEP:
-        config = moe_aot.MoEGemvConfig("gemv", block_n, block_c, warps, stages, 16, block_m=block_m)
-        contenders[rows_sweep_label(block_m, block_n, block_c, warps, stages)] = moe_aot.gemv_images(
-            ARCH, "bf16", "cubin", [config])
     for gate_up, down in MMA_SWEEP:
         contenders[int4_mma.sweep_label(gate_up, down)] = int4_mma.images(ARCH, "bf16", gate_up, down)
     for gate_up, down in MMA_SWEEP_PTX:

@@ -203,7 +203,6 @@ def _source_hash(*modules: str) -> str:
 # The Triton modules each kernel source module calls into: a kernel's image depends on all of them.
 KERNEL_SOURCES = {"grouped_mm": ("grouped_mm", "int4_tiles"), "moe_experts": ("moe_experts", "int4_tiles"),
                   "int4_kernels": ("int4_kernels", "int4_tiles", "moe_experts"),
-                  "int4_rows": ("int4_rows", "int4_tiles", "moe_experts"),
                   "moe_fp8": ("moe_fp8", "moe_experts", "int4_tiles", "quantize_rows"),
                   "moe_fp8_down": ("moe_fp8_down", "moe_fp8", "moe_experts", "int4_tiles", "quantize_rows")}
 

@@ -15,8 +15,7 @@ dense ones: they read no weights), the two GEMMs' INT4 builds of the same tiling
 "gemv_any", with "moe_gemv_down_combine" (down and combine in one launch); the mma.sync kernels (int4_mma.py, nvcc:
 "moe_mma_gate_up", "moe_mma_gate_up_gated", "moe_mma_down", variants "mma_p<pairs per pass>") for up to tens of
 pairs per expert; no wgmma
-builds. gemv_images also builds int4_rows.py's per-expert kernels under the same names for blockings of block_m > 0
-(benchmarks only).
+builds.
 
 weight_format "fp8" (expert_precision "fp8" where the architecture has FP8 MMA; moe_fp8.py): "moe_route_quantize"
 (variants as moe_route's: the route and hidden's quantization in one launch), the combine image and the two GEMMs'
@@ -79,10 +78,6 @@ class MoEGemvConfig:
     num_stages: int
     k_n_multiple: int
     paired: bool = False  # gated gate+up: gate and up rows in one loop (int4_kernels.py's PAIRED)
-    # > 0: int4_kernels.py's per-expert kernels (moe_int4_rows_*), the same launch and arguments: block_m of an
-    # expert's pairs per weight tile (tensor cores), found among `window` pairs at a time
-    block_m: int = 0
-    window: int = 128
 
 
 # 4 weight rows x 32 chunks (1024 elements of K) per step, 2 warps, loads 2 deep, gate and up rows in one loop: the
@@ -90,9 +85,7 @@ class MoEGemvConfig:
 # on the shapes the launcher runs on this path (1-4 tokens at 8 and 16 experts, 1-32 at 64): 1.023x the best
 # blocking per shape (geometric mean; worst 1.06x), 1.09x faster than the first blocking (8 rows x 256, 3 deep,
 # two loops). Few pairs make few programs: fewer rows and longer runs of K each keep more bytes in flight.
-# "gemv_any" takes the same blocking (not timed on its own). The per-expert kernels (int4_rows.py, block_m > 0) are
-# not shipped: the second H100 sweep (benchmarks/results/h100_int4/sweep2/) found them faster than the tiles only at a
-# few cells, by 2-13%, and no one blocking of them faster at both hidden sizes; they stay the sweep's candidates.
+# "gemv_any" takes the same blocking (not timed on its own).
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
 # The mma.sync kernels' builds (int4_mma.py's MmaConfig: warps, 16-row weight tiles per warp, pairs per pass, 32-element
@@ -338,30 +331,25 @@ def fp8_down_wgmma_image(dtype: str, config: MoEGemmConfig, step: int) -> Kernel
 
 
 def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> list[KernelImage]:
-    """The INT4 kernels without a route of each blocking: gate+up (non-gated and gated) and down, by pair, the
-    vector-matrix ones (int4_kernels.py) with their down and combine in one launch too ("moe_gemv_down_combine"),
-    or the per-expert ones (int4_rows.py, blockings of block_m > 0)."""
-    from et_trt_backend.kernels import int4_kernels, int4_rows
+    """The INT4 vector-matrix kernels (int4_kernels.py) of each blocking, by pair with no route: gate+up (non-gated
+    and gated), down, and the down and combine in one launch ("moe_gemv_down_combine")."""
+    from et_trt_backend.kernels import int4_kernels
 
     images = []
     for config in configs:
         sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
         blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c}
-        if config.block_m:
-            blocks |= {"BLOCK_M": config.block_m, "WINDOW": config.window}
-            gate_up, down = int4_rows.moe_int4_rows_gate_up_kernel, int4_rows.moe_int4_rows_down_kernel
-        else:
-            gate_up, down = int4_kernels.moe_int4_gemv_gate_up_kernel, int4_kernels.moe_int4_gemv_down_kernel
+        gate_up, down = int4_kernels.moe_int4_gemv_gate_up_kernel, int4_kernels.moe_int4_gemv_down_kernel
 
         def compile_one(kernel_name, function, signature, constexprs):
             signature |= {name: "constexpr" for name in constexprs}
             images.append(_compile(kernel_name, config.variant, function, signature, constexprs,
                                    {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, fmt,
                                    config.num_warps, config.num_stages,
-                                   (max(config.block_m, 1), config.block_n, 32 * config.block_c), "int4"))
+                                   (1, config.block_n, 32 * config.block_c), "int4"))
 
         for gated in (False, True):
-            paired = {} if config.block_m else {"PAIRED": gated and config.paired}
+            paired = {"PAIRED": gated and config.paired}
             compile_one("moe_gemv_gate_up_gated" if gated else "moe_gemv_gate_up", gate_up,
                         {**_pointers("x_ptr:x ids_ptr:i32 w_ptr:u8 scale_ptr:bf16 bias_ptr:x h_ptr:x", dtype),
                          "pairs": "i32", "E": "i32", "H": "i32", "F": "i32", "top_k": "i32", "layout_block": "i32",
@@ -371,11 +359,9 @@ def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> li
         compile_one("moe_gemv_down", down, {**_pointers(down_pointers + " y_ptr:f32", dtype), "pairs": "i32",
                                             "E": "i32", "H": "i32", "F": "i32", "group_size": "i32",
                                             "has_bias": "i32", "weights_16bit": "i32"}, blocks)
-        if not config.block_m:
-            compile_one("moe_gemv_down_combine", int4_kernels.moe_int4_gemv_down_combine_kernel,
-                        {**_pointers(down_pointers + " out_ptr:x", dtype), "T": "i32", "E": "i32", "H": "i32",
-                         "F": "i32", "top_k": "i32", "group_size": "i32", "has_bias": "i32", "weights_16bit": "i32"},
-                        blocks)
+        compile_one("moe_gemv_down_combine", int4_kernels.moe_int4_gemv_down_combine_kernel,
+                    {**_pointers(down_pointers + " out_ptr:x", dtype), "T": "i32", "E": "i32", "H": "i32", "F": "i32",
+                     "top_k": "i32", "group_size": "i32", "has_bias": "i32", "weights_16bit": "i32"}, blocks)
     return images
 
 
