@@ -61,8 +61,6 @@ def cases(quick: bool) -> list[tuple[str, object]]:
     ]
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", required=True, help="int4_images.json (the route and combine images)")

@@ -173,7 +173,8 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['shape']} | " + " | ".join(f"{us[label]:.1f}" if label in us else "-" for label in labels)
                      + " | " + " | ".join(f"{x[o]:.2f}x" if o in x else "-" for o in labels[:3]) + " | "
                      + " / ".join(str(r["launches"].get(label, "-")) for label in labels)
-                     + " | " + " / ".join(f"{r['err'].get(label, float('nan')):.1e}" for label in ("torch_fp8", "fused_fp8"))
+                     + " | " + " / ".join(f"{r['err'].get(label, float('nan')):.1e}"
+                                          for label in ("torch_fp8", "fused_fp8"))
                      + f" | {r['kernels'].get('fused_fp8', '-')} | {kernel_us(r, 'fused_fp8')} |" +
                      "".join(f" {us[label]:.1f} |" if label in us else " - |" for label in others))
     lines += ["", "Our kernels' device us per call at the MoE shapes (route / gate+up / down / combine):"]

@@ -29,7 +29,8 @@ main() {
 
   echo
   if [ -f "$OUT/int4_gemv_sweep.md" ]; then cat "$OUT/int4_gemv_sweep.md"; else tail -30 "$OUT/int4_sweep.log"; fi
-  echo "rc: mma check $rc_int4_mma_check, mma memcheck $rc_int4_mma_memcheck, sweep $rc_int4_sweep (124: the step's time limit)"
+  echo "rc: mma check $rc_int4_mma_check, mma memcheck $rc_int4_mma_memcheck, sweep $rc_int4_sweep" \
+    "(124: the step's time limit)"
 }
 
 main 2>&1 | tee "$OUT/int4_sweep_run.log"

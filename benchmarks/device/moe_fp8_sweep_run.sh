@@ -33,7 +33,11 @@ main() {
     --images .device/moe_fp8_sweep_images.json --only "$OUT/down_ok.txt" --skip-robot --out "$OUT"
 
   echo
-  if [ -f "$OUT/moe_fp8_block_bench.md" ]; then cat "$OUT/moe_fp8_block_bench.md"; else tail -30 "$OUT/sweep_bench.log"; fi
+  if [ -f "$OUT/moe_fp8_block_bench.md" ]; then
+    cat "$OUT/moe_fp8_block_bench.md"
+  else
+    tail -30 "$OUT/sweep_bench.log"
+  fi
   echo "rc: fp8 tests $rc_fp8_tests, down check $rc_down_check, down memcheck $rc_down_memcheck," \
     "bench $rc_sweep_bench (124: the step's time limit)"
 }
