@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 log() { printf '\n== %s\n' "$*"; }
 
 ./scripts/system_packages.sh
+source scripts/compiler_cache.sh
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages the build needs, where they are missing:
 # flatc + flatbuffers headers for the blob schema, gtest for the C++ tests,
-# zlib and OpenSSL for the blob's checksum and content id (runtime/). On an
+# zlib and OpenSSL for the blob's checksum and content id (runtime/), ccache
+# for rebuilds (scripts/compiler_cache.sh says which). On an
 # x86-64 machine also what cross-builds the runtime for aarch64 (Jetson) and
 # runs its tests: the cross compiler, qemu-user, and arm64 libraries through
 # Debian's multiarch (dpkg learns the arm64 architecture first).
@@ -22,6 +23,7 @@ need=()
 [ -f "$host_lib/libgtest.a" ] || need+=(libgtest-dev)
 [ -f "$host_lib/libz.so" ] || need+=(zlib1g-dev)
 [ -f "$host_lib/libcrypto.so" ] || need+=(libssl-dev)
+[ -x "$root/usr/bin/ccache" ] || need+=(ccache)
 if [ "$(uname -m)" = x86_64 ]; then
   [ -x "$root/usr/bin/aarch64-linux-gnu-g++" ] || need+=(g++-aarch64-linux-gnu)
   [ -x "$root/usr/bin/qemu-aarch64" ] || need+=(qemu-user)

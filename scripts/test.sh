@@ -6,6 +6,7 @@
 # Needs ./scripts/setup.sh once. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/compiler_cache.sh
 ./scripts/build_runtime.sh >/dev/null
 # The TensorRT layer against each TensorRT header set in ../shared (CI), if present.
 log=runtime/build-tensorrt.log

@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "system_packages.sh"
 HOST_LIB = f"usr/lib/{platform.machine()}-linux-gnu"
 ARM64_LIB = "usr/lib/aarch64-linux-gnu"
-HOST_PACKAGES = "flatbuffers-compiler libflatbuffers-dev libgtest-dev zlib1g-dev libssl-dev"
+HOST_PACKAGES = "flatbuffers-compiler libflatbuffers-dev libgtest-dev zlib1g-dev libssl-dev ccache"
 # The aarch64 cross build and its tests under qemu, installed on x86-64 machines only.
 CROSS_PACKAGES = "g++-aarch64-linux-gnu qemu-user zlib1g-dev:arm64 libssl-dev:arm64 libgtest-dev:arm64 " \
     "libstdc++6:arm64 libasan8:arm64 libubsan1:arm64"
@@ -64,7 +64,7 @@ def _root_with(tmp_path: pathlib.Path, *files: str) -> pathlib.Path:
 
 
 HOST_FILES = ("usr/bin/flatc", "usr/include/flatbuffers/flatbuffers.h", f"{HOST_LIB}/libgtest.a",
-              f"{HOST_LIB}/libz.so", f"{HOST_LIB}/libcrypto.so")
+              f"{HOST_LIB}/libz.so", f"{HOST_LIB}/libcrypto.so", "usr/bin/ccache")
 
 
 def test_as_root_apt_get_runs_directly(tmp_path):
@@ -95,7 +95,7 @@ def test_only_missing_packages_are_installed(tmp_path):
     assert result.returncode == 0, result.stderr
     cross = " g++-aarch64-linux-gnu zlib1g-dev:arm64 libssl-dev:arm64 libstdc++6:arm64 libubsan1:arm64"
     assert calls[-1] == "apt-get DEBIAN_FRONTEND=noninteractive install -y -q flatbuffers-compiler " \
-        "libflatbuffers-dev libssl-dev" + (cross if X86_64 else "")
+        "libflatbuffers-dev libssl-dev ccache" + (cross if X86_64 else "")
     assert not any(call.startswith("dpkg") for call in calls)  # dpkg knows arm64 already
 
 
@@ -108,7 +108,7 @@ def test_headers_of_the_arm64_packages_alone_do_not_count(tmp_path):
     result, calls = _run(tmp_path, uid=0, system_root=str(root), foreign_archs="arm64\n")
     assert result.returncode == 0, result.stderr
     assert calls[-1].startswith("apt-get DEBIAN_FRONTEND=noninteractive install -y -q libgtest-dev zlib1g-dev "
-                                "libssl-dev")
+                                "libssl-dev ccache")
 
 
 @x86_64_only
