@@ -203,3 +203,32 @@ def test_aarch64_build_without_the_cross_compiler_names_the_fix(tmp_path):
     assert result.returncode == 1
     assert "--target aarch64 needs the cross compiler aarch64-linux-gnu-g++" in result.stderr
     assert "./scripts/system_packages.sh installs them" in result.stderr
+
+
+# ---- the compiler cache (scripts/compiler_cache.sh, sourced by setup.sh and test.sh) ----
+CACHE_VARIABLES = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CCACHE_BASEDIR", "CCACHE_NOHASHDIR")
+
+
+def _cache_environment(tmp_path: pathlib.Path, with_ccache: bool) -> dict[str, str]:
+    """The variables compiler_cache.sh exports, sourced from the checkout with only `command`'s PATH lookups: a
+    stand-in ccache on it or none."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if with_ccache:
+        _stand_in(bin_dir, "ccache", "exit 0\n")
+    script = f'cd {REPO} && source scripts/compiler_cache.sh && for v in {" ".join(CACHE_VARIABLES)}; do ' \
+        'printf "%s=%s\\n" "$v" "${!v-unset}"; done'
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES} | {"PATH": str(bin_dir)}
+    result = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    return dict(line.split("=", 1) for line in result.stdout.splitlines())
+
+
+def test_builds_compile_through_ccache_where_it_is_installed(tmp_path):
+    assert _cache_environment(tmp_path, with_ccache=True) == {
+        "CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+        "CCACHE_BASEDIR": str(REPO), "CCACHE_NOHASHDIR": "1"}
+
+
+def test_builds_compile_directly_without_ccache(tmp_path):
+    assert set(_cache_environment(tmp_path, with_ccache=False).values()) == {"unset"}
