@@ -67,7 +67,7 @@ def int4_block(launcher: MoEExpertsLauncher):
     def block(hidden, ids, weights, gate_up: int4_weights.Int4Weights, down: int4_weights.Int4Weights):
         return moe_block_bench.launch_block(
             launcher, buffers, hidden, ids, weights, gate_up.packed, down.packed, down.k, "concat",
-            w_gate_up_scale=gate_up.scales.data_ptr(), w_down_scale=down.scales.data_ptr(), group_size=GROUP)
+            w_gate_up_scale=gate_up.scales, w_down_scale=down.scales, group_size=GROUP)
 
     block.launcher = launcher
     return block

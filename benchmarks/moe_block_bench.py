@@ -40,11 +40,10 @@ from et_trt_backend import moe_experts  # noqa: E402
 from et_trt_backend.kernels.images import load_images  # noqa: E402
 from et_trt_backend.kernels.launcher import (  # noqa: E402
     GroupedMMLauncher,
-    MoEExpertsArgs,
     MoEExpertsLauncher,
     moe_workspace_bytes,
 )
-from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS  # noqa: E402
+from et_trt_backend.kernels.moe_op import launch_args  # noqa: E402
 
 logger = logging.getLogger("moe_block_bench")
 
@@ -105,7 +104,7 @@ def ours_grouped_mm(launcher: GroupedMMLauncher):
 def launch_block(launcher: MoEExpertsLauncher, buffers: dict, hidden, ids, weights, w_gate_up, w_down, ffn: int,
                  layout: str, experts: int = 0, **quantized) -> torch.Tensor:
     """One launch of our MoEExperts kernels (SwiGLU) on device tensors; the output and workspace are allocated once
-    per shape in `buffers`, outside the graphs. `quantized`: MoEExpertsArgs' INT4 fields. `experts`: the count the
+    per shape in `buffers`, outside the graphs. `quantized`: moe_op.launch_args' scale tensors and group size. `experts`: the count the
     launcher is told, if more than the weights hold (ids stay below the real count; the launcher's rules that
     depend on it see the larger one)."""
     (tokens, size), top_k = hidden.shape, ids.shape[1]
@@ -116,13 +115,8 @@ def launch_block(launcher: MoEExpertsLauncher, buffers: dict, hidden, ids, weigh
         buffers[key] = (torch.empty(tokens, size, dtype=hidden.dtype, device="cuda"),
                         torch.empty(moe_workspace_bytes(*key), dtype=torch.uint8, device="cuda"))
     out, workspace = buffers[key]
-    launcher.launch(MoEExpertsArgs(
-        hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(), weights_fp32=1,
-        w_gate_up=w_gate_up.data_ptr(), w_down=w_down.data_ptr(), out=out.data_ptr(), tokens=tokens, top_k=top_k,
-        experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS["swiglu"],
-        gate_up_layout=MOE_GATE_UP_LAYOUTS.index(layout), alpha=moe_experts.GPTOSS_ALPHA,
-        limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
-        **quantized), torch.cuda.current_stream().cuda_stream)
+    launcher.launch(launch_args(hidden, ids, weights, w_gate_up, w_down, out, workspace, experts=experts, ffn=ffn,
+                                gate_up_layout=layout, **quantized), torch.cuda.current_stream().cuda_stream)
     return out
 
 

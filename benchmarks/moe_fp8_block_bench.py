@@ -85,7 +85,7 @@ def fused_fp8_block(launcher: MoEExpertsLauncher):
     def block(hidden, ids, weights, w_gate_up, w_down):
         (w1, s1), (w2, s2) = w_gate_up, w_down
         return block_bench.launch_block(launcher, buffers, hidden, ids, weights, w1, w2, w2.shape[2], "blocked8",
-                                        w_gate_up_scale=s1.data_ptr(), w_down_scale=s2.data_ptr())
+                                        w_gate_up_scale=s1, w_down_scale=s2)
 
     block.launcher = launcher
     return block

@@ -25,10 +25,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from support.moe_inputs import make_inputs  # noqa: E402
 
-from et_trt_backend import moe_experts, moe_experts_fp8  # noqa: E402
+from et_trt_backend import moe_experts_fp8  # noqa: E402
 from et_trt_backend.kernels.images import load_images  # noqa: E402
-from et_trt_backend.kernels.launcher import MoEExpertsArgs, MoEExpertsLauncher, moe_workspace_bytes  # noqa: E402
-from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS  # noqa: E402
+from et_trt_backend.kernels.launcher import MoEExpertsLauncher, moe_workspace_bytes  # noqa: E402
+from et_trt_backend.kernels.moe_op import launch_args  # noqa: E402
 
 MAX_ERROR = 2e-2  # against the FP8 reference, as tests/test_moe_experts_fp8_gpu.py
 
@@ -63,15 +63,9 @@ def run(launcher: MoEExpertsLauncher, inputs, weights_fp8) -> tuple[torch.Tensor
     out = torch.full_like(hidden, float("nan"))
     workspace = torch.empty(moe_workspace_bytes(tokens, top_k, experts, size, ffn), dtype=torch.uint8,
                             device="cuda")
-    biases = {name: b.data_ptr() for name, b in (("b_gate_up", b_gate_up), ("b_down", b_down)) if b is not None}
-    launcher.launch(MoEExpertsArgs(
-        hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(),
-        weights_fp32=int(weights.dtype == torch.float32),
-        w_gate_up=gq.data_ptr(), w_down=dq.data_ptr(), out=out.data_ptr(), tokens=tokens, top_k=top_k,
-        experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS["swiglu"],
-        gate_up_layout=MOE_GATE_UP_LAYOUTS.index("concat"), alpha=moe_experts.GPTOSS_ALPHA,
-        limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
-        w_gate_up_scale=gs.data_ptr(), w_down_scale=ds.data_ptr(), **biases), torch.cuda.current_stream().cuda_stream)
+    launcher.launch(launch_args(hidden, ids, weights, gq, dq, out, workspace, experts=experts, ffn=ffn,
+                                b_gate_up=b_gate_up, b_down=b_down, w_gate_up_scale=gs, w_down_scale=ds),
+                    torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     return out, launcher.last_kernels
 

@@ -39,7 +39,8 @@ def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_
     offsets, pairs and tile table), so an unwritten output or a row read before it is written fails the
     comparison; `path`: the GEMM path for this launch (MoEExpertsLauncher.set_gemm_path). Returns (out, the kernels
     that ran)."""
-    from et_trt_backend.kernels.launcher import MoEExpertsArgs, moe_workspace_bytes
+    from et_trt_backend.kernels.launcher import moe_workspace_bytes
+    from et_trt_backend.kernels.moe_op import launch_args
 
     hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down = (
         None if t is None else t.cuda().contiguous() for t in inputs)
@@ -49,14 +50,9 @@ def _run(inputs, activation="swiglu", layout="concat", alpha=moe_experts.GPTOSS_
     out = torch.full((tokens, size), float("nan"), dtype=hidden.dtype, device="cuda")
     workspace = torch.full((moe_workspace_bytes(tokens, top_k, experts, size, ffn) + 1,), 0xFF, dtype=torch.uint8,
                            device="cuda")
-    args = MoEExpertsArgs(
-        hidden=hidden.data_ptr(), topk_ids=ids.data_ptr(), topk_weights=weights.data_ptr(),
-        weights_fp32=int(weights.dtype == torch.float32), w_gate_up=w_gate_up.data_ptr(), w_down=w_down.data_ptr(),
-        b_gate_up=None if b_gate_up is None else b_gate_up.data_ptr(),
-        b_down=None if b_down is None else b_down.data_ptr(), out=out.data_ptr(), tokens=tokens, top_k=top_k,
-        experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
-        gate_up_layout=MOE_GATE_UP_LAYOUTS.index(layout), alpha=alpha, limit=limit, workspace=workspace.data_ptr(),
-        workspace_bytes=workspace.numel())
+    args = launch_args(hidden, ids, weights, w_gate_up, w_down, out, workspace, experts=experts, ffn=ffn,
+                       b_gate_up=b_gate_up, b_down=b_down, activation=activation, gate_up_layout=layout, alpha=alpha,
+                       limit=limit)
     launcher.set_gemm_path(path)
     try:
         launcher.launch(args, torch.cuda.current_stream().cuda_stream)

@@ -139,6 +139,34 @@ def test_args_struct_matches_the_c_header(tmp_path):
     assert layout == [getattr(MoEExpertsArgs, f).offset for f in fields] + [ctypes.sizeof(MoEExpertsArgs)]
 
 
+def test_launch_args_take_sizes_from_the_shapes_and_names_from_the_plugin_tables():
+    """moe_op.launch_args (what the eager op, the GPU tests and the benchmarks launch with): pointers of the tensors
+    given, None for those absent, sizes from the shapes, the activation and layout as the C side numbers them."""
+    import torch
+
+    from et_trt_backend.kernels.moe_op import launch_args
+    from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
+
+    tokens, top_k, experts, size, ffn = 5, 2, 4, 32, 24
+    hidden, out = torch.randn(tokens, size), torch.empty(tokens, size)
+    ids, weights = torch.zeros(tokens, top_k, dtype=torch.int32), torch.rand(tokens, top_k, dtype=torch.bfloat16)
+    w_gate_up, w_down, b_down = torch.randn(experts, 2 * ffn, size), torch.randn(experts, size, ffn), torch.randn(8)
+    workspace = torch.empty(77, dtype=torch.uint8)
+    args = launch_args(hidden, ids, weights, w_gate_up, w_down, out, workspace, experts=9, ffn=ffn, b_down=b_down,
+                       activation="geglu_erf", gate_up_layout="blocked8", alpha=0.5, limit=3.0, group_size=64)
+    assert (args.hidden, args.topk_ids, args.topk_weights, args.w_gate_up, args.w_down, args.out, args.workspace,
+            args.b_down) == tuple(t.data_ptr() for t in (hidden, ids, weights, w_gate_up, w_down, out, workspace,
+                                                         b_down))
+    assert (args.b_gate_up, args.w_gate_up_scale, args.w_down_scale) == (None, None, None)
+    assert (args.tokens, args.top_k, args.experts, args.hidden_size, args.ffn, args.workspace_bytes,
+            args.group_size, args.weights_fp32) == (tokens, top_k, 9, size, ffn, 77, 64, 0)
+    assert (args.activation, args.gate_up_layout) == (MOE_ACTIVATIONS["geglu_erf"],
+                                                   MOE_GATE_UP_LAYOUTS.index("blocked8"))
+    assert (args.alpha, args.limit) == (0.5, 3.0)
+    assert launch_args(hidden, ids, weights.float(), w_gate_up, w_down, out, workspace, experts=4,
+                       ffn=ffn).weights_fp32 == 1
+
+
 @pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed here")
 def test_launcher_without_a_driver_says_so(launcher_library, monkeypatch):
     from et_trt_backend.kernels import launcher

@@ -67,6 +67,30 @@ def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
     return t if t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) else t.contiguous().clone()
 
 
+def launch_args(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                w_down: torch.Tensor, out: torch.Tensor, workspace: torch.Tensor, *, experts: int, ffn: int,
+                b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None, activation: str = "swiglu",
+                gate_up_layout: str = "concat", alpha: float = moe_experts.GPTOSS_ALPHA,
+                limit: float = moe_experts.GPTOSS_LIMIT, w_gate_up_scale: torch.Tensor | None = None,
+                w_down_scale: torch.Tensor | None = None, group_size: int = 0) -> MoEExpertsArgs:
+    """The launcher's arguments for one block on device tensors (None: no bias, no scale; `workspace`: uint8, at
+    least moe_workspace_bytes). Tokens, top-k and hidden size come from the shapes of `hidden` and `topk_ids`;
+    `experts` and `ffn` are given: packed INT4 weights' shapes do not say them, and a benchmark may tell the
+    launcher of more experts than the weights hold."""
+    def pointer(t: torch.Tensor | None) -> int | None:
+        return None if t is None else t.data_ptr()
+
+    (tokens, size), top_k = hidden.shape, topk_ids.shape[1]
+    return MoEExpertsArgs(
+        hidden=hidden.data_ptr(), topk_ids=topk_ids.data_ptr(), topk_weights=topk_weights.data_ptr(),
+        weights_fp32=int(topk_weights.dtype == torch.float32), w_gate_up=w_gate_up.data_ptr(),
+        w_down=w_down.data_ptr(), b_gate_up=pointer(b_gate_up), b_down=pointer(b_down), out=out.data_ptr(),
+        tokens=tokens, top_k=top_k, experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
+        gate_up_layout=MOE_GATE_UP_LAYOUTS.index(gate_up_layout), alpha=alpha, limit=limit,
+        workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), w_gate_up_scale=pointer(w_gate_up_scale),
+        w_down_scale=pointer(w_down_scale), group_size=group_size)
+
+
 @torch.library.custom_op("et_trt::moe_experts", mutates_args=())
 def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
                    w_down: torch.Tensor, b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None,
@@ -89,16 +113,10 @@ def moe_experts_op(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: t
     # The caching allocator's blocks are 512-byte aligned; the workspace lives until the stream is done with it.
     workspace = torch.empty(max(moe_workspace_bytes(tokens, top_k, experts, size, ffn), 1), dtype=torch.uint8,
                             device=hidden.device)
-    args = MoEExpertsArgs(
-        hidden=hidden.data_ptr(), topk_ids=topk_ids.data_ptr(), topk_weights=topk_weights.data_ptr(),
-        weights_fp32=int(topk_weights.dtype == torch.float32), w_gate_up=w_gate_up.data_ptr(),
-        w_down=w_down.data_ptr(), b_gate_up=b_gate_up.data_ptr() if b_gate_up is not None else None,
-        b_down=b_down.data_ptr() if b_down is not None else None, out=out.data_ptr(), tokens=tokens, top_k=top_k,
-        experts=experts, hidden_size=size, ffn=ffn, activation=MOE_ACTIVATIONS[activation],
-        gate_up_layout=MOE_GATE_UP_LAYOUTS.index(gate_up_layout), alpha=alpha, limit=limit,
-        workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
-        w_gate_up_scale=w_gate_up_scale.data_ptr() if scaled else None,
-        w_down_scale=w_down_scale.data_ptr() if scaled else None, group_size=group_size)
+    args = launch_args(hidden, topk_ids, topk_weights, w_gate_up, w_down, out, workspace, experts=experts, ffn=ffn,
+                       b_gate_up=b_gate_up, b_down=b_down, activation=activation, gate_up_layout=gate_up_layout,
+                       alpha=alpha, limit=limit, w_gate_up_scale=w_gate_up_scale if scaled else None,
+                       w_down_scale=w_down_scale if scaled else None, group_size=group_size)
     launcher.launch(args, torch.cuda.current_stream(hidden.device).cuda_stream)
     return out
 

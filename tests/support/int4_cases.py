@@ -93,8 +93,8 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 def run_moe(launcher, case: MoECase, experts: int, spare_workspace: int = 0) -> tuple[torch.Tensor, str]:
     """`case` (on the GPU) through an INT4 MoEExpertsLauncher told `experts` experts, into a NaN-poisoned output and
     a 0xff workspace (`spare_workspace` bytes more than it needs); (out on the CPU, the kernels that ran)."""
-    from et_trt_backend.kernels.launcher import MoEExpertsArgs, moe_workspace_bytes
-    from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_GATE_UP_LAYOUTS
+    from et_trt_backend.kernels.launcher import moe_workspace_bytes
+    from et_trt_backend.kernels.moe_op import launch_args
 
     tokens, size = case.hidden.shape
     top_k, ffn = case.ids.shape[1], case.dense_down.shape[2]
@@ -102,16 +102,10 @@ def run_moe(launcher, case: MoECase, experts: int, spare_workspace: int = 0) -> 
     out = torch.full((tokens, size), float("nan"), dtype=case.hidden.dtype, device=device)
     workspace = torch.full((moe_workspace_bytes(tokens, top_k, experts, size, ffn) + spare_workspace,), 0xFF,
                            dtype=torch.uint8, device=device)
-    pointer = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    launcher.launch(MoEExpertsArgs(
-        hidden=case.hidden.data_ptr(), topk_ids=case.ids.data_ptr(), topk_weights=case.weights.data_ptr(),
-        weights_fp32=int(case.weights.dtype == torch.float32), w_gate_up=case.gate_up.packed.data_ptr(),
-        w_down=case.down.packed.data_ptr(), b_gate_up=pointer(case.b_gate_up), b_down=pointer(case.b_down),
-        out=out.data_ptr(), tokens=tokens, top_k=top_k, experts=experts, hidden_size=size, ffn=ffn,
-        activation=MOE_ACTIVATIONS[case.activation], gate_up_layout=MOE_GATE_UP_LAYOUTS.index(case.layout),
-        alpha=moe_experts.GPTOSS_ALPHA, limit=moe_experts.GPTOSS_LIMIT, workspace=workspace.data_ptr(),
-        workspace_bytes=workspace.numel(), w_gate_up_scale=case.gate_up.scales.data_ptr(),
-        w_down_scale=case.down.scales.data_ptr(), group_size=case.group_size),
-        torch.cuda.current_stream().cuda_stream)
+    launcher.launch(launch_args(
+        case.hidden, case.ids, case.weights, case.gate_up.packed, case.down.packed, out, workspace, experts=experts,
+        ffn=ffn, b_gate_up=case.b_gate_up, b_down=case.b_down, activation=case.activation,
+        gate_up_layout=case.layout, w_gate_up_scale=case.gate_up.scales, w_down_scale=case.down.scales,
+        group_size=case.group_size), torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     return out.cpu(), launcher.last_kernels
