@@ -31,7 +31,7 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
-                                                              warpgroup_mma_init, warpgroup_mma_wait)
+                                                              warpgroup_mma_wait)
 
 from et_trt_backend.kernels.moe_experts import _m_tile, _store_weighted_rows
 from et_trt_backend.kernels.moe_fp8 import SCALE_BLOCK
