@@ -104,9 +104,9 @@ def ours_grouped_mm(launcher: GroupedMMLauncher):
 def launch_block(launcher: MoEExpertsLauncher, buffers: dict, hidden, ids, weights, w_gate_up, w_down, ffn: int,
                  layout: str, experts: int = 0, **quantized) -> torch.Tensor:
     """One launch of our MoEExperts kernels (SwiGLU) on device tensors; the output and workspace are allocated once
-    per shape in `buffers`, outside the graphs. `quantized`: moe_op.launch_args' scale tensors and group size. `experts`: the count the
-    launcher is told, if more than the weights hold (ids stay below the real count; the launcher's rules that
-    depend on it see the larger one)."""
+    per shape in `buffers`, outside the graphs. `quantized`: moe_op.launch_args' scale tensors and group size.
+    `experts`: the count the launcher is told, if more than the weights hold (ids stay below the real count; the
+    launcher's rules that depend on it see the larger one)."""
     (tokens, size), top_k = hidden.shape, ids.shape[1]
     experts = max(experts, w_down.shape[0])
     key = (tokens, top_k, experts, size, ffn)
