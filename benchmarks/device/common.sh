@@ -1,12 +1,28 @@
-# Sourced by the device scripts (run_all.sh, moe_run.sh, int4_run.sh), from the repository root: $OUT made, Triton
-# blocked in every Python process (the shipped images must run without it), the device printed, build_launcher, step.
-OUT=${OUT:-out}
+# Sourced first by the device scripts (source "$(dirname "$0")/common.sh"): the shell moves to the repository root,
+# $OUT is made, Triton is blocked in every Python process (the shipped images must run without it); then
+# device_run, print_device, build_launcher and step.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+export OUT=${OUT:-out}
 mkdir -p "$OUT"
 mkdir -p /tmp/no_triton/triton
 echo 'raise ImportError("triton is blocked: the kernel checks run without Triton")' > /tmp/no_triton/triton/__init__.py
 export PYTHONPATH=/tmp/no_triton:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-python3 -c "import torch; print('torch', torch.__version__)"
+
+print_device() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__)"
+}
+
+# device_run NAME: the device printed, the launcher built, then the script's function main; everything printed also
+# goes to $OUT/NAME.log.
+device_run() {
+  {
+    print_device
+    build_launcher
+    main
+  } 2>&1 | tee "$OUT/$1.log"
+}
 
 # The C++ launchers' library (runtime/kernels) into build/kernels; exits the script if the build fails.
 build_launcher() {

@@ -6,15 +6,9 @@
 # Prepare here first:  python benchmarks/device/prepare.py --gpu-tests
 # Then on the device:  bash benchmarks/device/gpu_tests_run.sh   (carry .device; results go to $OUT)
 # GPU_TESTS_MEMCHECK=1 also runs each module's invalid-input cases under compute-sanitizer memcheck.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
 
 main() {
-  source benchmarks/device/common.sh
-  build_launcher
-
   step kernel_tests 90 images.json "${PYTEST[@]}" -rs tests/test_kernel_gpu.py
   step moe_tests 90 moe_images.json "${PYTEST[@]}" -rs tests/test_moe_experts_gpu.py
   step fp8_tests 90 moe_fp8_images.json "${PYTEST[@]}" -rs tests/test_moe_experts_fp8_gpu.py
@@ -28,4 +22,4 @@ main() {
     "memcheck $memcheck (124: the step's time limit)"
 }
 
-main 2>&1 | tee "$OUT/gpu_tests_run.log"
+device_run gpu_tests_run

@@ -9,15 +9,9 @@
 # Prepare here first:  python benchmarks/device/prepare.py --int4
 # Then on the device:  bash benchmarks/device/int4_run.sh   (carry .device; results go to $OUT)
 # INT4_MEMCHECK=0 skips the memcheck.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
 
 main() {
-  source benchmarks/device/common.sh
-  build_launcher
-
   step int4_tests 110 int4_images.json "${PYTEST[@]}" -rs tests/test_int4_gpu.py
   rc_int4_memcheck=skipped
   if [ "${INT4_MEMCHECK:-1}" != 0 ]; then
@@ -35,4 +29,4 @@ or (pass_sizes and 32)"
     "(124: the step's time limit)"
 }
 
-main 2>&1 | tee "$OUT/int4_run.log"
+device_run int4_run

@@ -8,15 +8,9 @@
 # to $OUT/int4_sweep_run.log, each step's log to $OUT/<step>.log. (The shipped images' GPU tests: int4_run.sh.)
 # Prepare here first:  python benchmarks/device/prepare.py --int4
 # Then on the device:  bash benchmarks/device/int4_sweep_run.sh   (carry .device; results go to $OUT)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
 
 main() {
-  source benchmarks/device/common.sh
-  build_launcher
-
   local check=(python3 benchmarks/int4_mma_check.py --images .device/int4_images.json
                --sweep .device/int4_sweep_images.json)
   step int4_mma_check 75 int4_images.json "${check[@]}" --ok-file "$OUT/mma_ok.txt"
@@ -33,4 +27,4 @@ main() {
     "(124: the step's time limit)"
 }
 
-main 2>&1 | tee "$OUT/int4_sweep_run.log"
+device_run int4_sweep_run

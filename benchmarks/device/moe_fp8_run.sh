@@ -8,15 +8,9 @@
 # Prepare here first:  python benchmarks/device/prepare.py --moe-fp8
 # Then on the device:  bash benchmarks/device/moe_fp8_run.sh   (carry .device; results go to $OUT)
 # MOE_BENCH_ARGS: extra arguments for the benchmark (--skip-robot); MOE_MEMCHECK=0 skips the memcheck.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
 
 main() {
-  source benchmarks/device/common.sh
-  build_launcher
-
   step fp8_tests 120 moe_fp8_images.json "${PYTEST[@]}" -rs -s tests/test_moe_experts_fp8_gpu.py
   grep -E "FP8 reference" "$OUT/fp8_tests.log" | tail -8
   rc_fp8_memcheck=skipped
@@ -32,4 +26,4 @@ main() {
   echo "rc: fp8 tests $rc_fp8_tests, fp8 memcheck $rc_fp8_memcheck, bench $rc_fp8_bench (124: the step's time limit)"
 }
 
-main 2>&1 | tee "$OUT/moe_fp8_run.log"
+device_run moe_fp8_run

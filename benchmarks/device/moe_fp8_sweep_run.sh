@@ -11,15 +11,9 @@
 # Prepare here first:  python benchmarks/device/prepare.py --moe-fp8
 # Then on the device:  bash benchmarks/device/moe_fp8_sweep_run.sh   (carry .device; results go to $OUT)
 # FP8_MEMCHECK=0 skips the memcheck.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
 
 main() {
-  source benchmarks/device/common.sh
-  build_launcher
-
   step fp8_tests 60 moe_fp8_images.json "${PYTEST[@]}" -rs tests/test_moe_experts_fp8_gpu.py
   local check=(python3 benchmarks/moe_fp8_down_check.py --images .device/moe_fp8_sweep_images.json)
   step down_check 60 moe_fp8_images.json "${check[@]}" --ok-file "$OUT/down_ok.txt"
@@ -42,4 +36,4 @@ main() {
     "bench $rc_sweep_bench (124: the step's time limit)"
 }
 
-main 2>&1 | tee "$OUT/moe_fp8_sweep_run.log"
+device_run moe_fp8_sweep_run

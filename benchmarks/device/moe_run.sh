@@ -13,15 +13,9 @@
 # MOE_SWEEP=1 also runs benchmarks/moe_sweep.py (its contenders at the MoE and dispatch shapes, the dispatch rule's
 # evidence) before the benchmark, starting no shape after MOE_SWEEP_S seconds (default 180; the step stops 60 s
 # later), its tables in $OUT/moe_sweep.md; MOE_KERNEL_TESTS narrows tests/test_kernel_gpu.py (a -k expression).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
 
 main() {
-  source benchmarks/device/common.sh
-  build_launcher
-
   # The grouped GEMM's tests where .device holds their images (prepare.py --moe makes them).
   local kernel_images=.device/images.json
   rc_kernel_tests=skipped rc_kernel_memcheck=skipped rc_moe_memcheck=skipped
@@ -51,4 +45,4 @@ main() {
   if [ -f "$OUT/moe_block_bench.md" ]; then cat "$OUT/moe_block_bench.md"; else tail -30 "$OUT/moe_bench.log"; fi
 }
 
-main 2>&1 | tee "$OUT/moe_run.log"
+device_run moe_run

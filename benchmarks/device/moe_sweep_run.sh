@@ -7,16 +7,14 @@
 # Prepare here first:  python benchmarks/device/prepare.py --sweep
 # Then on the device:  bash benchmarks/device/moe_sweep_run.sh   (carry .device; results go to $OUT)
 # MOE_SWEEP_ARGS: extra arguments for the sweep (--skip-dispatch, --deadline-s S).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
-{
-  source benchmarks/device/common.sh
-  build_launcher
+source "$(dirname "$0")/common.sh"
+
+main() {
   step moe_sweep 400 moe_sweep_images.json python3 benchmarks/moe_sweep.py --images .device/moe_sweep_images.json \
     --out "$OUT" ${MOE_SWEEP_ARGS:-}
   echo
   if [ -f "$OUT/moe_sweep.md" ]; then cat "$OUT/moe_sweep.md"; else tail -40 "$OUT/moe_sweep.log"; fi
   echo "rc: sweep $rc_moe_sweep (124: the step's time limit)"
-} 2>&1 | tee "$OUT/moe_sweep_run.log"
+}
+
+device_run moe_sweep_run

@@ -3,9 +3,8 @@
 # run the invalid-offset cases under compute-sanitizer, then benchmark (bf16, then fp8).
 # Prepare here first:  python benchmarks/device/prepare.py
 # Then on the device:  bash benchmarks/device/run_all.sh   (carry .device; results go to $OUT)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-source benchmarks/device/common.sh
+source "$(dirname "$0")/common.sh"
+print_device
 export ET_TRT_KERNEL_IMAGES=$PWD/.device/images.json
 build_launcher
 
