@@ -80,18 +80,18 @@ bool is_mma_kernel(const std::string& kernel) {
 // win by 1.1x-1.6x. The mma.sync kernels then up to kInt4MmaMaxPairsPerExpert pairs per expert on average (they beat
 // the tiles by 1.2x-1.8x there), kInt4MmaLargeMaxPairsPerExpert where H x F >= kInt4MmaLargeSize (16x2048x4096 at 256
 // tokens: 1.35x); the route and the tiles above (8x1024x1024 at 64 and 256 tokens: the tiles 1.06x and 1.34x faster).
-enum class Int4Path { kGemv, kMma, kTiles };
+// Never kRule.
 constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 25;
 constexpr int64_t kInt4MmaMaxPairsPerExpert = 8;
 constexpr int64_t kInt4MmaLargeMaxPairsPerExpert = 32;
 constexpr int64_t kInt4MmaLargeSize = int64_t{1} << 23;
-Int4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
+MoEInt4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
   const int64_t size = hidden_size * ffn;
   if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * size <= kInt4GemvMaxWork))
-    return Int4Path::kGemv;
+    return MoEInt4Path::kGemv;
   const int64_t most = size >= kInt4MmaLargeSize ? kInt4MmaLargeMaxPairsPerExpert : kInt4MmaMaxPairsPerExpert;
-  if (mma_serves && pairs <= most * experts) return Int4Path::kMma;
-  return Int4Path::kTiles;
+  if (mma_serves && pairs <= most * experts) return MoEInt4Path::kMma;
+  return MoEInt4Path::kTiles;
 }
 
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
@@ -435,16 +435,16 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   const bool mma_serves = !state_->mmas.empty() && a.hidden_size % 16 == 0 && a.ffn % 16 == 0;
   // The rule's INT4 path, or the one set_int4_path forced where it serves.
   const MoEInt4Path forced = state_->int4_path;
-  Int4Path int4_choice = int4_path(pairs, a.experts, a.hidden_size, a.ffn, mma_serves);
-  if (forced == MoEInt4Path::kGemv) int4_choice = Int4Path::kGemv;
-  if (forced == MoEInt4Path::kMma && mma_serves) int4_choice = Int4Path::kMma;
-  if (forced == MoEInt4Path::kTiles || !state_->int4) int4_choice = Int4Path::kTiles;
-  if (int4_choice == Int4Path::kMma)  // the fewest pairs per pass that hold twice the average expert's (skew)
+  MoEInt4Path int4_choice = int4_path(pairs, a.experts, a.hidden_size, a.ffn, mma_serves);
+  if (forced == MoEInt4Path::kGemv || forced == MoEInt4Path::kTiles || (forced == MoEInt4Path::kMma && mma_serves))
+    int4_choice = forced;
+  if (!state_->int4) int4_choice = MoEInt4Path::kTiles;
+  if (int4_choice == MoEInt4Path::kMma)  // the fewest pairs per pass that hold twice the average expert's (skew)
     for (const Gemvs& candidate : state_->mmas) {
       gemvs = &candidate;
       if (candidate.gate_up.block_m >= 2 * per_expert) break;
     }
-  if (int4_choice == Int4Path::kGemv)
+  if (int4_choice == MoEInt4Path::kGemv)
     for (const Gemvs& candidate : state_->gemvs)  // "gemv" first; create() keeps a "gemv_any"
       if (a.hidden_size % candidate.size_multiple == 0 && a.ffn % candidate.size_multiple == 0) {
         gemvs = &candidate;
