@@ -157,7 +157,10 @@ def moe_gemv_shipped(case):
     return moe_gemv(case, block_n=config.block_n, block_c=config.block_c, paired=config.paired)
 
 
-def check_moe(name, case, paths=(moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined)):
+MOE_PATHS = (moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined)
+
+
+def check_moe(name, case, paths=MOE_PATHS):
     want = case.reference()
     for run in paths:
         out = run(case)
@@ -208,7 +211,7 @@ def main():
     # Every id invalid: every output row zero.
     case = moe_case(3, 2, 4, 32, 16, dtype=torch.float16, seed=6)
     case.ids.fill_(9)
-    for run in (moe_tiles, moe_gemv, moe_gemv_shipped, moe_gemv_combined):
+    for run in MOE_PATHS:
         assert (run(case) == 0).all(), (run.__name__, "rows of invalid pairs must be zero")
     print("interpreter ok")
 
