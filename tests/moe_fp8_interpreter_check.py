@@ -54,8 +54,10 @@ def _copysign(magnitude, sign):
     return (bits | (sign.to(tl.int32, bitcast=True) & -0x80000000)).to(tl.float32, bitcast=True)
 
 
-interpreter._convert_float = _convert_float_rn
-quantize_rows.libdevice = types.SimpleNamespace(copysign=_copysign)
+def _patch_interpreter():
+    # Only when run as the script: an importer (pytest collecting tests/) keeps the real libdevice and conversion.
+    interpreter._convert_float = _convert_float_rn
+    quantize_rows.libdevice = types.SimpleNamespace(copysign=_copysign)
 
 
 def run(hidden, ids, weights, w_gate_up, w_down, b_gate_up, b_down, activation, layout, block_m=16, down_k=64,
@@ -189,6 +191,6 @@ def main():
     print("fp8 interpreter ok")
 
 
-
 if __name__ == "__main__":
+    _patch_interpreter()
     main()
