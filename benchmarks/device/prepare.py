@@ -9,6 +9,9 @@
     python benchmarks/device/prepare.py --moe --sweep  # both: benchmarks/device/moe_run.sh with MOE_SWEEP=1
     python benchmarks/device/prepare.py --gpu-tests  # only what benchmarks/device/gpu_tests_run.sh needs (the
                                                      # images of every GPU test module, no benchmark's)
+    python benchmarks/device/prepare.py --gpu-tests --int4 --pack  # the selections combine; --pack compresses
+                                                     # .device into .devpack/device.tgz: carry .devpack, unpack
+                                                     # it there (pack()), and one call can run several scripts
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -54,6 +57,7 @@ from et_trt_backend.kernels import aot, int4_mma, moe_aot, sm90  # noqa: E402
 from et_trt_backend.kernels.images import save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
+PACK = OUT.parent / ".devpack" / "device.tgz"
 EXECUTORCH_GIT = pathlib.Path("/work/.mirror/pytorch+executorch/repo")  # where the fetch tool puts it
 ARCH = "sm_90a"
 # The kind of kernel Torch-TensorRT's Triton plugin runs: TensorRT's own AOT
@@ -293,42 +297,10 @@ def save_int4_sweep_images() -> None:
     save_contenders("int4_sweep_images", contenders)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--moe", action="store_true", help="only the MoE block's images (moe_run.sh)")
-    parser.add_argument("--int4", action="store_true", help="only the INT4 experts' images (int4_run.sh)")
-    parser.add_argument("--moe-fp8", action="store_true", help="only the FP8 MoE block's images (moe_fp8_run.sh)")
-    parser.add_argument("--sweep", action="store_true", help="only the MoE sweep's images (moe_sweep_run.sh)")
-    parser.add_argument("--gpu-tests", action="store_true",
-                        help="only the images of every GPU test module (gpu_tests_run.sh)")
-    parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
-                        help="a git directory of pytorch/executorch (--int4)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    copy_flatbuffers()
-    if args.gpu_tests:
-        save_test_images()
-        save_moe_test_images()
-        save_moe_fp8_test_images()
-        save_int4_test_images()
-        return
-    if args.moe_fp8:
-        save_moe_fp8_images()
-        return
-    if args.sweep:
-        save_moe_sweep_images()
-        if not args.moe:  # --moe --sweep: moe_run.sh with MOE_SWEEP=1 (tests, sweep and block benchmark)
-            return
-    if args.int4:
-        save_int4_images(args.executorch)
-        save_int4_sweep_images()
-        return
+def save_default_images() -> None:
+    """run_all.sh's images: the grouped GEMM's tests and its benchmarks' contenders."""
     save_test_images()
-    if args.moe:
-        save_moe_images()
-        return
     save_fp8_bench_images()
-
     contenders = {
         "ours": [i for i in aot.grouped_mm_images([ARCH], "bf16", True) if i.format == "cubin"],
         # The 48 KiB kernel, plus "any" for the shapes it cannot take.
@@ -342,6 +314,51 @@ def main() -> None:
     for image in bench:
         logging.info("%-22s %-7s %6d B shared, %3d B scratch/CTA, %dx%dx%d", image.kernel, image.arch,
                      image.shared_bytes, image.global_scratch_bytes, image.block_m, image.block_n, image.block_k)
+
+
+def pack() -> None:
+    """.devpack/device.tgz: .device compressed (its images shrink about eightfold), so that one call can carry the
+    images of several scripts within the 64 MiB limit. The call's command unpacks it first:
+    rm -rf .device; tar -xzf .devpack/device.tgz && bash benchmarks/device/<script>.sh ..."""
+    PACK.parent.mkdir(exist_ok=True)
+    subprocess.run(["tar", "-czf", str(PACK), "-C", str(OUT.parent), OUT.name], check=True)
+    logging.info("%s: %.1f MB (carry .devpack)", PACK, PACK.stat().st_size / 1e6)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--moe", action="store_true", help="the MoE block's images (moe_run.sh)")
+    parser.add_argument("--int4", action="store_true", help="the INT4 experts' images (int4_run.sh)")
+    parser.add_argument("--moe-fp8", action="store_true", help="the FP8 MoE block's images (moe_fp8_run.sh)")
+    parser.add_argument("--sweep", action="store_true", help="the MoE sweep's images (moe_sweep_run.sh)")
+    parser.add_argument("--gpu-tests", action="store_true",
+                        help="the images of every GPU test module (gpu_tests_run.sh)")
+    parser.add_argument("--pack", action="store_true",
+                        help="also write .devpack/device.tgz, .device compressed (carry .devpack instead)")
+    parser.add_argument("--executorch", type=pathlib.Path, default=EXECUTORCH_GIT,
+                        help="a git directory of pytorch/executorch (--int4)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    copy_flatbuffers()
+    if args.gpu_tests:
+        save_test_images()
+        save_moe_test_images()
+        save_moe_fp8_test_images()
+        save_int4_test_images()
+    if args.moe_fp8:
+        save_moe_fp8_images()
+    if args.sweep:
+        save_moe_sweep_images()
+    if args.int4:
+        save_int4_images(args.executorch)
+        save_int4_sweep_images()
+    if args.moe:
+        save_test_images()
+        save_moe_images()
+    if not (args.gpu_tests or args.moe_fp8 or args.sweep or args.int4 or args.moe):
+        save_default_images()
+    if args.pack:
+        pack()
 
 
 if __name__ == "__main__":
