@@ -10,8 +10,8 @@
     python benchmarks/device/prepare.py --gpu-tests  # only what benchmarks/device/gpu_tests_run.sh needs (the
                                                      # images of every GPU test module, no benchmark's)
     python benchmarks/device/prepare.py --gpu-tests --int4 --pack  # the selections combine; --pack compresses
-                                                     # .device into .devpack/device.tgz: carry .devpack, unpack
-                                                     # it there (pack()), and one call can run several scripts
+                                                     # .device into .devpack/device.tgz: carry .devpack, and
+                                                     # run_packed.sh runs several scripts in one call
 
 .device/images.json        every variant for sm_90a, both dtypes and layouts, plus sm_80 PTX, and the
                            fp8 images of both dtypes (tests; --moe too)
@@ -318,8 +318,7 @@ def save_default_images() -> None:
 
 def pack() -> None:
     """.devpack/device.tgz: .device compressed (its images shrink about eightfold), so that one call can carry the
-    images of several scripts within the 64 MiB limit. The call's command unpacks it first:
-    rm -rf .device; tar -xzf .devpack/device.tgz && bash benchmarks/device/<script>.sh ..."""
+    images of several scripts within the 64 MiB limit; run_packed.sh unpacks it there and runs them."""
     PACK.parent.mkdir(exist_ok=True)
     subprocess.run(["tar", "-czf", str(PACK), "-C", str(OUT.parent), OUT.name], check=True)
     logging.info("%s: %.1f MB (carry .devpack)", PACK, PACK.stat().st_size / 1e6)
