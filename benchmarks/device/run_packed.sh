@@ -3,8 +3,8 @@
 #   python benchmarks/device/prepare.py --gpu-tests --int4 --pack                  # here
 #   bash benchmarks/device/run_packed.sh gpu_tests_run int4_sweep_run:380          # there
 # Unpacks .device, then runs each script (NAME or NAME:LIMIT_S, a time limit of its own) in turn, printing its
-# output. A call brings back at most 8 files, fewer than two scripts leave: their files go to one folder, packed into
-# $OUT/logs.tgz after each script, so a call cut short still brings back what the scripts before it wrote.
+# output. A call brings back at most 8 files and two scripts leave more, so their files go to one folder, packed into
+# $OUT/logs.tgz after each script: a call cut short still brings back what the scripts before it wrote.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 logs=${OUT:-out}
