@@ -80,7 +80,7 @@ bool is_mma_kernel(const std::string& kernel) {
 // win by 1.1x-1.6x. The mma.sync kernels then up to kInt4MmaMaxPairsPerExpert pairs per expert on average (they beat
 // the tiles by 1.2x-1.8x there), kInt4MmaLargeMaxPairsPerExpert where H x F >= kInt4MmaLargeSize (16x2048x4096 at 256
 // tokens: 1.35x); the route and the tiles above (8x1024x1024 at 64 and 256 tokens: the tiles 1.06x and 1.34x faster).
-// Never kRule.
+// int4_path returns one of those three paths, never kRule.
 constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 25;
 constexpr int64_t kInt4MmaMaxPairsPerExpert = 8;
 constexpr int64_t kInt4MmaLargeMaxPairsPerExpert = 32;
