@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from et_trt_backend.kernels import aot, sm90
+from et_trt_backend.kernels import aot, parallel_compile, sm90
 
 needs_nvcc = pytest.mark.skipif(sm90.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 
@@ -103,6 +103,7 @@ def test_image_comes_from_the_disk_cache(monkeypatch):
 
 def test_missing_nvcc_is_named_and_triton_images_still_come(monkeypatch, caplog):
     monkeypatch.setattr(sm90, "nvcc_path", lambda: None)
+    monkeypatch.setenv(parallel_compile.JOBS_ENV, "1")  # compile processes would not see the patch
     with pytest.raises(RuntimeError, match="nvcc not found"):
         sm90.image("bf16")
     pytest.importorskip("triton", reason="the Triton variants need Triton")

@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Sequence
 
-from et_trt_backend.kernels import sm90
+from et_trt_backend.kernels import parallel_compile, sm90
 from et_trt_backend.kernels.images import cached_image
 from et_trt_backend.serialization.kernel_image import WEIGHT_FORMATS, KernelImage, kernel_name
 from et_trt_backend.options import FP8_ARCHS, NO_FP8_ARCHS, without_fp8
@@ -398,30 +398,35 @@ def grouped_mm_images(
         for arch in archs:
             _check_fp8_arch(arch)
     supported = _compiler_targets()
-    images = []
+    sets = []
     for arch, cap in zip(archs, caps):
         if cap not in supported:
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
         logger.info("grouped_mm kernels for %s (%s, trans_b=%s, %s weights)", arch, dtype, trans_b, weight_format)
         if cap == 90 and trans_b and weight_format != "int4":
-            images += _sm90_wgmma_image(dtype, weight_format)
-        images += [compile_image(arch, dtype, trans_b, config, weight_format=weight_format)
-                   for config in configs_for(arch, weight_format)]
-        if fp8:
-            images += quantize_rows_images(arch, dtype)
+            sets += _sm90_wgmma_set(dtype, weight_format)
+        sets.append(("grouped_mm", (arch, dtype, trans_b, weight_format, "cubin")))
     if not fp8:
-        for config in configs_for(PTX_FALLBACK_ARCH, weight_format):
-            images.append(compile_image(PTX_FALLBACK_ARCH, dtype, trans_b, config, fmt="ptx",
-                                        weight_format=weight_format))
+        sets.append(("grouped_mm", (PTX_FALLBACK_ARCH, dtype, trans_b, weight_format, "ptx")))
+    return parallel_compile.images(sets)
+
+
+def arch_images(arch: str, dtype: str, trans_b: bool, weight_format: str, fmt: str) -> list[KernelImage]:
+    """grouped_mm_images' Triton images of one architecture: cubins (FP8's row quantization last), or the PTX
+    fallback's."""
+    images = [compile_image(arch, dtype, trans_b, config, fmt=fmt, weight_format=weight_format)
+              for config in configs_for(arch, weight_format)]
+    if fmt == "cubin" and weight_format == "fp8":
+        images += quantize_rows_images(arch, dtype)
     return images
 
 
-def _sm90_wgmma_image(dtype: str, weight_format: str) -> list[KernelImage]:
-    """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; [] without nvcc.
+def _sm90_wgmma_set(dtype: str, weight_format: str) -> list[parallel_compile.Set]:
+    """The hand-written sm_90a kernel (grouped_mm_sm90.cu), which the launcher prefers; none without nvcc.
     weight_format "fp8": its e4m3 build (`dtype` is the activations' and output's)."""
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a images lack the wgmma kernel (Triton's variants still serve; "
                        "install the CUDA toolkit for the faster MoE path)")
         return []
-    return [sm90.image(dtype, weight_format=weight_format)]
+    return [("sm90", (dtype, weight_format, None))]

@@ -6,6 +6,8 @@ nvcc is needed to read a cached image.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -23,6 +25,25 @@ CACHE_ENV = "ET_TRT_KERNEL_CACHE"
 CACHE_FORMAT = 4  # bump when the cached record layout changes
 
 
+# Set by cache_only(): a miss raises NotCached instead of compiling.
+_cache_only = contextvars.ContextVar("cache_only", default=False)
+
+
+class NotCached(Exception):
+    """An image that cache_only() found missing from the disk cache."""
+
+
+@contextlib.contextmanager
+def cache_only():
+    """Within it, cached_image() returns cached images and raises NotCached for a missing one: a cheap look at
+    whether a set of images needs compiling (parallel_compile.py)."""
+    token = _cache_only.set(True)
+    try:
+        yield
+    finally:
+        _cache_only.reset(token)
+
+
 def cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get(CACHE_ENV) or pathlib.Path.home() / ".cache" / "et_trt" / "kernels")
 
@@ -36,6 +57,8 @@ def cached_image(key: list, build: Callable[[], KernelImage]) -> KernelImage:
             return load_images(path)[0]
         except (ValueError, TypeError, KeyError, IndexError):
             logger.warning("ignoring unreadable kernel cache entry %s", path)
+    if _cache_only.get():
+        raise NotCached(path.name)
     image = build()
     save_images(path, [image])
     return image

@@ -31,7 +31,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from et_trt_backend.kernels import aot, int4_mma, sm90
+from et_trt_backend.kernels import aot, int4_mma, parallel_compile, sm90
 from et_trt_backend.kernels.images import cached_image
 from et_trt_backend.serialization.kernel_image import KernelImage
 
@@ -365,16 +365,14 @@ def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> li
     return images
 
 
-def _images_for(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -> list[KernelImage]:
-    from et_trt_backend.kernels import moe_experts as source
-
+def arch_images(arch: str, dtype: str, fmt: str, weight_format: str = "dense") -> list[KernelImage]:
+    """moe_experts_images' Triton images of one architecture (and INT4's nvcc mma.sync builds), cubins or (fmt
+    "ptx") the portable fallback's."""
     if weight_format == "fp8":
         return _fp8_images(arch, dtype)
     images = _route_and_combine(arch, dtype, fmt) + gemm_images(arch, dtype, fmt, weight_format)
     if weight_format == "int4":
         images += gemv_images(arch, dtype, fmt) + _mma_images(arch, dtype, fmt)
-    elif aot._capability(arch) == 90 and fmt == "cubin":
-        images += _sm90_images(arch, dtype, source)
     return images
 
 
@@ -386,18 +384,24 @@ def _mma_images(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
     return [image for gate_up, down in MOE_MMA_CONFIGS for image in int4_mma.images(arch, dtype, gate_up, down, fmt)]
 
 
-def _sm90_images(arch: str, dtype: str, source) -> list[KernelImage]:
-    """The wgmma kernel's MoE builds and the row gather before them; [] without nvcc (the Triton tilings serve)."""
+def _sm90_sets(arch: str, dtype: str) -> list[parallel_compile.Set]:
+    """The wgmma kernel's MoE builds and the row gather before them; none without nvcc (the Triton tilings serve)."""
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a MoE images lack the wgmma kernel (the Triton tilings serve)")
         return []
+    return [("sm90", (dtype, "dense", "gate_up")), ("sm90", (dtype, "dense", "down")), ("moe_gather", (arch, dtype))]
+
+
+def gather_images(arch: str, dtype: str) -> list[KernelImage]:
+    """The row gather before the wgmma kernel's MoE builds."""
+    from et_trt_backend.kernels import moe_experts as source
+
     signature = {**_pointers("x_ptr:x sorted_ptr:i32 offs_ptr:i32 a_ptr:x", dtype), "H": "i32", "E": "i32",
                  "top_k": "i32", "BLOCK_R": "constexpr", "BLOCK_H": "constexpr"}
-    gather = _compile("moe_gather", "any", source.moe_gather_kernel, signature,
-                      {"BLOCK_R": GATHER_BLOCK[0], "BLOCK_H": GATHER_BLOCK[1]},
-                      {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
-                      (GATHER_BLOCK[0], GATHER_BLOCK[1], 0))
-    return [sm90.image(dtype, moe="gate_up"), sm90.image(dtype, moe="down"), gather]
+    return [_compile("moe_gather", "any", source.moe_gather_kernel, signature,
+                     {"BLOCK_R": GATHER_BLOCK[0], "BLOCK_H": GATHER_BLOCK[1]},
+                     {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
+                     (GATHER_BLOCK[0], GATHER_BLOCK[1], 0))]
 
 
 def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "dense") -> list[KernelImage]:
@@ -414,13 +418,15 @@ def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "d
         for arch in archs:
             aot._check_fp8_arch(arch)
     supported = aot._compiler_targets()
-    images = []
+    sets = []
     for arch, cap in zip(archs, caps):
         if cap not in supported:
             logger.warning("skipping kernel architecture %s: the installed Triton/ptxas cannot target it", arch)
             continue
         logger.info("MoE experts kernels for %s (%s, %s weights)", arch, dtype, weight_format)
-        images += _images_for(arch, dtype, "cubin", weight_format)
-    if weight_format == "fp8":  # no portable FP8 fallback: the PTX architecture has no FP8 MMA
-        return images
-    return images + _images_for(aot.PTX_FALLBACK_ARCH, dtype, "ptx", weight_format)
+        sets.append(("moe_experts", (arch, dtype, "cubin", weight_format)))
+        if cap == 90 and weight_format == "dense":
+            sets += _sm90_sets(arch, dtype)
+    if weight_format != "fp8":  # no portable FP8 fallback: the PTX architecture has no FP8 MMA
+        sets.append(("moe_experts", (aot.PTX_FALLBACK_ARCH, dtype, "ptx", weight_format)))
+    return parallel_compile.images(sets)

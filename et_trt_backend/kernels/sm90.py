@@ -153,3 +153,8 @@ def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER, weight_forma
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES,
         block_k=BLOCK_K[weight_format], persistent=True, ptx_version="", weight_format=weight_format))
+
+
+def images(dtype: str, weight_format: str = "dense", moe: str | None = None) -> list[KernelImage]:
+    """[image(dtype, weight_format=weight_format, moe=moe)]: one nvcc build as a set of parallel_compile's."""
+    return [image(dtype, weight_format=weight_format, moe=moe)]
