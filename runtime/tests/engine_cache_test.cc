@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "engine_cache.h"
@@ -47,6 +48,7 @@ TEST(EngineCache, WritesAtomicallyAndReadsBack) {
   EXPECT_FALSE(write_cached_engine("", "k.engine", written.data(), written.size(), &error));
   EXPECT_FALSE(write_cached_engine("/proc/no_such_dir", "k.engine", written.data(), written.size(), &error));
   EXPECT_NE(error.find("cannot"), std::string::npos) << error;
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace
