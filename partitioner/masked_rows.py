@@ -214,6 +214,9 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
             keep.meta.update(origin)
         selected = graph.call_function(aten.where.self, (keep, env[values], base))
         selected.meta.update(origin)
+        # base's shape and dtype, as the put's: a later put on this result (the next expert writing all
+        # features) reads them here
+        selected.meta["val"] = put.meta["val"]
     put.replace_all_uses_with(selected)
     graph.erase_node(put)
     for rows_of in (selection, *indices):

@@ -131,6 +131,20 @@ def test_other_mask_forms_become_dense_and_compute_the_same(form):
             torch.testing.assert_close(rewritten.module()(hidden, types), model(hidden, types))
 
 
+def test_experts_writing_every_feature_chain_their_writes():
+    """Experts as wide as the hidden states (WALL-OSS's default dim_inputs): no slice between one expert's
+    write and the next, which writes into the first's result."""
+    model = _seeded(moe_models.TokenTypeMoE(dim_inputs=(HIDDEN, HIDDEN)))
+    rewritten = rewrite_for_edge(_export(model))
+    assert not [n for n in rewritten.graph.nodes if n.target in (aten.index.Tensor, aten.index_put.default)]
+    generator = torch.Generator().manual_seed(4)
+    for seq in (2, 13):
+        hidden, _ = _inputs(seq, generator)
+        types = torch.randint(0, 2, (BATCH, seq), generator=generator)
+        with torch.no_grad():
+            torch.testing.assert_close(rewritten.module()(hidden, types), model(hidden, types))
+
+
 class _RowMixing(torch.nn.Module):
     """Masked rows whose result depends on the other selected rows (their mean): not row-wise."""
 
