@@ -91,6 +91,7 @@ class EtTrtBackend(BackendDetails):
             producer=blob.producer_versions(ONNX_OPSET, **producer_extra),
             weights=weights,
             data_file=f"{tag}.ptd" if tag else "",
+            checks=lowered.checks,
         )
         contents.engines = engine_build.maybe_build_engines(contents, options)
         if contents.engines:

@@ -149,6 +149,10 @@ def _print_partition(i: int, partition, detail: bool) -> None:
         print(f"    {kind}:")
         for spec in specs:
             print(f"      {spec.name}: {str(spec.dtype).removeprefix('torch.')} [{_dims(spec.dims)}]")
+    if c.checks:  # counted_rows.py's, or the model's own torch._assert_async: the runtime fails a call on each
+        print("    checks (a call fails with the message where its output is false):")
+        for check in c.checks:
+            print(f"      {check.output.name}: {check.message}")
     model = load_onnx(partition)
     ops, opset = onnx_ops(model)
     print(f"    ONNX: {_size(len(c.onnx))}, opset {opset}, {sum(ops.values())} nodes: "
@@ -266,7 +270,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for i, partition in enumerate(partitions):
         model = load_onnx(partition)
         violations = preflight.check(model) + preflight.check_io(
-            model, partition.contents.inputs, partition.contents.outputs)
+            model, partition.contents.inputs, partition.contents.outputs, partition.contents.checks)
         total += len(violations)
         status = "ok" if not violations else f"{len(violations)} violation(s)"
         print(f"[{i}] part {partition.contents.part!r}: {status}")

@@ -32,6 +32,7 @@ from et_trt_backend.serialization.blob import (
     SCHEMA_VERSION,
     BlobContents,
     BlobError,
+    CheckSpec,
     DimSpec,
     EngineRecord,
     TensorSpec,
@@ -125,6 +126,8 @@ def random_contents(rng: random.Random) -> BlobContents:
                   "tensorrt": rng.choice(["", "10.13.0"])},
         weights=[WeightRecord(f"w{i}_{random_text(rng)}", random_named_data(rng)) for i in range(rng.randint(0, 4))],
         data_file=rng.choice(["", random_text(rng) + ".ptd"]),
+        checks=[CheckSpec(TensorSpec(f"check{i}_{random_text(rng)}", torch.bool, []), random_text(rng, 80))
+                for i in range(rng.choice([0, 0, 1, 2]))],
     )
 
 
@@ -138,6 +141,7 @@ def small_contents(seed: int) -> BlobContents:
                         EngineRecord(NamedData.of(rng.randbytes(100)), "tensorrt_rtx", "1.7.1.116", "", 120,
                                      ["timing_cache: not read"])]
     contents.weights = [WeightRecord("w", NamedData.of(rng.randbytes(2000)))]
+    contents.checks = [CheckSpec(TensorSpec("ok", torch.bool, []), "the mask selects another number of rows")]
     return contents
 
 
@@ -366,6 +370,14 @@ def test_serialize_refuses_bad_contents():
     bad_kernel = dataclasses.replace(contents.kernels[0], weight_format="int3")
     with pytest.raises(BlobError, match="weight_format must be one of dense, fp8, int4, got 'int3'"):
         serialize(dataclasses.replace(contents, kernels=[bad_kernel]))
+
+    with pytest.raises(BlobError, match="a check's output is a bool scalar, not torch.float32 of 0 dimension"):
+        serialize(dataclasses.replace(contents, checks=[CheckSpec(TensorSpec("ok", torch.float32, []), "m")]))
+    with pytest.raises(BlobError, match="a check's output is a bool scalar, not torch.bool of 1 dimension"):
+        serialize(dataclasses.replace(contents, checks=[CheckSpec(TensorSpec("ok", torch.bool, [
+            DimSpec(2, "", 2, 2, 2)]), "m")]))
+    with pytest.raises(BlobError, match="'ok' has no message"):
+        serialize(dataclasses.replace(contents, checks=[CheckSpec(TensorSpec("ok", torch.bool, []), "")]))
 
     bad_engine = dataclasses.replace(contents.engines[0], provider="onnxruntime")
     with pytest.raises(BlobError, match="engine provider 'onnxruntime' is not one of tensorrt, tensorrt_rtx"):

@@ -33,9 +33,9 @@ from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.program_inputs import user_input_nodes
 from et_trt_backend.recipe import dynamic_dims
 from et_trt_backend.serialization import external_data
-from et_trt_backend.serialization.blob import DimSpec, TensorSpec, WeightRecord
+from et_trt_backend.serialization.blob import CheckSpec, DimSpec, TensorSpec, WeightRecord
 
-from . import routing_rewrites, translations
+from . import checks, routing_rewrites, translations
 from .errors import LoweringError
 from . import fp8_experts, int4_experts
 from .fp8_swiglu import fuse_swiglu
@@ -75,6 +75,7 @@ class LoweredPartition:
     grouped_mms: list[GroupedMMUse]  # kernel-form GroupedMM nodes (none when lowered densely)
     weights: list[WeightRecord]  # the external initializers, their bytes in files (external_data.py)
     moe_blocks: list[MoEBlockForm] = dataclasses.field(default_factory=list)  # each MoE block's form, and why
+    checks: list[CheckSpec] = dataclasses.field(default_factory=list)  # outputs the runtime checks (checks.py)
 
     @property
     def fused_blocks(self) -> list[MoEBlockForm]:
@@ -297,10 +298,10 @@ def _quantized_experts(program, options: CompileOptions, moe_blocks: list[MoEBlo
 
 def has_translation(target) -> bool:
     """Whether the lowering translates `target` (an ATen, edge or dim-order overload) to ONNX:
-    by a rewrite, an et-trt translation, torchlib, or a decomposition into those."""
+    by a rewrite, as an engine check (checks.py), an et-trt translation, torchlib, or a decomposition into those."""
     target = aten_target(target)
-    return (target in routing_rewrites.REWRITTEN_TARGETS or _export_registry(True).is_registered(target)
-            or target in _onnx_decompositions())
+    return (target in routing_rewrites.REWRITTEN_TARGETS or target in checks.TARGETS
+            or _export_registry(True).is_registered(target) or target in _onnx_decompositions())
 
 
 def lower_to_onnx(edge_program: torch.export.ExportedProgram, options: CompileOptions) -> LoweredPartition:
@@ -325,6 +326,7 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
         logger.warning("int4_group_size = %d has no effect on this part: its expert_precision is %s, not \"int4\"",
                        options.int4_group_size, f'"{options.expert_precision}"' if options.expert_precision else
                        f"unset (its experts stay {options.precision})")
+    messages = checks.checks_to_outputs(program)
     ranges = _ranges(program, options)
     kernel = options.grouped_gemm_kernel
     grouped_mms = _grouped_mm_uses(program, kernel, ranges)
@@ -341,8 +343,9 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     _drop_stack_traces(model)
     inputs = _tensor_specs(model.graph.input, ranges)
     outputs = _tensor_specs(model.graph.output, ranges)
+    outputs, check_outputs = outputs[:len(outputs) - len(messages)], outputs[len(outputs) - len(messages):]
     _rename_dims(model, ranges)
     if moe_blocks:  # for `et-trt inspect` (onnx_analysis.moe_blocks)
         model.metadata_props.add(key=MOE_BLOCKS_METADATA_KEY, value=json.dumps([b.to_json() for b in moe_blocks]))
     return LoweredPartition(onnx=model, inputs=inputs, outputs=outputs, grouped_mms=grouped_mms, weights=weights,
-                            moe_blocks=moe_blocks)
+                            moe_blocks=moe_blocks, checks=[CheckSpec(o, m) for o, m in zip(check_outputs, messages)])

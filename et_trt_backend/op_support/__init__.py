@@ -39,6 +39,7 @@ from et_trt_backend.tensorrt_limits import MAX_RANK
 from . import (
     activation,
     bucketize,
+    checks,
     conversion,
     convolution,
     creation,
@@ -70,7 +71,7 @@ aten = torch.ops.aten
 
 _FAMILIES = (
     elementwise, activation, reduction, normalization, matmul, convolution, pooling, padding, resize, grouped_mm,
-    shape, indexing, routing, bucketize, creation, conversion,
+    shape, indexing, routing, bucketize, creation, conversion, checks,
 )
 
 RULES: dict[torch._ops.OpOverload, Rule] = {}

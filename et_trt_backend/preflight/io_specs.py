@@ -4,13 +4,15 @@ and sizes its optimization profiles from these dimensions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx
 import torch
 from onnx import TensorProto
 
 from et_trt_backend.preflight import tensorrt_onnx as trt
 from et_trt_backend.preflight.violation import Violation
-from et_trt_backend.serialization.blob import TensorSpec
+from et_trt_backend.serialization.blob import CheckSpec, TensorSpec
 
 RULE = "io_specs"
 
@@ -22,11 +24,14 @@ _TORCH_TO_ONNX = {
 }
 
 
-def check_io(model: onnx.ModelProto, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> list[Violation]:
-    """Mismatches between the IO specs and the graph's (non-initializer) inputs and outputs."""
+def check_io(model: onnx.ModelProto, inputs: list[TensorSpec], outputs: list[TensorSpec],
+             checks: Sequence[CheckSpec] = ()) -> list[Violation]:
+    """Mismatches between the IO specs and the graph's (non-initializer) inputs and outputs (the partition's
+    outputs, then its checks' outputs)."""
     initializers = {init.name for init in model.graph.initializer}
     graph_inputs = [v for v in model.graph.input if v.name not in initializers]
     problems = []
+    outputs = [*outputs, *(check.output for check in checks)]
     for kind, specs, values in (("input", inputs, graph_inputs), ("output", outputs, list(model.graph.output))):
         if [s.name for s in specs] != [v.name for v in values]:
             problems.append(Violation(

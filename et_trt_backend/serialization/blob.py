@@ -135,6 +135,15 @@ class TensorSpec:
 
 
 @dataclasses.dataclass
+class CheckSpec:
+    """A check on the data (table Check): the engine's bool scalar `output`, not a delegate output; the runtime
+    fails the call with `message` where it is false."""
+
+    output: TensorSpec
+    message: str
+
+
+@dataclasses.dataclass
 class WeightRecord:
     """An ONNX initializer whose bytes are named data (table Weight)."""
 
@@ -164,6 +173,7 @@ class BlobContents:
     producer: dict[str, str | int]
     weights: list[WeightRecord] = dataclasses.field(default_factory=list)
     data_file: str = ""  # the .ptd holding the named data; "" = the .pte
+    checks: list[CheckSpec] = dataclasses.field(default_factory=list)  # engine outputs the runtime checks
 
     def named_data(self) -> list[NamedData]:
         """Every NamedData the blob names: the weights', the kernel images', the engines'."""
@@ -224,6 +234,8 @@ def serialize(contents: BlobContents) -> bytes:
     engines = _build_vector(builder, [_build_engine(builder, e) for e in contents.engines],
                             fb.BlobStartEnginesVector)
     data_file = builder.CreateString(contents.data_file)
+    checks = _build_vector(builder, [_build_check(builder, c, f"check {i}") for i, c in enumerate(contents.checks)],
+                           fb.BlobStartChecksVector)
 
     fb.BlobStart(builder)
     fb.BlobAddPart(builder, part)
@@ -237,6 +249,7 @@ def serialize(contents: BlobContents) -> bytes:
     fb.BlobAddKernels(builder, kernels)
     fb.BlobAddEngines(builder, engines)
     fb.BlobAddDataFile(builder, data_file)
+    fb.BlobAddChecks(builder, checks)
     builder.Finish(fb.BlobEnd(builder), file_identifier=FILE_IDENTIFIER)
     payload = bytes(builder.Output())
     if len(payload) > MAX_PAYLOAD_BYTES:
@@ -295,6 +308,24 @@ def _build_tensor(builder: flatbuffers.Builder, spec: TensorSpec, where: str) ->
     fb.TensorSpecAddDtype(builder, _DTYPE_TO_FB[spec.dtype])
     fb.TensorSpecAddDims(builder, dims_vector)
     return fb.TensorSpecEnd(builder)
+
+
+def _build_check(builder: flatbuffers.Builder, check: CheckSpec, where: str) -> int:
+    _check_check(check, where)
+    output = _build_tensor(builder, check.output, where)
+    message = builder.CreateString(check.message)
+    fb.CheckStart(builder)
+    fb.CheckAddOutput(builder, output)
+    fb.CheckAddMessage(builder, message)
+    return fb.CheckEnd(builder)
+
+
+def _check_check(check: CheckSpec, where: str) -> None:
+    if check.output.dtype != torch.bool or check.output.dims:
+        raise BlobError(f"{where} '{check.output.name}': a check's output is a bool scalar, not "
+                        f"{check.output.dtype} of {len(check.output.dims)} dimension(s)")
+    if not check.message:
+        raise BlobError(f"{where} '{check.output.name}' has no message")
 
 
 def _check_dim(dim: DimSpec, where: str) -> None:
@@ -497,6 +528,8 @@ def _read_blob(payload: bytes) -> BlobContents:
                       "kernels", payload)
     engines = _vector(root.EnginesLength(), lambda i: _read_engine(root.Engines(i), f"engines[{i}]", payload),
                       "engines", payload)
+    checks = _vector(root.ChecksLength(), lambda i: _read_check(root.Checks(i), f"checks[{i}]", payload),
+                     "checks", payload)
     return BlobContents(
         part=part,
         inputs=inputs,
@@ -508,7 +541,20 @@ def _read_blob(payload: bytes) -> BlobContents:
         producer=_read_producer(root.Producer()),
         weights=weights,
         data_file=_str(root.DataFile(), "data_file"),
+        checks=checks,
     )
+
+
+def _read_check(table: fb.Check, where: str, payload: bytes) -> CheckSpec:
+    if table.Output() is None:
+        raise BlobError(f"blob {where} has no output")
+    check = CheckSpec(_read_tensor(table.Output(), f"{where}.output", payload),
+                      _str(table.Message(), f"{where}.message"))
+    try:
+        _check_check(check, where)
+    except BlobError as e:
+        raise BlobError(f"blob {e}") from None
+    return check
 
 
 def _read_tensor(table: fb.TensorSpec, where: str, payload: bytes) -> TensorSpec:

@@ -1410,6 +1410,97 @@ class EngineT(object):
         return engine
 
 
+class Check(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = Check()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsCheck(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def CheckBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x45\x54\x52\x54", size_prefixed=size_prefixed)
+
+    # Check
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # Check
+    def Output(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = TensorSpec()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Check
+    def Message(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def CheckStart(builder): builder.StartObject(2)
+def CheckAddOutput(builder, output): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(output), 0)
+def CheckAddMessage(builder, message): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(message), 0)
+def CheckEnd(builder): return builder.EndObject()
+
+try:
+    from typing import Optional
+except:
+    pass
+
+class CheckT(object):
+
+    # CheckT
+    def __init__(self):
+        self.output = None  # type: Optional[TensorSpecT]
+        self.message = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        check = Check()
+        check.Init(buf, pos)
+        return cls.InitFromObj(check)
+
+    @classmethod
+    def InitFromObj(cls, check):
+        x = CheckT()
+        x._UnPack(check)
+        return x
+
+    # CheckT
+    def _UnPack(self, check):
+        if check is None:
+            return
+        if check.Output() is not None:
+            self.output = TensorSpecT.InitFromObj(check.Output())
+        self.message = check.Message()
+
+    # CheckT
+    def Pack(self, builder):
+        if self.output is not None:
+            output = self.output.Pack(builder)
+        if self.message is not None:
+            message = builder.CreateString(self.message)
+        CheckStart(builder)
+        if self.output is not None:
+            CheckAddOutput(builder, output)
+        if self.message is not None:
+            CheckAddMessage(builder, message)
+        check = CheckEnd(builder)
+        return check
+
+
 class Blob(object):
     __slots__ = ['_tab']
 
@@ -1634,7 +1725,31 @@ class Blob(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def BlobStart(builder): builder.StartObject(11)
+    # Blob
+    def Checks(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = Check()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Blob
+    def ChecksLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Blob
+    def ChecksIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        return o == 0
+
+def BlobStart(builder): builder.StartObject(12)
 def BlobAddPart(builder, part): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(part), 0)
 def BlobAddProducer(builder, producer): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(producer), 0)
 def BlobAddInputs(builder, inputs): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
@@ -1653,6 +1768,8 @@ def BlobStartKernelsVector(builder, numElems): return builder.StartVector(4, num
 def BlobAddEngines(builder, engines): builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(engines), 0)
 def BlobStartEnginesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobAddDataFile(builder, dataFile): builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(dataFile), 0)
+def BlobAddChecks(builder, checks): builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(checks), 0)
+def BlobStartChecksVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def BlobEnd(builder): return builder.EndObject()
 
 try:
@@ -1675,6 +1792,7 @@ class BlobT(object):
         self.kernels = None  # type: List[KernelImageT]
         self.engines = None  # type: List[EngineT]
         self.dataFile = None  # type: str
+        self.checks = None  # type: List[CheckT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -1752,6 +1870,14 @@ class BlobT(object):
                     engine_ = EngineT.InitFromObj(blob.Engines(i))
                     self.engines.append(engine_)
         self.dataFile = blob.DataFile()
+        if not blob.ChecksIsNone():
+            self.checks = []
+            for i in range(blob.ChecksLength()):
+                if blob.Checks(i) is None:
+                    self.checks.append(None)
+                else:
+                    check_ = CheckT.InitFromObj(blob.Checks(i))
+                    self.checks.append(check_)
 
     # BlobT
     def Pack(self, builder):
@@ -1819,6 +1945,14 @@ class BlobT(object):
             engines = builder.EndVector()
         if self.dataFile is not None:
             dataFile = builder.CreateString(self.dataFile)
+        if self.checks is not None:
+            checkslist = []
+            for i in range(len(self.checks)):
+                checkslist.append(self.checks[i].Pack(builder))
+            BlobStartChecksVector(builder, len(self.checks))
+            for i in reversed(range(len(self.checks))):
+                builder.PrependUOffsetTRelative(checkslist[i])
+            checks = builder.EndVector()
         BlobStart(builder)
         if self.part is not None:
             BlobAddPart(builder, part)
@@ -1842,6 +1976,8 @@ class BlobT(object):
             BlobAddEngines(builder, engines)
         if self.dataFile is not None:
             BlobAddDataFile(builder, dataFile)
+        if self.checks is not None:
+            BlobAddChecks(builder, checks)
         blob = BlobEnd(builder)
         return blob
 

@@ -185,9 +185,10 @@ class EtTrtBackend final : public BackendInterface {
     }
     TensorOutputs outputs(io, Span<EValue*>(args.data() + num_input_args, io.outputs.size()));
     std::string error;
-    if (!handle->engine->execute(inputs, outputs, &error)) {
+    bool invalid_input = false;
+    if (!handle->engine->execute(inputs, outputs, &error, &invalid_input)) {
       log_error(std::string(kBackendId) + ": part '" + handle->part + "': " + error);
-      return Error::Internal;
+      return invalid_input ? Error::InvalidArgument : Error::Internal;
     }
     return Error::Ok;
   }

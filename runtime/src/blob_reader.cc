@@ -64,6 +64,12 @@ bool check_strings(const blob::Blob* root, BlobError* error) {
       }
     }
   }
+  for (flatbuffers::uoffset_t i = 0; root->checks() != nullptr && i < root->checks()->size(); ++i) {
+    const blob::Check* c = root->checks()->Get(i);
+    const std::string where = "checks[" + std::to_string(i) + "].";
+    fields.emplace_back(where + "message", c->message());
+    if (c->output()) fields.emplace_back(where + "output.name", c->output()->name());
+  }
   for (flatbuffers::uoffset_t i = 0; root->kernels() != nullptr && i < root->kernels()->size(); ++i) {
     const blob::KernelImage* k = root->kernels()->Get(i);
     const std::string where = "kernels[" + std::to_string(i) + "].";
@@ -145,6 +151,28 @@ bool check_tensor_specs(const flatbuffers::Vector<flatbuffers::Offset<blob::Tens
       }
       if (size < -1) return fail(error, bad.str() + "(size must be >= 0, or -1 for dynamic)");
       if (hi > (int64_t(1) << 40)) return fail(error, bad.str() + "(max is implausibly large)");
+    }
+  }
+  return true;
+}
+
+// Each check (table Check) names an engine output of its own, a bool scalar, and says what failed.
+bool check_checks(const flatbuffers::Vector<flatbuffers::Offset<blob::Check>>* checks, std::set<std::string>* names,
+                  BlobError* error) {
+  for (flatbuffers::uoffset_t i = 0; checks != nullptr && i < checks->size(); ++i) {
+    const blob::Check* check = checks->Get(i);
+    const std::string where = "checks[" + std::to_string(i) + "]";
+    if (check->output() == nullptr || check->output()->name() == nullptr || check->output()->name()->size() == 0) {
+      return fail(error, where + " names no output");
+    }
+    const std::string name = check->output()->name()->str();
+    if (!names->insert(name).second) return fail(error, where + " '" + name + "': tensor name used twice");
+    if (check->output()->dtype() != blob::DType::Bool ||
+        (check->output()->dims() != nullptr && check->output()->dims()->size() != 0)) {
+      return fail(error, where + " '" + name + "': a check's output must be a bool scalar");
+    }
+    if (check->message() == nullptr || check->message()->size() == 0) {
+      return fail(error, where + " '" + name + "' has no message");
     }
   }
   return true;
@@ -309,6 +337,7 @@ bool read_blob(const void* data, size_t size, BlobView* view, BlobError* error) 
   if (!check_tensor_specs(root->inputs(), "inputs", &names, error)) return false;
   if (!check_tensor_specs(root->outputs(), "outputs", &names, error)) return false;
   if (root->outputs()->size() == 0) return fail(error, "blob lists no outputs");
+  if (!check_checks(root->checks(), &names, error)) return false;
   BuildOptions build_options;
   std::string message;
   if (!build_options.decode(root->build_options(), build_option::kSpecs, std::size(build_option::kSpecs),

@@ -52,8 +52,11 @@ class Engine {
  public:
   virtual ~Engine() = default;
   // Runs once and waits for the result. Inputs are already checked against
-  // the IO specs. Safe to call from several threads on one engine.
-  virtual bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error) = 0;
+  // the IO specs. Safe to call from several threads on one engine. On false,
+  // *invalid_input says whether the inputs were at fault (a check on the data
+  // failed: *error is its message) rather than the run.
+  virtual bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error,
+                       bool* invalid_input) = 0;
 };
 
 // The engine for a verified blob and its fetched named data: the embedded one

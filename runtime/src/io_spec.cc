@@ -25,7 +25,13 @@ std::string counted(size_t n, const std::string& noun) {
 }  // namespace
 
 PartitionIo partition_io(const blob::Blob& blob) {
-  return {copy_specs(*blob.inputs()), copy_specs(*blob.outputs())};
+  PartitionIo io{copy_specs(*blob.inputs()), copy_specs(*blob.outputs()), {}};
+  if (blob.checks() != nullptr) {
+    for (const blob::Check* check : *blob.checks()) {
+      io.checks.push_back({check->output()->name()->str(), check->message()->str()});
+    }
+  }
+  return io;
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

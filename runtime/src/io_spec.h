@@ -22,9 +22,17 @@ struct IoSpec {
   std::vector<DimRange> dims;
 };
 
+// A check on the data (blob table Check): a bool scalar output of the engine
+// that is not a delegate output; a call whose check is false fails with `message`.
+struct CheckSpec {
+  std::string output;
+  std::string message;
+};
+
 struct PartitionIo {
   std::vector<IoSpec> inputs;
   std::vector<IoSpec> outputs;
+  std::vector<CheckSpec> checks;
 };
 
 PartitionIo partition_io(const blob::Blob& blob);

@@ -9,6 +9,7 @@
 
 #include "blob_reader.h"
 #include "build_options_generated.h"
+#include "io_spec.h"
 #include "test_blobs.h"
 
 namespace et_trt {
@@ -57,7 +58,7 @@ std::string option_text(const BuildOptions& options, size_t index) {
 void expect_matches_sidecar(const BlobView& view, const std::string& sidecar) {
   std::istringstream lines(sidecar);
   std::string line;
-  size_t inputs = 0, outputs = 0;
+  size_t inputs = 0, outputs = 0, checks = 0;
   std::set<std::string> options;  // the build options the sidecar names: options.py's
   while (std::getline(lines, line)) {
     std::istringstream words(line);
@@ -88,6 +89,15 @@ void expect_matches_sidecar(const BlobView& view, const std::string& sidecar) {
         EXPECT_EQ(text.str(), dim) << name << " dim " << d - 1;
       }
       EXPECT_EQ(d, spec->dims()->size());
+    } else if (key == "check") {
+      ASSERT_NE(view.root->checks(), nullptr);
+      ASSERT_LT(checks, view.root->checks()->size());
+      const blob::Check* check = view.root->checks()->Get(checks++);
+      std::string name, message;
+      words >> name;
+      std::getline(words >> std::ws, message);
+      EXPECT_EQ(check->output()->name()->str(), name);
+      EXPECT_EQ(check->message()->str(), message);
     } else if (key == "onnx_size") {
       size_t size;
       words >> size;
@@ -106,6 +116,7 @@ void expect_matches_sidecar(const BlobView& view, const std::string& sidecar) {
                                                                 "lacks";
   EXPECT_EQ(inputs, view.root->inputs()->size());
   EXPECT_EQ(outputs, view.root->outputs()->size());
+  EXPECT_EQ(checks, view.root->checks() == nullptr ? 0 : view.root->checks()->size());
 }
 
 TEST(BlobReader, ReadsWhatThePythonWriterWrote) {
@@ -276,6 +287,11 @@ struct Knobs {
   const char* kernel_variant = "tma";
   int32_t block_m = 128;
   int32_t scratch_align = 128;
+  // One check (table Check) where check_name is set.
+  const char* check_name = nullptr;
+  blob::DType check_dtype = blob::DType::Bool;
+  bool check_ranked = false;
+  const char* check_message = "the mask selects another number of rows";
 };
 
 std::vector<uint8_t> build(const Knobs& k) {
@@ -312,8 +328,16 @@ std::vector<uint8_t> build(const Knobs& k) {
   }
   const std::vector<flatbuffers::Offset<blob::BuildOption>> options = option_entries(fbb, k.options);
   auto producer = k.producer ? blob::CreateProducerDirect(fbb, "0.1.0", "2.13.0", "1.5.1", 18) : 0;
+  std::vector<flatbuffers::Offset<blob::Check>> checks;
+  if (k.check_name != nullptr) {
+    std::vector<flatbuffers::Offset<blob::Dim>> check_dims;
+    if (k.check_ranked) check_dims.push_back(blob::CreateDimDirect(fbb, 1, "", 1, 1, 1));
+    checks.push_back(blob::CreateCheckDirect(fbb, blob::CreateTensorSpecDirect(fbb, k.check_name, k.check_dtype,
+                                                                                 &check_dims),
+                                             k.check_message));
+  }
   fbb.Finish(blob::CreateBlobDirect(fbb, k.part, producer, &inputs, &outputs, &options, "{}",
-                                    k.onnx ? &onnx : nullptr, &weights, &kernels, &engines, "policy.ptd"),
+                                    k.onnx ? &onnx : nullptr, &weights, &kernels, &engines, "policy.ptd", &checks),
              blob::BlobIdentifier());
   return testing::seal(fbb.GetBufferPointer(), fbb.GetSize());
 }
@@ -374,6 +398,39 @@ TEST(BlobReader, RefusesBadTensorSpecs) {
   k = Knobs{};
   k.outputs = false;
   EXPECT_NE(refusal(k).find("no outputs"), std::string::npos);
+}
+
+TEST(BlobReader, ReadsChecksAndRefusesMalformedOnes) {
+  Knobs k;
+  k.check_name = "ok";
+  Bytes bytes = Bytes::of(build(k));
+  BlobView view;
+  BlobError error;
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  const PartitionIo io = partition_io(*view.root);
+  ASSERT_EQ(io.checks.size(), 1u);
+  EXPECT_EQ(io.checks[0].output, "ok");
+  EXPECT_EQ(io.checks[0].message, "the mask selects another number of rows");
+  bytes = Bytes::of(build(Knobs{}));
+  ASSERT_TRUE(read_blob(bytes.data(), bytes.size, &view, &error)) << error.message;
+  EXPECT_TRUE(partition_io(*view.root).checks.empty());
+  k.check_dtype = blob::DType::Int64;
+  EXPECT_NE(refusal(k).find("checks[0] 'ok': a check's output must be a bool scalar"), std::string::npos);
+  k = Knobs{};
+  k.check_name = "ok", k.check_ranked = true;
+  EXPECT_NE(refusal(k).find("a check's output must be a bool scalar"), std::string::npos);
+  k = Knobs{};
+  k.check_name = "x";  // the input's name
+  EXPECT_NE(refusal(k).find("checks[0] 'x': tensor name used twice"), std::string::npos);
+  k = Knobs{};
+  k.check_name = "";
+  EXPECT_NE(refusal(k).find("checks[0] names no output"), std::string::npos);
+  k = Knobs{};
+  k.check_name = "ok", k.check_message = "";
+  EXPECT_NE(refusal(k).find("checks[0] 'ok' has no message"), std::string::npos);
+  k = Knobs{};
+  k.check_name = "ok", k.check_message = "rows \xc3";
+  EXPECT_NE(refusal(k).find("blob field checks[0].message is not UTF-8 text"), std::string::npos);
 }
 
 TEST(BlobReader, RefusesTextThatIsNotUtf8WithoutEchoingIt) {

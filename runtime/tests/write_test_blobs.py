@@ -3,8 +3,8 @@ reuses what it wrote while nothing they are made from changed):
 
 - writer_static.blob, writer_dynamic.blob: written by the Python writer
   (et_trt_backend/serialization/blob.py) from small hand-made partitions (an
-  ONNX graph made with onnx.helper; no kernels, no engine), each with a .expected
-  sidecar listing what the C++ reader must read back.
+  ONNX graph made with onnx.helper; no kernels, no engine; writer_dynamic with a
+  check), each with a .expected sidecar listing what the C++ reader must read back.
 - writer_weights.blob: a MatMul whose weight is external (named data), with
   that named data under writer_weights.named/ (one file per key, the key its
   path there, as runtime/tools/extract_blobs.py writes it) and in
@@ -41,28 +41,44 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from et_trt_backend.options import BUILD_OPTIONS, CompileOptions, OptionsError, ShapeRange
-from et_trt_backend.serialization.blob import BlobContents, DimSpec, TensorSpec, producer_versions, serialize
+from et_trt_backend.serialization.blob import (
+    BlobContents,
+    CheckSpec,
+    DimSpec,
+    TensorSpec,
+    producer_versions,
+    serialize,
+)
 from et_trt_backend.serialization.external_data import ALIGNMENT, move_weights_out
 
 
-def _onnx_relu(dims: list[int | str]) -> bytes:
+def _onnx_relu(dims: list[int | str], check: bool) -> bytes:
+    """y = relu(x); with `check`, also ok = min(y) >= 0 (a bool scalar: a check's output)."""
     x = helper.make_tensor_value_info("x", TensorProto.BFLOAT16, dims)
-    y = helper.make_tensor_value_info("y", TensorProto.BFLOAT16, dims)
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+    outputs = [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, dims)]
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    if check:
+        outputs.append(helper.make_tensor_value_info("ok", TensorProto.BOOL, []))
+        nodes += [helper.make_node("ReduceMin", ["y"], ["low"], keepdims=0),
+                  helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.BFLOAT16,
+                                                                                      [], [0.0])),
+                  helper.make_node("GreaterOrEqual", ["low", "zero"], ["ok"])]
+    graph = helper.make_graph(nodes, "relu", [x], outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
 
 
-def _contents(part: str, dims: list[DimSpec], options: CompileOptions) -> BlobContents:
+def _contents(part: str, dims: list[DimSpec], options: CompileOptions, check: bool = False) -> BlobContents:
     onnx_dims = [d.name if d.size is None else d.size for d in dims]
     return BlobContents(
         part=part,
         inputs=[TensorSpec("x", torch.bfloat16, dims)],
         outputs=[TensorSpec("y", torch.bfloat16, dims)],
         options=options,
-        onnx=_onnx_relu(onnx_dims),
+        onnx=_onnx_relu(onnx_dims, check),
         kernels=[],
         engines=[],
         producer=producer_versions(onnx_opset=18),
+        checks=[CheckSpec(TensorSpec("ok", torch.bool, []), "relu gave a negative value")] if check else [],
     )
 
 
@@ -76,6 +92,7 @@ def _expected(contents: BlobContents) -> str:
 
     lines = [f"part {contents.part}"]
     lines += [spec("input", s) for s in contents.inputs] + [spec("output", s) for s in contents.outputs]
+    lines += [f"check {c.output.name} {c.message}" for c in contents.checks]
     lines += [
         f"onnx_size {len(contents.onnx)}",
     ]
@@ -200,7 +217,7 @@ def write(out: pathlib.Path, pte: pathlib.Path) -> None:
     dynamic = CompileOptions(precision="fp16", tf32=False, optimization_level=5, workspace_bytes=1 << 30,
                              shape_ranges={"tokens": ShapeRange(2, 64, 512)})
     _write(out, "writer_dynamic", _contents("decoder.layers.0", [DimSpec(None, "tokens", 2, 64, 512),
-                                                                 DimSpec(16, "x:1", 16, 16, 16)], dynamic))
+                                                                 DimSpec(16, "x:1", 16, 16, 16)], dynamic, check=True))
 
     (out / "cpu_mlp.pte").write_bytes(_cpu_program())
     (out / "exported_batch1.blob").write_bytes(_exported_batch1_blob())

@@ -89,7 +89,12 @@ std::vector<std::string> io_type_mismatches(const nvinfer1::INetworkDefinition& 
     }
   };
   for (int32_t i = 0; i < network.getNbInputs(); ++i) check(*network.getInput(i), io.inputs);
-  for (int32_t i = 0; i < network.getNbOutputs(); ++i) check(*network.getOutput(i), io.outputs);
+  std::vector<IoSpec> checks;
+  for (const CheckSpec& c : io.checks) checks.push_back({c.output, blob::DType::Bool, {}});
+  for (int32_t i = 0; i < network.getNbOutputs(); ++i) {
+    check(*network.getOutput(i), io.outputs);
+    check(*network.getOutput(i), checks);
+  }
   return mismatches;
 }
 

@@ -82,6 +82,14 @@ bool TensorRTEngine::load(TensorRTLibrary& trt, const void* plan, size_t size, c
       }
     }
   }
+  for (const CheckSpec& check : io_.checks) {
+    const char* name = check.output.c_str();
+    if (engine_->getTensorIOMode(name) != nvinfer1::TensorIOMode::kOUTPUT ||
+        engine_->getTensorDataType(name) != DataType::kBOOL) {
+      *error = "the engine has no bool output '" + check.output + "' for its check";
+      return false;
+    }
+  }
 #if NV_TENSORRT_MAJOR >= 11
   if (trt.provider() == Provider::kTensorRTRTX) {
     // TensorRT for RTX compiles the engine's kernels for this GPU here, with
@@ -115,11 +123,15 @@ bool TensorRTEngine::load(TensorRTLibrary& trt, const void* plan, size_t size, c
   }
   input_staging_.resize(io_.inputs.size());
   output_staging_.resize(io_.outputs.size());
+  check_staging_.resize(io_.checks.size());
+  check_values_.assign(io_.checks.size(), 0);
   return true;
 }
 
-bool TensorRTEngine::execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error) {
+bool TensorRTEngine::execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error,
+                             bool* invalid_input) {
   std::lock_guard<std::mutex> lock(mutex_);
+  *invalid_input = false;
   ScopedContext scope(cuda_, context_);
   if (!scope.ok()) {
     *error = "cannot make the engine's CUDA context current";
@@ -171,6 +183,14 @@ bool TensorRTEngine::execute(const std::vector<InputTensor>& inputs, OutputBuffe
       return false;
     }
   }
+  for (size_t i = 0; i < io_.checks.size(); ++i) {
+    void* device = nullptr;
+    if (!to_device(nullptr, 1, &check_staging_[i], false, &device, error)) return false;
+    if (!execution_->setTensorAddress(io_.checks[i].output.c_str(), device)) {
+      *error = "TensorRT refused the address of check output '" + io_.checks[i].output + "'";
+      return false;
+    }
+  }
   if (!execution_->enqueueV3(reinterpret_cast<cudaStream_t>(stream_))) {
     *error = "TensorRT could not enqueue the engine (see TensorRT's message above)";
     return false;
@@ -183,10 +203,24 @@ bool TensorRTEngine::execute(const std::vector<InputTensor>& inputs, OutputBuffe
       return false;
     }
   }
+  for (size_t i = 0; i < io_.checks.size(); ++i) {
+    const CUresult r = cuda_.cuMemcpyDtoHAsync(&check_values_[i], check_staging_[i].ptr, 1, stream_);
+    if (r != CUDA_SUCCESS) {
+      *error = cuda_.describe("cuMemcpyDtoHAsync (a check)", r);
+      return false;
+    }
+  }
   const CUresult r = cuda_.cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) {
     *error = cuda_.describe("cuStreamSynchronize (running the engine)", r);
     return false;
+  }
+  for (size_t i = 0; i < io_.checks.size(); ++i) {
+    if (check_values_[i] == 0) {
+      *error = io_.checks[i].message;
+      *invalid_input = true;
+      return false;
+    }
   }
   return true;
 }

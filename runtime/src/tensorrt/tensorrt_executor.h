@@ -40,7 +40,8 @@ class TensorRTEngine final : public Engine {
 
   // One execution at a time per handle: the execution context, stream and
   // staging buffers are shared state.
-  bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error) override;
+  bool execute(const std::vector<InputTensor>& inputs, OutputBuffers& outputs, std::string* error,
+               bool* invalid_input) override;
 
  private:
   // `data` as a device pointer: itself if it is device memory, else the
@@ -61,6 +62,8 @@ class TensorRTEngine final : public Engine {
   std::unique_ptr<nvinfer1::IExecutionContext> execution_;
   CUstream stream_ = nullptr;
   std::vector<DeviceBuffer> input_staging_, output_staging_;
+  std::vector<DeviceBuffer> check_staging_;  // each check's bool, on the device
+  std::vector<uint8_t> check_values_;        // and read back after each run
   std::mutex mutex_;
 };
 
