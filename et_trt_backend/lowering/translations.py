@@ -1,6 +1,7 @@
 """ONNX translations (onnxscript) of the ops the rewrites produce, and of the
 ATen ops whose torchlib form TensorRT would refuse (integer cumsum, unsorted
-topk, slice_scatter's ScatterND) or gets wrong (copy without its broadcast). Everything else goes through torchlib, the ONNX exporter's own table.
+topk, slice_scatter's ScatterND), gets wrong (copy without its broadcast) or cannot
+export (amax / amin over every axis). Everything else goes through torchlib, the ONNX exporter's own table.
 
 Every form here is built from ops TensorRT's ONNX parser takes, in the dtypes
 it takes them (its support matrix: CumSum only in FP32/FP16/BF16, ScatterND /
@@ -304,6 +305,20 @@ def cumsum(self, dim: int, dtype: int = -1):
     return op.Cast(summed, to=out_type)
 
 
+def amax(self, dim=(), keepdim: bool = False):
+    """aten.amax: over `dim`, or every axis where dim is empty (its default; torchlib's form requires one)."""
+    if not dim:
+        return op.ReduceMax(self, keepdims=int(keepdim))
+    return op.ReduceMax(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim))
+
+
+def amin(self, dim=(), keepdim: bool = False):
+    """aten.amin: as amax."""
+    if not dim:
+        return op.ReduceMin(self, keepdims=int(keepdim))
+    return op.ReduceMin(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim))
+
+
 def copy(self, src, non_blocking: bool = False):
     """aten.copy: src broadcast to self's shape, in self's dtype (torchlib's form omits the broadcast)."""
     return op.Expand(op.CastLike(src, self), op.Shape(self))
@@ -451,6 +466,8 @@ def translation_table(grouped_gemm_kernel: bool) -> dict:
         lowering_ops.counting_sort.default: counting_sort,
         lowering_ops.bounded_bincount.default: bounded_bincount,
         torch.ops.aten.cumsum.default: cumsum,
+        torch.ops.aten.amax.default: amax,
+        torch.ops.aten.amin.default: amin,
         torch.ops.aten.topk.default: topk,
         torch.ops.aten.copy.default: copy,
         torch.ops.aten.slice_scatter.default: slice_scatter,

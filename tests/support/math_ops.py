@@ -84,6 +84,10 @@ FAMILIES = {
         "prod of all": lambda m, i: (i["x"] / 2 + 1).prod(),
         "mean of all": lambda m, i: i["x"].mean(),
         "any of all": lambda m, i: (i["x"] > 2).any(),
+        # amax / amin with no dim reduce every axis (an FP8 scale, a range check); torchlib's form needs a dim
+        "amax of all": lambda m, i: i["x"].abs().amax(),
+        "amin of all, keepdim": lambda m, i: i["x"].view(4, 4).amin(keepdim=True),
+        "amax over a dim": lambda m, i: i["x"].view(4, 4).amax(1),
         # Attention-mask code (pi0, SmolVLA's make_att_2d_masks): counts of a bool mask, bool * bool.
         "sum of a bool mask over a dim": lambda m, i: (i["x"].view(4, 4) > 0).sum(1),
         "bool * bool": lambda m, i: (i["x"] > 0)[:, None] * (i["y"] < 0.5)[None, :],
