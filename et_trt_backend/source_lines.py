@@ -33,3 +33,11 @@ def innermost_frame(stack_trace: str) -> str:
 def source_line(node: Node) -> str:
     """The user's source line that created the fx `node`, or NO_SOURCE_LINE where none was recorded."""
     return innermost_frame(node.meta.get("stack_trace") or "") or NO_SOURCE_LINE
+
+
+def portable_source_line(node: Node) -> str:
+    """source_line with the file's name only, for text stored in a blob: an export must not depend on where
+    it ran (the same model and options give the same bytes)."""
+    line = source_line(node)
+    file, sep, rest = line.partition(":")
+    return file.rsplit("/", 1)[-1] + sep + rest if sep else line

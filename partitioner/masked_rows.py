@@ -68,7 +68,7 @@ def _val(node: object):
     return node.meta.get("val") if isinstance(node, Node) else None
 
 
-def _mask_of(indices: object) -> Node | None:
+def mask_of(indices: object) -> Node | None:
     """The boolean mask an index list stands for: [mask], or [c0, c1, ...] with ci = where(mask)[i]."""
     if not isinstance(indices, (list, tuple)) or not indices or not all(isinstance(i, Node) for i in indices):
         return None
@@ -164,7 +164,7 @@ def _selection(values: Node, mask: Node) -> Node | None:
         if node in seen:
             continue
         seen.add(node)
-        if node.target is aten.index.Tensor and _mask_of(node.args[1]) is mask:
+        if node.target is aten.index.Tensor and mask_of(node.args[1]) is mask:
             found.append(node)
             continue
         frontier.extend(node.all_input_nodes)
@@ -175,7 +175,7 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
     """Replaces index_put(base, mask, f(x[mask])) by where(mask, f(x), base); False where it is another form."""
     base, indices, values = put.args[:3]
     accumulate = put.args[3] if len(put.args) > 3 else put.kwargs.get("accumulate", False)
-    mask = _mask_of(indices)
+    mask = mask_of(indices)
     if accumulate or mask is None or not isinstance(values, Node):
         return False
     selection = _selection(values, mask)
@@ -220,11 +220,11 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
     put.replace_all_uses_with(selected)
     graph.erase_node(put)
     for rows_of in (selection, *indices):
-        _drop_row_count_checks(graph, rows_of)
+        drop_row_count_checks(graph, rows_of)
     return True
 
 
-def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
+def drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
     """Removes the runtime checks torch.export put on the row count of `rows_of` (the selection, the mask's
     coordinates: 0 <= rows <= max): with the rows gone they check nothing, and they would keep the
     data-dependent ops alive."""
@@ -242,8 +242,9 @@ def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
 
 
 def has_masked_rows(program: ExportedProgram) -> bool:
-    """Whether the program selects rows with a boolean mask (the form `densify` looks for)."""
-    return any(node.target is aten.index.Tensor and _mask_of(node.args[1]) is not None
+    """Whether the program reads or writes rows under a boolean mask (what `densify` and counted_rows look for)."""
+    return any(node.target in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default)
+               and mask_of(node.args[1]) is not None
                for node in program.graph.nodes if node.op == "call_function")
 
 

@@ -52,7 +52,7 @@ from et_trt_backend.op_support import holds_float64, unsupported_reason
 from et_trt_backend.op_support.routing import integer_key_bound
 from et_trt_backend.source_lines import source_line
 
-from . import masked_rows
+from . import counted_rows, masked_rows
 from .complex_pairs import complex_to_real_pairs, has_complex
 from .errors import PartitionError
 
@@ -206,7 +206,7 @@ def rewrite_for_edge(program: ExportedProgram, truncate_double: bool = True) -> 
         program = program.run_decompositions({})  # a functional copy whose graph we may edit
         bincounts = _countable_bincounts(program)
         _bincounts_to_one_hot(program, bincounts)
-        densified = masked_rows.densify(program)
+        densified = masked_rows.densify(program) + counted_rows.count_rows(program)
         if complex_ops:
             complex_to_real_pairs(program)
         if float64_casts:
