@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 pytestmark = pytest.mark.slow
 
-POLICIES = ["act", "diffusion", "groot", "xvla", "smolvla", "pi0"]
+POLICIES = ["act", "diffusion", "groot", "xvla", "smolvla", "pi0", "wall_x"]
 BUILD_TARGETS = ["sm_80", "sm_120a"]
 
 
@@ -40,8 +40,8 @@ def _build_target(name: str) -> str:
 
 def _build(name: str, folder):
     """The policy's programs and recipe, as a context (pi0's build and export need its transformers adapters)."""
-    if name == "pi0":
-        return policies.pi0()
+    if name in ("pi0", "wall_x"):
+        return getattr(policies, name)()
     if name == "smolvla":
         return contextlib.nullcontext(policies.smolvla(folder))
     return contextlib.nullcontext(getattr(policies, name)())

@@ -325,6 +325,22 @@ _ABSENT = object()
 
 
 @contextlib.contextmanager
+def _patched(patches: list[tuple[object, str, object]]):
+    """Sets each (owner, name, value) for the duration; after, puts back what was there (or its absence)."""
+    saved = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            if value is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+@contextlib.contextmanager
 def _openpi_transformers(width: int):
     """What pi0's code needs from LeRobot's transformers fork (based on transformers 4.53, not on PyPI),
     given for the duration of the build and export, undone after:
@@ -377,18 +393,11 @@ def _openpi_transformers(width: int):
         (modeling_pi0, "CONFIG_MAPPING", {"paligemma": lambda: PaliGemmaConfig(vision_config=tiny_vision),
                                           "gemma": config_mapping["gemma"]}),
     ]
-    saved = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
     sys.modules[check.__name__] = check
     try:
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        yield modeling_pi0
+        with _patched(patches):
+            yield modeling_pi0
     finally:
-        for owner, name, value in saved:
-            if value is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
         del sys.modules[check.__name__]
 
 
@@ -452,3 +461,150 @@ def pi0():
                      torch.full((BATCH,), 0.5))
         yield Policy({"prefix": Program(prefix, prefix_args), "denoise_step": Program(Pi0DenoiseStep(model), step_args)},
                      {"default": {"precision": "fp32"}})
+
+
+# ---- WALL-OSS ---------------------------------------------------------------------------------------------
+def _without_empty_expert_skip(forward: Callable) -> Callable:
+    """SparseMoeBlock.forward as its authors wrote it, less `if mask.sum() == 0: continue` (README, "Experts
+    routed by an input": a Python branch on data that torch.export refuses; the result is the same). Made from
+    the installed source, those two lines deleted, so the rest is LeRobot's own."""
+    import inspect
+    import textwrap
+    lines = textwrap.dedent(inspect.getsource(forward)).splitlines(keepends=True)
+    skip = next(i for i, line in enumerate(lines) if line.strip() == "if mask.sum() == 0:")
+    if lines[skip + 1].strip() != "continue":
+        raise AssertionError("WALL-OSS's SparseMoeBlock changed: its empty-expert skip is not the two lines known")
+    namespace: dict = {}
+    exec(compile("".join(lines[:skip] + lines[skip + 2:]), inspect.getsourcefile(forward), "exec"),  # noqa: S102
+         forward.__globals__, namespace)
+    return namespace[forward.__name__]
+
+
+@contextlib.contextmanager
+def _wall_x_transformers():
+    """What WALL-OSS's code (written for transformers 4.57) needs under transformers 5.24, given for the
+    duration of the build and export, undone after:
+    - `transformers.modeling_attn_mask_utils` (gone in 5.0), whose AttentionMaskConverter its qwen2_5_vl_moe.py
+      imports and calls only for SDPA attention: a module whose converter refuses (the policy runs "eager",
+      WallXConfig's default).
+    - layer type "dense": its Qwen2_5_VLConfig sets layer_types = ["dense"] * layers, which transformers 5's
+      config validation refuses; it is read nowhere.
+    - Qwen2_5_VLForConditionalGeneration.__init__ (its base class) as PreTrainedModel's: transformers 5's builds
+      its own Qwen2.5-VL from the config, which WALL-OSS's 4.x-style config cannot build (no rope_parameters);
+      Qwen2_5_VLMoEForAction replaces every module that __init__ makes (visual, model, lm_head) anyway.
+    - RoPE type "default" in qwen2_5_vl_moe's ROPE_INIT_FUNCTIONS, which transformers 5 dropped (its models
+      compute it themselves): inv_freq = theta ** -(2i / head_dim), attention scaling 1.
+    - SparseMoeBlock.forward without the empty-expert skip (_without_empty_expert_skip).
+    """
+    import transformers.configuration_utils as configuration_utils
+    from transformers.modeling_utils import PreTrainedModel
+
+    class AttentionMaskConverter:
+        @staticmethod
+        def _refuse(*args, **kwargs):
+            raise NotImplementedError("SDPA attention masks need transformers 4.x; the WALL-OSS test runs eager")
+
+        _ignore_causal_mask_sdpa = _unmask_unattended = _refuse
+
+    def default_rope(config, device=None, **kwargs):
+        dim = config.hidden_size // config.num_attention_heads
+        return 1.0 / config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim), 1.0
+
+    masks = types.ModuleType("transformers.modeling_attn_mask_utils")
+    masks.AttentionMaskConverter = AttentionMaskConverter
+    sys.modules[masks.__name__] = masks
+    allowed = configuration_utils.ALLOWED_ATTN_LAYER_TYPES
+    configuration_utils.ALLOWED_ATTN_LAYER_TYPES = (*allowed, "dense")
+    from lerobot.policies.wall_x import modeling_wall_x
+    from lerobot.policies.wall_x.qwen_model import qwen2_5_vl_moe
+    base = modeling_wall_x.Qwen2_5_VLForConditionalGeneration
+    patches = [
+        (base, "__init__", lambda self, config: PreTrainedModel.__init__(self, config)),
+        (qwen2_5_vl_moe, "ROPE_INIT_FUNCTIONS", {**qwen2_5_vl_moe.ROPE_INIT_FUNCTIONS, "default": default_rope}),
+        (qwen2_5_vl_moe.SparseMoeBlock, "forward", _without_empty_expert_skip(qwen2_5_vl_moe.SparseMoeBlock.forward)),
+    ]
+    try:
+        with _patched(patches):
+            yield modeling_wall_x
+    finally:
+        configuration_utils.ALLOWED_ATTN_LAYER_TYPES = allowed
+        del sys.modules[masks.__name__]
+
+
+class _ActionTokens:
+    """The two token ids Qwen2_5_VLMoEForAction reads from its processor's tokenizer (define_action_token_id);
+    WALL-OSS's own processor comes from the hub."""
+
+    ids = {"<|action|>": 62, "<|propri|>": 63}
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.ids[token]
+
+
+class WallXDenoiseStep(nn.Module):
+    """One Euler step's network of Qwen2_5_VLMoEForAction.predict(predict_mode="diffusion"): the body of its
+    nested `step` (not reachable as a method), its lines in its order: the action head embeds the noisy
+    actions and the time, they replace the action tokens' embeddings, the Qwen2.5-VL MoE model runs over the
+    whole prompt (the action tokens through the action expert, moe_token_types = input_ids == <|action|>, as
+    WallXPolicy.preprocess_inputs makes them), and the action tokens' hidden states are projected back.
+    Without the step's `assert action_mask.any()` (a Python branch on data); the count is checked by the
+    engine instead (partitioner/counted_rows.py)."""
+
+    def __init__(self, model: nn.Module, horizon: int, action_dim: int):
+        super().__init__()
+        self.model, self.horizon, self.action_dim = model, horizon, action_dim
+
+    def forward(self, input_ids, inputs_embeds, attention_mask, position_ids, noisy_action, timestep, dof_mask):
+        model = self.model
+        action_mask = input_ids == model.action_token_id_set["action_token_id"]
+        moe_token_types = action_mask
+        timestep = timestep.unsqueeze(0).repeat(noisy_action.shape[0])
+        action_embed = model.action_preprocessor.step(timestep=timestep, noisy_action=noisy_action, dof_mask=dof_mask)
+        action_embed = action_embed.reshape(-1, inputs_embeds.shape[-1])
+        action_embed = action_embed.to(dtype=inputs_embeds.dtype, device=inputs_embeds.device)
+        temp_inputs_embeds = inputs_embeds.clone()
+        temp_inputs_embeds[action_mask] = action_embed
+        transformer_outputs = model.model(
+            input_ids=None, attention_mask=attention_mask, position_ids=position_ids, past_key_values=None,
+            inputs_embeds=temp_inputs_embeds, moe_token_types=moe_token_types, use_cache=True,
+            output_attentions=False, output_hidden_states=False, return_dict=True)
+        hidden_states = transformer_outputs.last_hidden_state
+        action_hidden_states = hidden_states[action_mask].to(torch.float32)
+        pred = model.action_preprocessor.action_proj_back(action_hidden_states)
+        return pred.reshape(noisy_action.shape[0], self.horizon, self.action_dim)
+
+
+@contextlib.contextmanager
+def wall_x():
+    """WALL-OSS's flow-matching denoising step: Qwen2_5_VLMoEForAction, tiny (two decoder layers whose MLP is
+    the token-type MoE of a VLM expert and an action expert, as wide as the hidden states), in bf16 with its
+    norms and action head float32 (to_bfloat16_for_selected_params, as WallXPolicy loads it). WallXPolicy
+    itself loads from the hub, so the model class is built from a local config. Its vision tower is not
+    exported: it reads its patch grid from a tensor (rot_pos_emb and get_window_index loop over grid_thw's
+    values), a data-dependent Python loop torch.export refuses; the step takes the prompt's embeddings.
+    A context: the programs must be exported inside it (_wall_x_transformers)."""
+    hidden, horizon, dofs = 32, 4, {"arm": 6, "gripper": 1}
+    with _wall_x_transformers() as modeling_wall_x:
+        from lerobot.policies.wall_x.qwen_model.configuration_qwen2_5_vl import Qwen2_5_VLConfig
+        experts = [dict(hidden_size=hidden, intermediate_size=ffn, hidden_act="silu") for ffn in (64, 48)]
+        config = Qwen2_5_VLConfig(
+            vocab_size=64, hidden_size=hidden, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=128,
+            rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]},
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
+                               fullatt_block_indexes=[0], initializer_range=0.02),
+            num_experts=2, experts=experts, dim_inputs=(hidden, hidden), mlp_moe=True, dof_config=dofs,
+            agent_pos_config=dofs, pad_token_id=0)
+        config._attn_implementation = "eager"
+        processor = types.SimpleNamespace(tokenizer=_ActionTokens())
+        model = modeling_wall_x.Qwen2_5_VLMoEForAction(config, processor=processor).eval()
+        model.to_bfloat16_for_selected_params()
+        action_dim, prompt = sum(dofs.values()), 6
+        input_ids = torch.randint(1, 58, (BATCH, prompt + 1 + horizon))
+        input_ids[:, prompt] = _ActionTokens.ids["<|propri|>"]
+        input_ids[:, prompt + 1:] = _ActionTokens.ids["<|action|>"]
+        tokens = input_ids.shape[1]
+        args = (input_ids, torch.randn(BATCH, tokens, hidden, dtype=bf16), torch.ones(BATCH, tokens, dtype=torch.long),
+                torch.arange(tokens).expand(3, BATCH, tokens).contiguous(), torch.randn(BATCH, horizon, action_dim),
+                torch.tensor(0.3), torch.ones(BATCH, horizon, action_dim))
+        yield Policy({"denoise_step": Program(WallXDenoiseStep(model, horizon, action_dim), args)}, {})
