@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 
+import numpy as np
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
@@ -96,3 +97,40 @@ def test_nvidia_builder_builds_every_partition(lowered, capsys):
     out, partitions = capsys.readouterr().out, sum(parts for parts, _ in found.values())
     assert f"{partitions} partition(s), 0 violation(s), 0 build failure(s)" in out
     assert out.count(f": built for {_build_target(name)} in ") == partitions, out
+
+
+def test_wall_x_step_matches_pytorch(tmp_path):
+    """WALL-OSS's step goes through both masked-row rewrites (its experts dense, its action rows by rank): its
+    ONNX, made float32 (the reference evaluator has no bf16 arithmetic), against the step in float32 on fresh
+    prompts and actions, the action tokens where the policy puts them and elsewhere."""
+    from et_trt_backend.serialization import external_data
+    from et_trt_backend.serialization.pte import read_partitions
+    from support import onnx_reference
+
+    policies.import_lerobot()
+    recipe = {"default": {"engine_build": "never", "kernel_archs": ["sm_80"]}}
+    with policies.wall_x() as policy, torch.no_grad():
+        step, args = policy.programs["denoise_step"]
+        edge = to_edge_transform_and_lower({"denoise_step": torch.export.export(step, args)},
+                                           partitioner=[TensorRTPartitioner(recipe)])
+        (partition,) = read_partitions(edge.to_executorch().buffer)
+        contents = partition.contents
+        twin = onnx_reference.to_float32(external_data.onnx_with_weights(contents.onnx, contents.weights))
+        evaluator = onnx_reference.evaluator(twin)
+        step32 = step.float()
+        input_ids = args[0]
+        action = int(input_ids[0, -1])  # the prompt ends with the action tokens
+        generator = torch.Generator().manual_seed(5)
+        for shuffled in (False, True):
+            ids = input_ids.clone()
+            ids[ids != action] = torch.randint(1, 58, (int((ids != action).sum()),), generator=generator)
+            if shuffled:
+                ids = ids[:, torch.randperm(ids.shape[1], generator=generator)]
+            fresh = (ids, torch.randn(args[1].shape, generator=generator), args[2],
+                     args[3], torch.randn(args[4].shape, generator=generator), torch.rand((), generator=generator),
+                     args[6])
+            by_name = dict(zip(["input_ids", "inputs_embeds", "attention_mask", "position_ids", "noisy_action",
+                                "timestep", "dof_mask"], fresh))
+            got, *checks = evaluator.run(None, {spec.name: by_name[spec.name].numpy() for spec in contents.inputs})
+            assert all(bool(c) for c in checks)
+            np.testing.assert_allclose(got, step32(*fresh).numpy(), rtol=1e-4, atol=1e-4)
