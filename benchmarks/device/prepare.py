@@ -142,9 +142,10 @@ def save_moe_images() -> None:
     })
 
 
-# Sweep candidates for the FP8 down GEMM of the "large" tiling (moe_fp8_down.py; issue 32: on an H100 the shipped
-# down runs at 363 TFLOP/s, the gate+up at 658), each 128 rows x 128 columns, 8 warps, in place of the shipped "large"
-# down (Triton, K steps of 128, 4 stages, 188 registers): name -> (stages, split_k) for the Triton candidate kernel,
+# Sweep candidates for the FP8 down GEMM of the "large" tiling (moe_fp8_down.py; issue 32: on an H100 the Triton
+# down ran at 363 TFLOP/s, the gate+up at 658), each 128 rows x 128 columns, 8 warps, in place of the shipped "large"
+# down (since the 2026-12-07 H100 sweep the Gluon "wgmma_t4_s5" below, moe_aot.FP8_LARGE_DOWN_WGMMA; before, Triton,
+# K steps of 128, 4 stages, 188 registers): name -> (stages, split_k) for the Triton candidate kernel,
 # (stages, step) for the Gluon one. "pf_s4": the block scales loaded a block ahead (192 registers; the shipped loop
 # already issues that load before its wgmma: a control, expected within the noise); "split_s4": that and the second
 # half of each block's K left in flight while the previous block is promoted (235 registers; ptxas serializes its

@@ -110,6 +110,12 @@ FP8_GEMM_CONFIGS = (
     MoEGemmConfig("large", 128, 128, 128, 128, 4, 8, 16),
     MoEGemmConfig("any", 16, 128, 32, 32, 1, 8, 1),
 )
+# sm_90a's bf16 "large" down is moe_fp8_down.py's Gluon kernel with its wgmma waits explicit: 5 stages, 4 scale blocks
+# per iteration. On an H100 it gave the FP8 block 1.025x / 1.050x at 3500 / 8740 tokens over the Triton down (paired
+# medians; its down 1280 / 2648 us against 1355 / 3023), bit-identical results in the device's checks (one token, odd
+# H and F, skewed routing with empty experts and invalid ids, biases, F 3072): benchmarks/results/h100_moe_fp8_sweep/.
+# fp16 keeps the Triton down (not measured); Gluon has no interpreter, so the CPU tests check the Triton one.
+FP8_LARGE_DOWN_WGMMA = (5, 4)  # (stages, scale blocks per iteration)
 _SMALL_SMEM_CAPS = (89, 120)
 # Tokens of hidden per quantizing program of moe_route_quantize. Each thread divides once per token (the scale, IEEE
 # division with its slow path as a call): with 16, sm_120a's e1024 variant spilled 4 registers.
@@ -288,8 +294,19 @@ def fp8_gemm_images(arch: str, dtype: str, configs: Sequence[MoEGemmConfig]) -> 
                                    {**{n: 16 for n in signature if n in _ALIGNED}, **sizes}, arch, dtype, "cubin",
                                    config.num_warps, config.num_stages,
                                    (config.block_m, config.gate_up_n, config.block_k), "fp8"))
-        images.append(_fp8_down_image(arch, dtype, config, source.moe_fp8_down_kernel, {}))
+        images.append(_fp8_down(arch, dtype, config))
     return images
+
+
+def _fp8_down(arch: str, dtype: str, config: MoEGemmConfig) -> KernelImage:
+    """The shipped FP8 down of a tiling: moe_fp8.py's, or the Gluon one for sm_90a's bf16 "large"
+    (FP8_LARGE_DOWN_WGMMA)."""
+    from et_trt_backend.kernels import moe_fp8 as source
+
+    if aot._capability(arch) == 90 and dtype == "bf16" and config.variant == "large":
+        stages, step = FP8_LARGE_DOWN_WGMMA
+        return fp8_down_wgmma_image(dtype, dataclasses.replace(config, num_stages=stages), step)
+    return _fp8_down_image(arch, dtype, config, source.moe_fp8_down_kernel, {})
 
 
 def fp8_down_signature(dtype: str, constexprs: Sequence[str] = ()) -> dict:
