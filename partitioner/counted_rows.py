@@ -17,8 +17,8 @@ sum), and the selection is the N positions of ranks 1..N (an argmax over a
 another number of True entries the program is wrong for it; the rewrite adds
 `_assert_async(mask.sum() == N, message)`, which the lowering turns into an
 engine check (lowering/checks.py): the delegate fails that call with the
-message. Indices are clamped, so such an input reads nothing out of bounds.
-One value row (or values broadcast over the rows) is written to any number of
+message. Such an input reads nothing out of bounds either: value rows are taken
+by rank mod N, selected positions are an argmax's. One value row (or values broadcast over the rows) is written to any number of
 rows, as PyTorch does: no check.
 """
 
@@ -33,7 +33,7 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int, statically_kn
 
 from et_trt_backend.source_lines import portable_source_line
 
-from .masked_rows import drop_row_count_checks, mask_of
+from .masked_rows import mask_of
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +96,7 @@ def _gather(graph: torch.fx.Graph, node: Node) -> bool:
     selected = call(aten.index_select.default, entries, 0, positions)
     selected.meta["val"] = node.meta["val"]
     _check_count(call, flat, rows, "x[mask]")
-    node.replace_all_uses_with(selected)
-    drop_row_count_checks(graph, node)
+    node.replace_all_uses_with(selected)  # the program's asserts on the count now read a static size: folded
     graph.erase_node(node)
     return True
 

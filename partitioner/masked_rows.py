@@ -220,11 +220,11 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
     put.replace_all_uses_with(selected)
     graph.erase_node(put)
     for rows_of in (selection, *indices):
-        drop_row_count_checks(graph, rows_of)
+        _drop_row_count_checks(graph, rows_of)
     return True
 
 
-def drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
+def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
     """Removes the runtime checks torch.export put on the row count of `rows_of` (the selection, the mask's
     coordinates: 0 <= rows <= max): with the rows gone they check nothing, and they would keep the
     data-dependent ops alive."""

@@ -72,6 +72,7 @@ def test_the_masked_reads_and_writes_become_static_and_checked():
     rewritten = rewrite_for_edge(_export(model))
     assert not [n for n in rewritten.graph.nodes if n.target in DATA_DEPENDENT]
     assert sum(n.target is aten._assert_async.msg for n in rewritten.graph.nodes) == 2
+    assert not [n for n in rewritten.graph.nodes if n.target is aten._assert_scalar.default]  # on a static size now
     generator = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for seq in (HORIZON + 1, 9, 40):
