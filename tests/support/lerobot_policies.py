@@ -470,12 +470,14 @@ def _without_empty_expert_skip(forward: Callable) -> Callable:
     the installed source, those two lines deleted, so the rest is LeRobot's own."""
     import inspect
     import textwrap
-    lines = textwrap.dedent(inspect.getsource(forward)).splitlines(keepends=True)
+    source, first = inspect.getsourcelines(forward)
+    lines = textwrap.dedent("".join(source)).splitlines(keepends=True)
     skip = next(i for i, line in enumerate(lines) if line.strip() == "if mask.sum() == 0:")
     if lines[skip + 1].strip() != "continue":
         raise AssertionError("WALL-OSS's SparseMoeBlock changed: its empty-expert skip is not the two lines known")
+    lines[skip:skip + 2] = ["\n", "\n"]  # blank, so every other line keeps its number (source lines in messages)
     namespace: dict = {}
-    exec(compile("".join(lines[:skip] + lines[skip + 2:]), inspect.getsourcefile(forward), "exec"),  # noqa: S102
+    exec(compile("\n" * (first - 1) + "".join(lines), inspect.getsourcefile(forward), "exec"),  # noqa: S102
          forward.__globals__, namespace)
     return namespace[forward.__name__]
 
