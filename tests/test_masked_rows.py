@@ -117,13 +117,13 @@ class _MaskForms(torch.nn.Module):
         return output
 
 
-@pytest.mark.parametrize("form", ["boolean", "nonzero"])
-def test_other_mask_forms_become_dense_and_compute_the_same(form):
-    model = _seeded(_MaskForms(form))
+def _assert_dense_and_the_same(model: torch.nn.Module, seed: int) -> None:
+    """`model` exported and rewritten has no data-dependent op left and computes what `model` does, at two
+    token counts, on fresh hidden states and types 0/1."""
     rewritten = rewrite_for_edge(_export(model))
     data_dependent = {aten.index.Tensor, aten.index_put.default, aten.nonzero.default, aten.nonzero_numpy.default}
     assert not [n for n in rewritten.graph.nodes if n.target in data_dependent]
-    generator = torch.Generator().manual_seed(3)
+    generator = torch.Generator().manual_seed(seed)
     for seq in (2, 11):
         hidden, _ = _inputs(seq, generator)
         types = torch.randint(0, 2, (BATCH, seq), generator=generator)
@@ -131,18 +131,15 @@ def test_other_mask_forms_become_dense_and_compute_the_same(form):
             torch.testing.assert_close(rewritten.module()(hidden, types), model(hidden, types))
 
 
+@pytest.mark.parametrize("form", ["boolean", "nonzero"])
+def test_other_mask_forms_become_dense_and_compute_the_same(form):
+    _assert_dense_and_the_same(_seeded(_MaskForms(form)), seed=3)
+
+
 def test_experts_writing_every_feature_chain_their_writes():
     """Experts as wide as the hidden states (WALL-OSS's default dim_inputs): no slice between one expert's
     write and the next, which writes into the first's result."""
-    model = _seeded(moe_models.TokenTypeMoE(dim_inputs=(HIDDEN, HIDDEN)))
-    rewritten = rewrite_for_edge(_export(model))
-    assert not [n for n in rewritten.graph.nodes if n.target in (aten.index.Tensor, aten.index_put.default)]
-    generator = torch.Generator().manual_seed(4)
-    for seq in (2, 13):
-        hidden, _ = _inputs(seq, generator)
-        types = torch.randint(0, 2, (BATCH, seq), generator=generator)
-        with torch.no_grad():
-            torch.testing.assert_close(rewritten.module()(hidden, types), model(hidden, types))
+    _assert_dense_and_the_same(_seeded(moe_models.TokenTypeMoE(dim_inputs=(HIDDEN, HIDDEN))), seed=4)
 
 
 class _RowMixing(torch.nn.Module):
