@@ -183,6 +183,17 @@ def overall(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """"8x1024x1024,16x2048x4096" -> [(8, 1024, 1024), (16, 2048, 4096)]."""
+    shapes = []
+    for item in text.split(","):
+        parts = item.strip().split("x")
+        if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not experts x hidden x ffn (e.g. 16x1024x1024)")
+        shapes.append(tuple(int(part) for part in parts))
+    return shapes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", required=True, help="int4_images.json from benchmarks/device/prepare.py --int4")
@@ -191,6 +202,9 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--mma-ok", type=pathlib.Path, help="int4_mma_check.py's --ok-file: time only those mma_")
     parser.add_argument("--deadline-s", type=float, default=300.0, help="start no new shape after this")
+    parser.add_argument("--shapes", type=parse_shapes, default=int4_bench.EXPERT_SHAPES,
+                        help="experts x hidden x ffn, comma-separated (e.g. 16x1024x1024,32x1024x1024); default: "
+                             "int4_experts_bench.py's robot shapes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     start = time.monotonic()
@@ -202,7 +216,7 @@ def main() -> None:
     contenders = sweep_contenders(args.images, args.sweep, args.mma_ok)
     copy_bps = int4_bench.copy_bandwidth()
     rows = []
-    for experts, size, ffn in int4_bench.EXPERT_SHAPES:
+    for experts, size, ffn in args.shapes:
         w = int4_bench.Weights(experts, size, ffn)
         for tokens in TOKENS:
             if time.monotonic() - start > args.deadline_s:

@@ -82,3 +82,14 @@ def test_sweep_device_call_names_prepared_builds():
     script = (pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "device" / "int4_sweep_run.sh").read_text()
     named = re.search(r"--labels ([^\n]+)", script)[1].split()
     assert named and set(named) <= labels, (named, sorted(labels))
+
+
+def test_sweep_shapes_are_parsed_and_refused_by_name():
+    """int4_gemv_sweep.py --shapes: experts x hidden x ffn, comma-separated; anything else named."""
+    import argparse
+
+    with benchmark_module("int4_gemv_sweep") as sweep:
+        assert sweep.parse_shapes("16x1024x1024, 32x2048x4096") == [(16, 1024, 1024), (32, 2048, 4096)]
+        for bad in ("16x1024", "16x1024x0", "axbxc"):
+            with pytest.raises(argparse.ArgumentTypeError, match=f"shape '{bad}' is not experts x hidden x ffn"):
+                sweep.parse_shapes(bad)

@@ -17,9 +17,12 @@ main() {
   step int4_mma_memcheck 60 int4_images.json "${MEMCHECK[@]}" "${check[@]}" --quick \
     --labels mma_w4t1p16c8s5e_w4t1p16c8s5e mma_w8t1p64c4s3e_w4t1p64c4s3e
   grep -E "FAIL|mma check" "$OUT/int4_mma_check.log" | tail -12
-  # The sweep starts no new shape after 120 s, so it ends (tables written) before its 165 s limit.
-  step int4_sweep 165 int4_images.json python3 benchmarks/int4_gemv_sweep.py --images .device/int4_images.json \
-    --sweep .device/int4_sweep_images.json --out "$OUT" --deadline-s 120 --mma-ok "$OUT/mma_ok.txt"
+  # The sweep starts no new shape after SWEEP_DEADLINE_S (120 s), so it ends (tables written) before its limit,
+  # 45 s later. SWEEP_SHAPES (experts x hidden x ffn, comma-separated) times other shapes than the robot ones.
+  local deadline=${SWEEP_DEADLINE_S:-120}
+  step int4_sweep $((deadline + 45)) int4_images.json python3 benchmarks/int4_gemv_sweep.py \
+    --images .device/int4_images.json --sweep .device/int4_sweep_images.json --out "$OUT" --deadline-s "$deadline" \
+    --mma-ok "$OUT/mma_ok.txt" ${SWEEP_SHAPES:+--shapes "$SWEEP_SHAPES"}
 
   echo
   if [ -f "$OUT/int4_gemv_sweep.md" ]; then cat "$OUT/int4_gemv_sweep.md"; else tail -30 "$OUT/int4_sweep.log"; fi
