@@ -33,7 +33,7 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int, statically_kn
 
 from et_trt_backend.source_lines import portable_source_line
 
-from .masked_rows import mask_of
+from .masked_rows import mask_of, replace_put
 
 logger = logging.getLogger(__name__)
 
@@ -58,15 +58,16 @@ class _Builder:
         return node
 
 
-def _entries(call: _Builder, mask: Node) -> tuple[Node, Node]:
-    """The mask flattened (one entry per selectable row) and each entry's rank: 1 for the first True, ..."""
+def _entries(call: _Builder, mask: Node) -> tuple[Node, Node, Node]:
+    """The mask flattened (one entry per selectable row), the same as int64 ones and zeros, and each entry's rank:
+    1 for the first True, ..."""
     flat = call(aten.reshape.default, mask, [-1])
-    rank = call(aten.cumsum.default, call(aten._to_copy.default, flat, dtype=torch.int64), 0)
-    return flat, rank
+    ones = call(aten._to_copy.default, flat, dtype=torch.int64)
+    return flat, ones, call(aten.cumsum.default, ones, 0)
 
 
-def _check_count(call: _Builder, flat: Node, rows: int, what: str) -> None:
-    count = call(aten.sum.default, call(aten._to_copy.default, flat, dtype=torch.int64))
+def _check_count(call: _Builder, ones: Node, rows: int, what: str) -> None:
+    count = call(aten.sum.default, ones)
     message = (f"{what} at {portable_source_line(call.anchor)}: its boolean mask must select {rows} rows, as "
                "when the program was exported (the program's shapes fix the number); this input's mask selects "
                "another number")
@@ -87,7 +88,7 @@ def _gather(graph: torch.fx.Graph, node: Node) -> bool:
     if mask is None or rows is None or not isinstance(_val(source), torch.Tensor):
         return False
     call = _Builder(graph, node)
-    flat, rank = _entries(call, mask)
+    flat, ones, rank = _entries(call, mask)
     wanted = call(aten.unsqueeze.default, call(aten.arange.start, 1, rows + 1, dtype=torch.int64), 1)  # [N, 1]
     hits = call(aten.logical_and.default, call(aten.eq.Tensor, call(aten.unsqueeze.default, rank, 0), wanted),
                 call(aten.unsqueeze.default, flat, 0))  # [N, entries]: entry e is the k-th True
@@ -95,7 +96,7 @@ def _gather(graph: torch.fx.Graph, node: Node) -> bool:
     entries = call(aten.reshape.default, source, [-1, *_val(source).shape[_val(mask).dim():]])
     selected = call(aten.index_select.default, entries, 0, positions)
     selected.meta["val"] = node.meta["val"]
-    _check_count(call, flat, rows, "x[mask]")
+    _check_count(call, ones, rows, "x[mask]")
     node.replace_all_uses_with(selected)  # the program's asserts on the count now read a static size: folded
     graph.erase_node(node)
     return True
@@ -120,21 +121,15 @@ def _put(graph: torch.fx.Graph, node: Node) -> bool:
         written = call(aten.reshape.default, values, list(values_val.shape[1:])) \
             if values_val.dim() > len(row_shape) else values
     else:
-        flat, rank = _entries(call, mask)
+        _, ones, rank = _entries(call, mask)
         # entry e takes value row (Trues before e): rank - 1 on the Trues; mod N keeps any mask in bounds
-        before = call(aten.sub.Tensor, rank, call(aten._to_copy.default, flat, dtype=torch.int64))
+        before = call(aten.sub.Tensor, rank, ones)
         index = call(aten.remainder.Scalar, before, rows)
         per_entry = call(aten.index_select.default, values, 0, index)  # [entries, *row_shape]
         shape = [call(aten.sym_size.int, mask, d) for d in range(leading)] + list(row_shape)
         written = call(aten.reshape.default, per_entry, shape)
-        _check_count(call, flat, rows, "x[mask] = values")
-    keep = mask
-    for _ in range(len(row_shape)):
-        keep = call(aten.unsqueeze.default, keep, -1)
-    result = call(aten.where.self, keep, written, base)
-    result.meta["val"] = node.meta["val"]
-    node.replace_all_uses_with(result)
-    graph.erase_node(node)
+        _check_count(call, ones, rows, "x[mask] = values")
+    replace_put(graph, node, mask, written)
     return True
 
 

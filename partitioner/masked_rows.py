@@ -207,21 +207,28 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
             for key in ("val", "tensor_meta"):  # shapes change: the re-trace fills them in
                 dense.meta.pop(key, None)
             env[node] = dense
-        origin = {k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta}  # module, line
-        keep = mask
-        for _ in range(base_val.dim() - leading):
-            keep = graph.call_function(aten.unsqueeze.default, (keep, -1))
-            keep.meta.update(origin)
-        selected = graph.call_function(aten.where.self, (keep, env[values], base))
-        selected.meta.update(origin)
-        # base's shape and dtype, as the put's: a later put on this result (the next expert writing all
-        # features) reads them here
-        selected.meta["val"] = put.meta["val"]
-    put.replace_all_uses_with(selected)
-    graph.erase_node(put)
+    replace_put(graph, put, mask, env[values])
     for rows_of in (selection, *indices):
         _drop_row_count_checks(graph, rows_of)
     return True
+
+
+def replace_put(graph: torch.fx.Graph, put: Node, mask: Node, written: Node) -> None:
+    """Replaces `put`, an index_put(base, <mask>, ...), by where(mask, written, base), the mask broadcast over
+    base's row dimensions. The result carries the put's module and source line, and its value (base's shape and
+    dtype: a later put on this result, the next expert writing all features, reads them)."""
+    base = put.args[0]
+    origin = {k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta}
+    keep = mask
+    with graph.inserting_before(put):
+        for _ in range(_val(base).dim() - _val(mask).dim()):
+            keep = graph.call_function(aten.unsqueeze.default, (keep, -1))
+            keep.meta.update(origin)
+        selected = graph.call_function(aten.where.self, (keep, written, base))
+    selected.meta.update(origin)
+    selected.meta["val"] = put.meta["val"]
+    put.replace_all_uses_with(selected)
+    graph.erase_node(put)
 
 
 def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
