@@ -305,18 +305,20 @@ def cumsum(self, dim: int, dtype: int = -1):
     return op.Cast(summed, to=out_type)
 
 
+def _reduce_over(reduce, self, dim, keepdim: bool):
+    """`reduce` (ReduceMax, ReduceMin) over `dim`, or every axis where dim is empty."""
+    axes = [op.Constant(value_ints=list(dim))] if dim else []
+    return reduce(self, *axes, keepdims=int(keepdim))
+
+
 def amax(self, dim=(), keepdim: bool = False):
     """aten.amax: over `dim`, or every axis where dim is empty (its default; torchlib's form requires one)."""
-    if not dim:
-        return op.ReduceMax(self, keepdims=int(keepdim))
-    return op.ReduceMax(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim))
+    return _reduce_over(op.ReduceMax, self, dim, keepdim)
 
 
 def amin(self, dim=(), keepdim: bool = False):
     """aten.amin: as amax."""
-    if not dim:
-        return op.ReduceMin(self, keepdims=int(keepdim))
-    return op.ReduceMin(self, op.Constant(value_ints=list(dim)), keepdims=int(keepdim))
+    return _reduce_over(op.ReduceMin, self, dim, keepdim)
 
 
 def copy(self, src, non_blocking: bool = False):
