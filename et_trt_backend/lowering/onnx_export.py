@@ -343,7 +343,8 @@ def _lower(edge_program: torch.export.ExportedProgram, options: CompileOptions) 
     _drop_stack_traces(model)
     inputs = _tensor_specs(model.graph.input, ranges)
     outputs = _tensor_specs(model.graph.output, ranges)
-    outputs, check_outputs = outputs[:len(outputs) - len(messages)], outputs[len(outputs) - len(messages):]
+    own = len(outputs) - len(messages)  # the checks' outputs follow the partition's own
+    outputs, check_outputs = outputs[:own], outputs[own:]
     _rename_dims(model, ranges)
     if moe_blocks:  # for `et-trt inspect` (onnx_analysis.moe_blocks)
         model.metadata_props.add(key=MOE_BLOCKS_METADATA_KEY, value=json.dumps([b.to_json() for b in moe_blocks]))
