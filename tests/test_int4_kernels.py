@@ -83,6 +83,11 @@ def test_moe_experts_images_for_orin(tmp_path):
     assert {i.weight_format for i in cubins if i.kernel.startswith(("moe_gate", "moe_down", "moe_gemv", "moe_mma"))} \
         == {"int4"}
     assert all(i.block_k == 32 for i in cubins if i.kernel in ("moe_gate_up", "moe_gate_up_gated", "moe_down"))
+    # The launcher groups a build's three images by variant: one variant per build, both grids among them.
+    mma_variants = {i.variant for i in cubins if i.kernel == "moe_mma_down"}
+    assert len(mma_variants) == len(moe_aot.MOE_MMA_CONFIGS), mma_variants
+    assert any(v.endswith("_by_expert") for v in mma_variants) and not all(v.endswith("_by_expert")
+                                                                            for v in mma_variants), mma_variants
     assert {i.arch for i in images if i.format == "ptx"} == {"sm_80"} and len(images) == 2 * len(cubins)
     _check_cubins(images, tmp_path)
 
@@ -103,14 +108,8 @@ def test_mma_ptx_is_pinned_to_a_version_current_drivers_accept():
         assert image.kernel.startswith("moe_mma_") and image.variant == "mma_p8" and image.format == "ptx"
 
 
-def test_mma_by_expert_candidate_builds_for_orin(tmp_path):
-    """The BY_EXPERT candidate (benchmarks/device/prepare.py's MMA_SWEEP; not shipped): its own variant, which the
-    launcher launches min(pairs, experts) programs across, mma.sync and no spills in the sm_87 SASS; a build's two
-    kernels must take one grid."""
-    config = int4_mma.MmaConfig(4, 1, 8, 8, 5, by_expert=True)
-    images = int4_mma.images("sm_87", "bf16", config, config)
-    assert {(i.kernel, i.variant) for i in images} == {
-        (kernel, "mma_p8_by_expert") for kernel in ("moe_mma_gate_up", "moe_mma_gate_up_gated", "moe_mma_down")}
-    _check_cubins(images, tmp_path)
+def test_mma_build_takes_one_grid():
+    """A build's two kernels share the launcher's grid: the first-pair grid or BY_EXPERT, not one of each."""
     with pytest.raises(ValueError, match="one grid"):
-        int4_mma.images("sm_87", "bf16", config, int4_mma.MmaConfig(4, 1, 8, 8, 5))
+        int4_mma.images("sm_87", "bf16", int4_mma.MmaConfig(4, 1, 8, 4, 4, by_expert=True),
+                        int4_mma.MmaConfig(4, 1, 8, 4, 4))

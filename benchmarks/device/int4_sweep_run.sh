@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the INT4 kernels' tuning (issue 33), within 6 minutes: build the launcher; check every
-# mma.sync build of prepare.py's MMA_SWEEP against the float32 reference (benchmarks/int4_mma_check.py), two
-# BY_EXPERT builds' small cases also under compute-sanitizer; then time every blocking of prepare.py's GEMV_SWEEP
+# mma.sync build of prepare.py's MMA_SWEEP against the float32 reference (benchmarks/int4_mma_check.py), the two
+# largest BY_EXPERT builds' small cases also under compute-sanitizer; then time every blocking of prepare.py's GEMV_SWEEP
 # and MMA_SWEEP forced onto its path at 4-256 tokens against the shipped launcher (gemv, mma.sync or
 # tiles by its rule) and our bf16 kernels (benchmarks/int4_gemv_sweep.py; without ExecuTorch's kernels, whose
 # autotuning takes minutes), each output checked first. The sweep's tables print last; everything printed also goes
@@ -15,7 +15,7 @@ main() {
                --sweep .device/int4_sweep_images.json)
   step int4_mma_check 75 int4_images.json "${check[@]}" --ok-file "$OUT/mma_ok.txt"
   step int4_mma_memcheck 60 int4_images.json "${MEMCHECK[@]}" "${check[@]}" --quick \
-    --labels mma_w4t1p16c8s5e_w4t1p16c8s5e mma_w8t1p64c4s3e_w4t1p64c4s3e
+    --labels mma_w4t1p32c4s3e_w4t1p32c4s3e mma_w8t1p64c4s3e_w8t1p64c4s3e
   grep -E "FAIL|mma check" "$OUT/int4_mma_check.log" | tail -12
   # The sweep starts no new shape after SWEEP_DEADLINE_S (120 s), so it ends (tables written) before its limit,
   # 45 s later. SWEEP_SHAPES (experts x hidden x ffn, comma-separated) times other shapes than the robot ones.

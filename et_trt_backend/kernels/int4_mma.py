@@ -3,7 +3,7 @@
 They take the per-pair kernels' launch and arguments (int4_kernels.py's moe_int4_gemv_gate_up_kernel and
 moe_int4_gemv_down_kernel: grid (pairs, column blocks), the combine after the down). In an export their images are
 "moe_mma_gate_up", "moe_mma_gate_up_gated" and "moe_mma_down", variant "mma_p<pairs per pass>" (H and F multiples
-of 16; "mma_p<pairs>_by_expert" for the BY_EXPERT candidates, whose grid the launcher makes min(pairs, experts)
+of 16; "mma_p<pairs>_by_expert" for the BY_EXPERT builds, whose grid the launcher makes min(pairs, experts)
 programs across), which runtime/kernels/moe_experts_launcher.cc runs where its INT4 rule says (the sweep,
 benchmarks/int4_gemv_sweep.py, forces them with MoEExpertsLauncher.set_int4_path("mma")). One MmaConfig is the
 blocking of one kernel; a build takes one for the gate+up kernels and one for the down. Cubins for each
@@ -37,7 +37,7 @@ KERNELS = {0: "moe_mma_gate_up", 1: "moe_mma_gate_up_gated", 2: "moe_mma_down"}
 @dataclasses.dataclass(frozen=True)
 class MmaConfig:
     """Warps per block, 16-row weight tiles per warp, pairs per pass (a multiple of 8), 32-element chunks of K per
-    stage, stages, scale groups held in shared memory at once; by_expert: the .cu's BY_EXPERT (a candidate)."""
+    stage, stages, scale groups held in shared memory at once; by_expert: the .cu's BY_EXPERT."""
 
     warps: int
     tiles: int

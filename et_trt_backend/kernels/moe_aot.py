@@ -89,13 +89,25 @@ class MoEGemvConfig:
 MOE_GEMV_CONFIGS = (MoEGemvConfig("gemv", 4, 32, 2, 2, 16, paired=True),
                     MoEGemvConfig("gemv_any", 4, 32, 2, 2, 1, paired=True))
 # The mma.sync kernels' builds (int4_mma.py's MmaConfig: warps, 16-row weight tiles per warp, pairs per pass, 32-element
-# chunks of K per stage, stages; gate+up, down), one per pass size: the launcher takes the fewest pairs per pass that
-# hold twice the average expert's. Each the fastest of the seven an H100 sweep timed (benchmarks/results/h100_int4/
-# sweep3/) where the launcher runs it: 8 pairs at 64x2048x1024 x 8-64 tokens and 16x2048x4096 x 8-32; 16 (64 gate+up
-# rows a block) at 64x2048x1024 x 256 and 16x2048x4096 x 64; 32 at 16x2048x4096 x 256.
+# chunks of K per stage, stages, by_expert; gate+up, down): two families, the first-pair grid (pairs across) and
+# BY_EXPERT (experts across), each a build per pass size; the launcher (moe_experts_launcher.cc's int4_mma_by_expert)
+# picks the family by pairs per expert, expert count and weight size, then the fewest pairs per pass that hold twice
+# the average expert's. Each the fastest of its family and pass size where the launcher runs it, in the H100 sweeps
+# (benchmarks/results/h100_int4/: sweep3 for the first-pair builds, sweeps 4 and 5 for BY_EXPERT, 7 expert shapes x
+# 4-256 tokens): the first-pair grid's 32-pair build is gone (the rule gives it no shape: BY_EXPERT serves 8+ pairs
+# per expert); BY_EXPERT's 64-pair build takes 128 gate+up rows and 128 down rows by 8 warps (where the rule runs it,
+# 256 tokens on 8 and 16 experts: 1.03x-1.16x its 32-pair build, 0.98x on 8x2048x4096; with a 64-row down 3-6% slower
+# but on 8x1024x1024, 4% faster).
 MOE_MMA_CONFIGS = ((int4_mma.MmaConfig(4, 1, 8, 4, 4), int4_mma.MmaConfig(4, 1, 8, 4, 4)),
                    (int4_mma.MmaConfig(4, 2, 16, 4, 4), int4_mma.MmaConfig(4, 1, 16, 4, 4)),
-                   (int4_mma.MmaConfig(4, 1, 32, 4, 3), int4_mma.MmaConfig(4, 1, 32, 4, 3)))
+                   (int4_mma.MmaConfig(4, 1, 8, 4, 4, by_expert=True),
+                    int4_mma.MmaConfig(4, 1, 8, 4, 4, by_expert=True)),
+                   (int4_mma.MmaConfig(4, 2, 16, 4, 4, by_expert=True),
+                    int4_mma.MmaConfig(4, 1, 16, 4, 4, by_expert=True)),
+                   (int4_mma.MmaConfig(4, 1, 32, 4, 3, by_expert=True),
+                    int4_mma.MmaConfig(4, 1, 32, 4, 3, by_expert=True)),
+                   (int4_mma.MmaConfig(8, 1, 64, 4, 3, by_expert=True),
+                    int4_mma.MmaConfig(8, 1, 64, 4, 3, by_expert=True)))
 # The FP8 builds' tilings (moe_fp8.py): the gate+up always takes 128 features (one scale block of its output); the
 # down's K steps of block_k lie within one scale block (128). "large" is sm_90a's alone: on sm_100a its gated gate+up
 # spills (both 128 x 128 accumulators leave tensor memory for the epilogue). Architectures of 99 KiB shared memory

@@ -21,9 +21,10 @@
 // Gated gate+up (MODE 1): a 16-row tile holds 8 features' gate rows then their up rows, so a thread's accumulator
 // rows g and g + 8 are one feature's gate and up: the activation needs no exchange between threads.
 //
-// BY_EXPERT 1 (a candidate, not yet run on a GPU): where the launch has no more experts than pairs, program
-// (x, block) serves expert x, and the launcher makes the grid min(pairs, E) programs across (variant
-// "mma_p<NP>_by_expert"; programs x >= E would return before any load). The first-pair rule launches pairs across,
+// BY_EXPERT 1 (run where moe_experts_launcher.cc's int4_mma_by_expert says: from 2-8 pairs per expert): where the
+// launch has no more experts than pairs, program (x, block) serves expert x, and the launcher makes the grid
+// min(pairs, E) programs across (variant "mma_p<NP>_by_expert"; programs x >= E would return before any load).
+// The first-pair rule launches pairs across,
 // of which all but one per expert return after reading the ids (31 of 32 at 256 tokens on 16 experts). With more
 // experts than pairs, the first-pair rule. The expert's weights' first stages are requested before the ids are read
 // (an expert without pairs wastes those), and its pairs are found by one scan of all threads (the first-pair rule's

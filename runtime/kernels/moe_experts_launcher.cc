@@ -55,7 +55,7 @@ struct Gemvs {
   Kernel gate_up, gate_up_gated, down;
   int size_multiple = 16;
   Kernel down_combine;  // the down and the combine in one launch, by token (null in older exports)
-  // mma.sync builds with BY_EXPERT (int4_mma.py: variant "mma_p<pairs>_by_expert", a candidate): program x serves
+  // mma.sync builds with BY_EXPERT (int4_mma.py: variant "mma_p<pairs>_by_expert"): program x serves
   // expert x where there are no more experts than pairs, so min(pairs, experts) programs across, not pairs.
   bool by_expert = false;
 };
@@ -73,25 +73,32 @@ bool is_mma_kernel(const std::string& kernel) {
   return kernel == "moe_mma_gate_up" || kernel == "moe_mma_gate_up_gated" || kernel == "moe_mma_down";
 }
 
-// The INT4 kernels for a launch (measured on an H100: benchmarks/results/h100_int4/sweep3/, 8x1024x1024,
-// 64x2048x1024 and 16x2048x4096, top-2, 1-256 tokens). The vector-matrix kernels (two launches) while pairs <=
-// max(experts, kInt4GemvMaxRows) and, where the mma.sync kernels serve, pairs x H x F <= kInt4GemvMaxWork: above that
-// (64x2048x1024 from 16 tokens, 16x2048x4096 from 4) the mma.sync kernels read each weight byte once per expert and
-// win by 1.1x-1.6x. The mma.sync kernels then up to kInt4MmaMaxPairsPerExpert pairs per expert on average (they beat
-// the tiles by 1.2x-1.8x there), kInt4MmaLargeMaxPairsPerExpert where H x F >= kInt4MmaLargeSize (16x2048x4096 at 256
-// tokens: 1.35x); the route and the tiles above (8x1024x1024 at 64 and 256 tokens: the tiles 1.06x and 1.34x faster).
-// int4_path returns one of those three paths, never kRule.
-constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 25;
-constexpr int64_t kInt4MmaMaxPairsPerExpert = 8;
-constexpr int64_t kInt4MmaLargeMaxPairsPerExpert = 32;
-constexpr int64_t kInt4MmaLargeSize = int64_t{1} << 23;
+// The INT4 kernels for a launch (measured on an H100: benchmarks/results/h100_int4/, sweeps 3-5: 8-64 experts, H
+// 1024-2048, F 1024-4096, top-2, 4-256 tokens). The vector-matrix kernels (two launches) while pairs <=
+// max(experts, kInt4GemvMaxRows) and, where the mma.sync kernels serve, pairs x H x F <= kInt4GemvMaxWork (at twice
+// that the mma.sync kernels, which read each weight byte once per expert, won by 4-14%); the mma.sync kernels above
+// (their BY_EXPERT builds beat the tiles by 1.18x-1.58x at 64-256 tokens), the route and the tiles where they do not
+// serve. int4_path returns one of those three paths, never kRule.
+constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 24;
 MoEInt4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
-  const int64_t size = hidden_size * ffn;
-  if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * size <= kInt4GemvMaxWork))
+  if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * hidden_size * ffn <= kInt4GemvMaxWork))
     return MoEInt4Path::kGemv;
-  const int64_t most = size >= kInt4MmaLargeSize ? kInt4MmaLargeMaxPairsPerExpert : kInt4MmaMaxPairsPerExpert;
-  if (mma_serves && pairs <= most * experts) return MoEInt4Path::kMma;
-  return MoEInt4Path::kTiles;
+  return mma_serves ? MoEInt4Path::kMma : MoEInt4Path::kTiles;
+}
+
+// Which family of mma.sync builds (the same sweeps): BY_EXPERT (programs by expert) lost 0-17% to the first-pair grid
+// at up to one pair per expert on average (its programs request an expert's weights before they know it has pairs)
+// and won 4-33% from kInt4ByExpertMinPairs pairs per expert where experts <= kInt4ByExpertMaxExperts and E x H x F
+// <= kInt4ByExpertMaxWeights (16x2048x4096: lost 1-12% at 2-4, within 4% at 8), from kInt4ByExpertAnyPairs at any
+// expert count (32 and 64 experts: lost up to 15% at 2-4).
+constexpr int64_t kInt4ByExpertMinPairs = 2;
+constexpr int64_t kInt4ByExpertAnyPairs = 8;
+constexpr int64_t kInt4ByExpertMaxExperts = 16;
+constexpr int64_t kInt4ByExpertMaxWeights = int64_t{1} << 26;
+bool int4_mma_by_expert(int64_t per_expert, int64_t experts, int64_t hidden_size, int64_t ffn) {
+  return per_expert >= kInt4ByExpertAnyPairs ||
+         (per_expert >= kInt4ByExpertMinPairs && experts <= kInt4ByExpertMaxExperts &&
+          experts * hidden_size * ffn <= kInt4ByExpertMaxWeights);
 }
 
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
@@ -439,11 +446,19 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   if (forced == MoEInt4Path::kGemv || forced == MoEInt4Path::kTiles || (forced == MoEInt4Path::kMma && mma_serves))
     int4_choice = forced;
   if (!state_->int4) int4_choice = MoEInt4Path::kTiles;
-  if (int4_choice == MoEInt4Path::kMma)  // the fewest pairs per pass that hold twice the average expert's (skew)
+  if (int4_choice == MoEInt4Path::kMma) {
+    // The rule's family (the other where the images hold none of it), then the fewest pairs per pass that hold
+    // twice the average expert's (skew).
+    bool by_expert = int4_mma_by_expert(per_expert, a.experts, a.hidden_size, a.ffn);
+    if (std::none_of(state_->mmas.begin(), state_->mmas.end(),
+                     [&](const Gemvs& g) { return g.by_expert == by_expert; }))
+      by_expert = !by_expert;
     for (const Gemvs& candidate : state_->mmas) {
+      if (candidate.by_expert != by_expert) continue;
       gemvs = &candidate;
       if (candidate.gate_up.block_m >= 2 * per_expert) break;
     }
+  }
   if (int4_choice == MoEInt4Path::kGemv)
     for (const Gemvs& candidate : state_->gemvs)  // "gemv" first; create() keeps a "gemv_any"
       if (a.hidden_size % candidate.size_multiple == 0 && a.ffn % candidate.size_multiple == 0) {

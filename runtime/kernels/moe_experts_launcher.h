@@ -29,9 +29,9 @@
 // block is the vector-matrix kernels, one program per pair (gate+up) or token (down) and block of weight rows, no
 // route: moe_gemv_gate_up, moe_gemv_down_combine (two launches; images of an older export without it: moe_gemv_down,
 // float32 rows by pair, and moe_combine); above, where the export has them and H and F are multiples of 16, the
-// mma.sync kernels up to a number of pairs per expert (moe_experts_launcher.cc's int4_path): moe_mma_gate_up,
-// moe_mma_down (one program per expert and block of weight rows, float32 rows by pair), moe_combine; above that,
-// the four launches above with the GEMMs' INT4 builds.
+// mma.sync kernels: moe_mma_gate_up, moe_mma_down (one program per expert and block of weight rows, float32 rows by
+// pair), moe_combine, in the build (first-pair grid or BY_EXPERT, pairs per pass) that moe_experts_launcher.cc's
+// int4_path and int4_mma_by_expert pick; elsewhere the four launches above with the GEMMs' INT4 builds.
 //
 // FP8 expert weights (images of weight_format Float8RowScaled, et_trt_backend/moe_experts_fp8.py): w_gate_up and
 // w_down are float8 e4m3 ([E, N1, H], [E, H, F]) with float32 scales per output channel (w_gate_up_scale [E, N1],
