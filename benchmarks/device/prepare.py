@@ -188,16 +188,18 @@ def save_moe_fp8_images() -> None:
     logging.info("%d sweep images, %.1f MB", len(images), (OUT / "moe_fp8_sweep_images.json").stat().st_size / 1e6)
 
 
-# benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster, K steps of weights prefetched into L2
-# ahead of the loads); the first is the shipped one. (3 stages lost 20% in the GroupedMM builds on an H200,
-# benchmarks/results/NOTES.md; clusters of one CTA were within 1% of two, or slower, in an earlier sweep,
-# benchmarks/results/h100_moe_sweep/.) The prefetch distances: Nsight Compute found the shipped gate+up at 3500
-# tokens at ~62% of the DRAM bandwidth and ~41% of the SM throughput (benchmarks/results/h100_moe_ncu/).
-WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2, sm90.L2_PREFETCH), "fused_wgmma_s4_c2_pf4": (4, 2, 4),
-               "fused_wgmma_s4_c2_pf8": (4, 2, 8), "fused_wgmma_s4_c2_pf16": (4, 2, 16)}
-# Triton tilings, each timed alone (with "any"): none now (the last sweep of twelve, benchmarks/results/
-# h100_moe_sweep/, found none faster than the shipped set where the launcher runs them).
-TILING_SWEEP: tuple = ()
+# benchmarks/moe_sweep.py's wgmma builds: label -> (stages, CTAs per cluster); the first is the shipped one.
+# (3 stages lost 20% in the GroupedMM builds on an H200, benchmarks/results/NOTES.md; clusters of one CTA were
+# within 1% of two, or slower, in the last sweep, benchmarks/results/h100_moe_sweep/; clusters of 4 read a quarter
+# of a tile's rows from L2 per CTA, half of what clusters of 2 read.)
+WGMMA_SWEEP = {"fused_wgmma_s4_c2": (4, 2)}
+# Its Triton tilings, each timed alone (with "any"): the two that won most often in the last full sweep of twelve
+# (benchmarks/results/h100_moe_sweep/: 128 x 128 tiles with 3 and 4 stages, 8 warps, the best Triton tiling at many
+# rows per expert, where the dispatch rule's edge lies; sm_90a only, so up to its 227 KiB of shared memory).
+TILING_SWEEP = tuple(
+    moe_aot.MoEGemmConfig(f"m{m}_n{n}_s{stages}_w{warps}" + (f"_k{k}" if k != 64 else ""), m, n, down_n, k, stages,
+                          warps, 16)
+    for m, n, down_n, k, stages, warps in ((128, 128, 128, 64, 4, 8), (128, 128, 128, 64, 3, 8)))
 
 
 def save_moe_sweep_images() -> None:
@@ -210,8 +212,8 @@ def save_moe_sweep_images() -> None:
     gather = [i for i in shipped if i.kernel == "moe_gather"]
     needed = [i for i in tilings if i.kernel in ("moe_route", "moe_combine") or i.variant == "any"]
     contenders = {"fused_tilings": tilings}
-    for label, (stages, cluster, prefetch) in WGMMA_SWEEP.items():
-        wgmma = [sm90.image("bf16", stages, cluster, moe=mode, prefetch=prefetch) for mode in sm90.MOE_MODES]
+    for label, (stages, cluster) in WGMMA_SWEEP.items():
+        wgmma = [sm90.image("bf16", stages, cluster, moe=mode) for mode in sm90.MOE_MODES]
         contenders[label] = tilings + gather + wgmma
     for config in TILING_SWEEP:
         tiling = moe_aot.gemm_images(ARCH, "bf16", "cubin", configs=[config])

@@ -66,9 +66,6 @@
 #if !defined(ET_TRT_FP8) || (ET_TRT_FP8 != 0 && ET_TRT_FP8 != 1)
 #error "compile with -DET_TRT_FP8=0 (a and W in ET_TRT_ELEM) or 1 (float8 e4m3 with scales)"
 #endif
-#if !defined(L2_PREFETCH) || L2_PREFETCH < 0
-#error "compile with -DL2_PREFETCH=<K steps of weights prefetched into L2 ahead of the loads> (0: none)"
-#endif
 #if !defined(ET_TRT_MOE) || ET_TRT_MOE < 0 || ET_TRT_MOE > 2 || (ET_TRT_MOE != 0 && ET_TRT_FP8 != 0)
 #error "compile with -DET_TRT_MOE=0 (grouped GEMM), 1 (MoE gate+up) or 2 (MoE down); the MoE modes are 16-bit only"
 #endif
@@ -168,14 +165,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, i
           "r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
       : "memory");
-}
-
-// The same box of a 3-d map into L2 only (no barrier, no shared memory).
-[[maybe_unused]] __device__ __forceinline__ void tma_prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
 }
 
 // wgmma shared-memory descriptor of a K-major tile with 128-byte swizzle: rows of
@@ -731,26 +720,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
         phase ^= 1;
       }
     };
-    // L2_PREFETCH: the weights L2_PREFETCH K steps ahead of each load go to L2 first (into the next tile's where
-    // this one ends), so that a stage's weights come from L2: every weight byte is read from memory once, and the
-    // ring's STAGES stages alone hold too few of them in flight to cover its latency (the bf16 gate+up at 3500
-    // tokens ran at ~62% of the DRAM bandwidth and ~41% of the SM throughput: latency-bound).
-    auto prefetch_weights = [&](const Tile& tile, int k) {
-      tma_prefetch_3d(&w_map, k * kBlockK, tile.feature, tile.group);
-    };
-    int prefetched = -1;  // the tile (its index) whose first L2_PREFETCH steps the previous tile prefetched
     for (int i = cluster; i < steps; i += clusters) {
       Tile tile = tile_at(i, schedule, table, G, rank);
       if (tile.group == G || tile.rows <= 0) continue;  // the tail group loads nothing
-      Tile next = {};  // the next tile's weights follow this one's in the prefetches
-      next.group = G;
-      if constexpr (L2_PREFETCH > 0) {
-        if (i + clusters < steps) next = tile_at(i + clusters, schedule, table, G, rank);
-        if (next.rows <= 0) next.group = G;
-        if (prefetched != i)
-          for (int k = 0; k < min(L2_PREFETCH, k_steps); ++k) prefetch_weights(tile, k);
-        if (next.group < G) prefetched = i + clusters;
-      }
       // This CTA's share of the rows, whole 8-row groups (the swizzle's unit), the
       // first CTA's the larger; all of them land here (the others' shares multicast).
       const int eighths = tile.width / kWidthStep;
@@ -760,11 +732,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
       const CUtensorMap* rows_map = &a_maps.by_height[max(share_rows, kWidthStep) / kWidthStep - 1];
       const uint32_t bytes = kWeightBytes + tile.width * kSwizzleBytes;
       for (int k = 0; k < k_steps; ++k) {
-        if constexpr (L2_PREFETCH > 0) {
-          const int ahead = k + L2_PREFETCH;
-          if (ahead < k_steps) prefetch_weights(tile, ahead);
-          else if (next.group < G && ahead - k_steps < k_steps) prefetch_weights(next, ahead - k_steps);
-        }
         barrier_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
         uint8_t* base = stages + stage * kStageBytes;
         barrier_expect_bytes(&full[stage], bytes);

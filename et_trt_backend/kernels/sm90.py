@@ -36,7 +36,6 @@ WIDTHS = range(8, MAX_WIDTH + 1, 8)  # wgmma's N, for 16-bit and fp8 inputs alik
 MAX_GROUPS = 1024
 STAGES = 4  # 4 x 48 KiB: measured on the H200, 3 stages lose 20% (benchmarks/results/NOTES.md)
 CLUSTER = 2  # CTAs sharing one tile's rows by TMA multicast (benchmarks/results/NOTES.md)
-L2_PREFETCH = 0  # K steps of weights the producer prefetches into L2 ahead of its loads (0: none; the .cu says why)
 _ELEM = {"bf16": ("__nv_bfloat16", "bf16"), "fp16": ("__half", "f16")}
 # The MoE modes: the .cu's ET_TRT_MOE value and the image's kernel name (moe_experts_launcher.cc takes them).
 MOE_MODES = {"gate_up": (1, "moe_gate_up_gated"), "down": (2, "moe_down")}
@@ -103,7 +102,7 @@ def _check(dtype: str, weight_format: str) -> None:
 
 
 def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str, weight_format: str = "dense",
-                  moe: str | None = None, prefetch: int = L2_PREFETCH) -> bytes:
+                  moe: str | None = None) -> bytes:
     """The kernel as an sm_90a cubin, built by `nvcc` (CUDA 12.3 or newer); no GPU. `dtype` is the output's
     (and, for weight_format "dense", the operands'); `moe` a MoE mode (MOE_MODES) or None."""
     _check(dtype, weight_format)
@@ -115,13 +114,12 @@ def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str, weight_forma
         cubin = tmp_path / "kernel.cubin"
         command = [nvcc, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-Xptxas=-v", f"-I{tmp_path}",
                    f"-DET_TRT_ELEM={_ELEM[dtype][0]}", f"-DSTAGES={stages}", f"-DCLUSTER={cluster}",
-                   f"-DMAX_GROUPS={MAX_GROUPS}", f"-DL2_PREFETCH={prefetch}", f"-DET_TRT_FP8={int(weight_format == 'fp8')}",
+                   f"-DMAX_GROUPS={MAX_GROUPS}", f"-DET_TRT_FP8={int(weight_format == 'fp8')}",
                    f"-DET_TRT_MOE={MOE_MODES[moe][0] if moe else 0}", str(SOURCE),
                    "-o", str(cubin)]
         # No -lineinfo: it embeds the build directory, and an export must not depend on where it ran.
-        logger.info("compiling %s (%s, %s weights, %d stages, clusters of %d, L2 prefetch %d%s) with %s", SOURCE.name,
-                    dtype, weight_format, stages, cluster, prefetch, f", MoE {moe}" if moe else "",
-                    os.path.basename(nvcc))
+        logger.info("compiling %s (%s, %s weights, %d stages, clusters of %d%s) with %s", SOURCE.name, dtype,
+                    weight_format, stages, cluster, f", MoE {moe}" if moe else "", os.path.basename(nvcc))
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"nvcc failed on {SOURCE.name}:\n{result.stderr[-4000:]}")
@@ -139,20 +137,19 @@ def nvcc_version(nvcc: str) -> str:
 
 
 def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER, weight_format: str = "dense",
-          moe: str | None = None, prefetch: int = L2_PREFETCH) -> KernelImage:
+          moe: str | None = None) -> KernelImage:
     """The sm_90a cubin with what the launcher needs (variant "wgmma", weights [G, N, K]), from the disk cache if
-    there. weight_format "fp8": e4m3 operands with scales, output `dtype`. `moe`: a MoE mode's build (MOE_MODES).
-    `prefetch`: K steps of weights prefetched into L2 ahead of the loads."""
+    there. weight_format "fp8": e4m3 operands with scales, output `dtype`. `moe`: a MoE mode's build (MOE_MODES)."""
     _check(dtype, weight_format)
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
     key = [SOURCE.read_text(), wgmma_header(dtype, weight_format), nvcc_version(nvcc), dtype, stages, cluster,
-           weight_format, "no line info", prefetch, *([moe] if moe else [])]
+           weight_format, "no line info", *([moe] if moe else [])]
     return cached_image(key, lambda: KernelImage(
         kernel=MOE_MODES[moe][1] if moe else kernel_name("wgmma", True, weight_format), variant="wgmma", trans_b=True,
         arch="sm_90a", format="cubin",
-        image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc, weight_format, moe, prefetch)),
+        image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc, weight_format, moe)),
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES,
         block_k=BLOCK_K[weight_format], persistent=True, ptx_version="", weight_format=weight_format))
