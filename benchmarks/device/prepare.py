@@ -262,7 +262,7 @@ GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (swee
 # the launcher's own choice ("shipped") can be compared with every build it could have taken. (Sweeps 4 and 5 also
 # timed BY_EXPERT with 8 chunks x 5 stages and the 64-pair build with a 64-row down: where the rule runs their
 # shipped twins, faster only on 8x1024x1024, by up to 6%, and up to 27% slower elsewhere; sweep 7, BY_EXPERT with
-# 32 and 64 weight rows a program: never more than 1-7% faster, mostly slower: results/h100_int4/.)
+# 32 and 64 weight rows a program: faster than the launcher in 1 cell of 30, slower in 25: results/h100_int4/.)
 MMA_SWEEP = list(moe_aot.MOE_MMA_CONFIGS)
 # Builds also timed as sm_80 PTX (label + "_sm80", JIT by the driver as on any GPU without a cubin; the issue's
 # bandwidth goal is the sm_80 images'): the 8-pair builds of both families (4-32 tokens).

@@ -78,7 +78,8 @@ bool is_mma_kernel(const std::string& kernel) {
 // max(experts, kInt4GemvMaxRows) and, where the mma.sync kernels serve, pairs x H x F <= kInt4GemvMaxWork (at twice
 // that the mma.sync kernels, which read each weight byte once per expert, won by 4-14%); the mma.sync kernels above
 // (their BY_EXPERT builds beat the tiles by 1.18x-1.58x at 64-256 tokens), the route and the tiles where they do not
-// serve. int4_path returns one of those three paths, never kRule.
+// serve. (An export from before the BY_EXPERT builds runs its first-pair builds there too, up to 1.34x slower than
+// the tiles at 64-256 tokens on 8 experts: re-export.) int4_path returns one of those three paths, never kRule.
 constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 24;
 MoEInt4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
   if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * hidden_size * ffn <= kInt4GemvMaxWork))
