@@ -47,10 +47,12 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from et_trt_backend.kernels import aot, int4_mma, moe_aot, sm90  # noqa: E402
@@ -267,6 +269,9 @@ MMA_SWEEP = list(moe_aot.MOE_MMA_CONFIGS)
 # Builds also timed as sm_80 PTX (label + "_sm80", JIT by the driver as on any GPU without a cubin; the issue's
 # bandwidth goal is the sm_80 images'): the 8-pair builds of both families (4-32 tokens).
 MMA_SWEEP_PTX = [build for build in MMA_SWEEP if build[0].pairs == 8]
+# A git revision: MMA_SWEEP also built from moe_int4_mma.cu as it was there (label + "_base"), so that one call times
+# a change of the kernel's source against its previous form (environment variable MMA_BASELINE_REV; none by default).
+MMA_BASELINE_REV = os.environ.get("MMA_BASELINE_REV", "")
 
 
 def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
@@ -286,6 +291,18 @@ def save_int4_sweep_images() -> None:
             contenders[label + "_3launch"] = [i for i in contenders[label] if i.kernel != "moe_gemv_down_combine"]
     for gate_up, down in MMA_SWEEP:
         contenders[int4_mma.sweep_label(gate_up, down)] = int4_mma.images(ARCH, "bf16", gate_up, down)
+    if MMA_BASELINE_REV:  # the same builds of moe_int4_mma.cu as it was at that revision, label + "_base"
+        source = subprocess.run(["git", "show", f"{MMA_BASELINE_REV}:et_trt_backend/kernels/{int4_mma.SOURCE.name}"],
+                                capture_output=True, text=True, check=True, cwd=OUT.parent).stdout
+        with tempfile.TemporaryDirectory() as tmp:
+            shipped, int4_mma.SOURCE = int4_mma.SOURCE, pathlib.Path(tmp) / int4_mma.SOURCE.name
+            int4_mma.SOURCE.write_text(source)
+            try:
+                for gate_up, down in MMA_SWEEP:
+                    label = int4_mma.sweep_label(gate_up, down) + "_base"
+                    contenders[label] = int4_mma.images(ARCH, "bf16", gate_up, down)
+            finally:
+                int4_mma.SOURCE = shipped
     for gate_up, down in MMA_SWEEP_PTX:
         contenders[int4_mma.sweep_label(gate_up, down) + "_sm80"] = int4_mma.images("sm_80", "bf16", gate_up, down,
                                                                                    "ptx")

@@ -103,7 +103,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 // packed FMA subtracts 136 (1032).
 __device__ __forceinline__ uint32_t nibbles_to_pair(uint32_t spread, int shift) {
   constexpr uint32_t magic = kBf16 ? 0x43004300u : 0x64006400u;
-  uint32_t biased = ((spread >> shift) & 0x000F000Fu) | magic;
+  uint32_t biased;  // (spread >> shift) & 0x000F000F | magic in one LOP3 (written plainly, ptxas makes two)
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(biased) : "r"(spread >> shift), "r"(0x000F000Fu), "r"(magic));
   uint32_t out;
   if constexpr (kBf16) {
     __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&biased);
@@ -206,7 +207,10 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
   const int row_bytes = (a.K + 31) / 32 * 16;
   const int chunks = row_bytes / 16;
   const int groups = (a.K + a.group_size - 1) / a.group_size;
-  const int chunks_per_group = a.group_size / 32;
+  const int chunks_per_group = a.group_size / 32;  // 1, 2 or 4: the launcher takes groups of 32, 64 and 128 only
+  // Chunk to group by shift and mask: the divisions by the runtime group size cost ~20 instructions a chunk on the
+  // ALU pipe, the kernel's busiest (Nsight Compute, benchmarks/results/h100_moe_ncu/).
+  const int group_shift = __ffs(chunks_per_group) - 1;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   auto* scale_s = reinterpret_cast<__nv_bfloat16*>(smem + kScaleOffset);
 
@@ -284,9 +288,9 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // the stage has landed for every thread; the slot loaded next was read by all
-    const int last_group = (min((step + 1) * CHUNKS, chunks) - 1) / chunks_per_group;
+    const int last_group = (min((step + 1) * CHUNKS, chunks) - 1) >> group_shift;
     if (last_group - scale_first >= MAX_SCALE_GROUPS) {  // past the scales held: the window from this step's first
-      scale_first = step * CHUNKS / chunks_per_group;    // group (rare: long K at small groups)
+      scale_first = (step * CHUNKS) >> group_shift;      // group (rare: long K at small groups)
       load_scales(scale_first);
       __syncthreads();
     }
@@ -325,8 +329,8 @@ __device__ __forceinline__ void compute(const Args& a, int e, int block, int cou
           for (int m = 0; m < MT; ++m) mma16816(part[m][t], frag[m], b.x, b.y);
         }
       }
-      if ((chunk + 1) % chunks_per_group == 0 || chunk + 1 == chunks) {  // the group ends: scale and add it
-        const int group = chunk / chunks_per_group;
+      if (((chunk + 1) & (chunks_per_group - 1)) == 0 || chunk + 1 == chunks) {  // the group ends: scale, add it
+        const int group = chunk >> group_shift;
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           const int r = (warp * MT + m) * 16 + g;
