@@ -18,7 +18,7 @@ main() {
   step moe_profile 150 int4_images.json "$ncu" --clock-control none --profile-from-start off "${sections[@]}" \
     python3 benchmarks/device/moe_profile.py --images .device/int4_images.json
   cp "$OUT/moe_profile.log" "$OUT/ncu_moe.txt"
-  grep -E "^(int4|bf16) |kernels:|^  [a-z_]+.*\([0-9]+, [0-9]+, [0-9]+\)x|SM Frequency|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Stall|stalled|Warp Cycles Per Issued|One or More Eligible|L2 Cache Throughput|Pipe|Executed Ipc|Issue Slots" \
+  grep -E "^(int4|bf16) |kernels:|^  [a-z_]+.*\([0-9]+, [0-9]+, [0-9]+\)x|SM Frequency|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Stall|stalled|Warp Cycles Per Issued|One or More Eligible|L2 Cache Throughput|pipe_.*cycles_active|Executed Ipc|Issue Slots" \
     "$OUT/ncu_moe.txt" | head -220
 }
 
