@@ -295,14 +295,11 @@ def save_int4_sweep_images() -> None:
         source = subprocess.run(["git", "show", f"{MMA_BASELINE_REV}:et_trt_backend/kernels/{int4_mma.SOURCE.name}"],
                                 capture_output=True, text=True, check=True, cwd=OUT.parent).stdout
         with tempfile.TemporaryDirectory() as tmp:
-            shipped, int4_mma.SOURCE = int4_mma.SOURCE, pathlib.Path(tmp) / int4_mma.SOURCE.name
-            int4_mma.SOURCE.write_text(source)
-            try:
-                for gate_up, down in MMA_SWEEP:
-                    label = int4_mma.sweep_label(gate_up, down) + "_base"
-                    contenders[label] = int4_mma.images(ARCH, "bf16", gate_up, down)
-            finally:
-                int4_mma.SOURCE = shipped
+            base = pathlib.Path(tmp) / int4_mma.SOURCE.name
+            base.write_text(source)
+            for gate_up, down in MMA_SWEEP:
+                label = int4_mma.sweep_label(gate_up, down) + "_base"
+                contenders[label] = int4_mma.images(ARCH, "bf16", gate_up, down, source=base)
     for gate_up, down in MMA_SWEEP_PTX:
         contenders[int4_mma.sweep_label(gate_up, down) + "_sm80"] = int4_mma.images("sm_80", "bf16", gate_up, down,
                                                                                    "ptx")

@@ -87,17 +87,19 @@ def _run(command: list[str], what: str) -> str:
     return report
 
 
-def compile_image(config: MmaConfig, mode: int, dtype: str, arch: str, fmt: str, nvcc: str) -> bytes:
-    """One MODE's build: a cubin for `arch`, or (fmt "ptx") PTX for its virtual architecture at aot's PTX version,
-    checked by ptxas; a RuntimeError naming the problem if a compiler fails or the kernel spills to local memory."""
+def compile_image(config: MmaConfig, mode: int, dtype: str, arch: str, fmt: str, nvcc: str,
+                  source: pathlib.Path = SOURCE) -> bytes:
+    """One MODE's build of `source` (the shipped .cu, or another form of it for a comparison): a cubin for `arch`,
+    or (fmt "ptx") PTX for its virtual architecture at aot's PTX version, checked by ptxas; a RuntimeError naming the
+    problem if a compiler fails or the kernel spills to local memory."""
     cap = aot._capability(arch)
-    what = f"{SOURCE.name} ({config.label}, mode {mode}, {dtype}, {arch} {fmt})"
+    what = f"{source.name} ({config.label}, mode {mode}, {dtype}, {arch} {fmt})"
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / f"kernel.{fmt}"
         target = f"-arch={aot._arch_name(cap)}" if fmt == "cubin" else f"-arch=compute_{cap}"
         logger.info("compiling %s", what)
         _run([nvcc, f"-{fmt}", target, "-O3", "-std=c++17", "-Xptxas=-v", *_defines(config, mode, dtype),
-              str(SOURCE), "-o", str(out)], what)
+              str(source), "-o", str(out)], what)
         if fmt == "cubin":
             return out.read_bytes()
         # nvcc writes its own PTX ISA version; the drivers that JIT this fallback take aot's (it uses nothing newer).
@@ -110,8 +112,10 @@ def compile_image(config: MmaConfig, mode: int, dtype: str, arch: str, fmt: str,
         return ptx.encode()
 
 
-def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str = "cubin") -> list[KernelImage]:
-    """The three images (gate+up, gated gate+up, down) of one build for `arch`, from the disk cache where there."""
+def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str = "cubin",
+           source: pathlib.Path = SOURCE) -> list[KernelImage]:
+    """The three images (gate+up, gated gate+up, down) of one build of `source` for `arch`, from the disk cache where
+    there."""
     nvcc = sm90.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the INT4 mma.sync kernels need the CUDA toolkit's nvcc on PATH")
@@ -123,11 +127,11 @@ def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str 
     for mode, entry in _ENTRIES.items():
         config = down if mode == 2 else gate_up
         variant = f"mma_p{config.pairs}" + ("_by_expert" if config.by_expert else "")
-        key = [SOURCE.read_text(), sm90.nvcc_version(nvcc), cap, dtype, fmt, mode, dataclasses.astuple(config),
+        key = [source.read_text(), sm90.nvcc_version(nvcc), cap, dtype, fmt, mode, dataclasses.astuple(config),
                aot._PTX_VERSION[cap], KERNELS[mode], variant]
         image = cached_image(key, lambda config=config, mode=mode, entry=entry, variant=variant: KernelImage(
             kernel=KERNELS[mode], variant=variant, trans_b=True, arch=aot._arch_name(cap), format=fmt,
-            image=NamedData.of(compile_image(config, mode, dtype, arch, fmt, nvcc)), entry=entry, dtype=dtype,
+            image=NamedData.of(compile_image(config, mode, dtype, arch, fmt, nvcc, source)), entry=entry, dtype=dtype,
             num_warps=config.warps, shared_bytes=config.shared_bytes(), global_scratch_bytes=0,
             global_scratch_align=1, profile_scratch_bytes=0, block_m=config.pairs, block_n=config.features(mode),
             block_k=32 * config.chunks, persistent=False,
