@@ -73,14 +73,14 @@ def _moe(case):
 
 
 # moe_experts_launcher.cc's int4_path and int4_mma_by_expert: the vector-matrix kernels at pairs <= max(E, 16) (and,
-# where the mma.sync ones serve: H and F multiples of 16, pairs x H x F <= 2^24), the mma.sync ones above (BY_EXPERT
+# where the mma.sync ones serve: H and F multiples of 16, pairs x H x F <= 2^23), the mma.sync ones above (BY_EXPERT
 # from 8 pairs per expert, or from 2 with at most 16 experts and E x H x F <= 2^26; else the first-pair grid), the
 # route and tiles where they do not serve. A pattern of last_kernels.
 def _expected_path(case) -> str:
     pairs, experts = case.ids.numel(), case.dense_down.shape[0]
     size, ffn = case.hidden.shape[1], case.dense_down.shape[2]
     mma = size % 16 == 0 and ffn % 16 == 0
-    if pairs <= max(experts, 16) and (not mma or pairs * size * ffn <= 2**24):
+    if pairs <= max(experts, 16) and (not mma or pairs * size * ffn <= 2**23):
         return r"moe_gemv_gate_up"
     if not mma:
         return r"moe_route"

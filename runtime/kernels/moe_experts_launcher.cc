@@ -75,12 +75,14 @@ bool is_mma_kernel(const std::string& kernel) {
 
 // The INT4 kernels for a launch (measured on an H100: benchmarks/results/h100_int4/, sweeps 3-5: 8-64 experts, H
 // 1024-2048, F 1024-4096, top-2, 4-256 tokens). The vector-matrix kernels (two launches) while pairs <=
-// max(experts, kInt4GemvMaxRows) and, where the mma.sync kernels serve, pairs x H x F <= kInt4GemvMaxWork (at twice
-// that the mma.sync kernels, which read each weight byte once per expert, won by 4-14%); the mma.sync kernels above
+// max(experts, kInt4GemvMaxRows) and, where the mma.sync kernels serve, pairs x H x F <= kInt4GemvMaxWork (sweep 8,
+// the mma.sync kernels without divisions: at 2^24, 8x1024x1024 x 8 tokens ran 1.34x faster on them and 64x2048x1024
+// x 4 tied; at 2^23, 8x1024x1024 x 4, the gemv kernels were 1.22x faster; sweep 9 with this rule, 8 and 16 experts
+// of 1024 x 1024: gemv 14.3 us at 4 tokens, mma.sync 18.7 and 20.9 us at 8); the mma.sync kernels above
 // (their BY_EXPERT builds beat the tiles by 1.18x-1.58x at 64-256 tokens), the route and the tiles where they do not
 // serve. (An export from before the BY_EXPERT builds runs its first-pair builds there too, up to 1.34x slower than
 // the tiles at 64-256 tokens on 8 experts: re-export.) int4_path returns one of those three paths, never kRule.
-constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 24;
+constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 23;
 MoEInt4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
   if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * hidden_size * ffn <= kInt4GemvMaxWork))
     return MoEInt4Path::kGemv;
