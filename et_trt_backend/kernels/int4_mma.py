@@ -123,11 +123,12 @@ def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str 
         raise ValueError(f"a build's two kernels take one number of pairs per pass and one grid (by_expert); got "
                          f"{gate_up} and {down}")
     cap = aot._capability(arch)
+    text = source.read_text()
     built = []
     for mode, entry in _ENTRIES.items():
         config = down if mode == 2 else gate_up
         variant = f"mma_p{config.pairs}" + ("_by_expert" if config.by_expert else "")
-        key = [source.read_text(), sm90.nvcc_version(nvcc), cap, dtype, fmt, mode, dataclasses.astuple(config),
+        key = [text, sm90.nvcc_version(nvcc), cap, dtype, fmt, mode, dataclasses.astuple(config),
                aot._PTX_VERSION[cap], KERNELS[mode], variant]
         image = cached_image(key, lambda config=config, mode=mode, entry=entry, variant=variant: KernelImage(
             kernel=KERNELS[mode], variant=variant, trans_b=True, arch=aot._arch_name(cap), format=fmt,
