@@ -7,6 +7,8 @@ and where each beats the other and the tensor-core tiles.
               mma.sync ones (MMA_SWEEP, label mma_<gate+up>_<down>, int4_mma.MmaConfig.label), sm_90a cubins,
               bf16, forced onto that path at every token count (MoEExpertsLauncher.set_int4_path)
   shipped     the launcher as shipped (int4_images.json): the gemv, mma.sync or tiles path by its rule
+  shipped_no_pdl  the same without programmatic dependent launch (MoEExpertsLauncher.set_programmatic_launch):
+              what starting each kernel during the one before saves
   bf16        our bf16 MoEExperts kernels
   et_decode   ExecuTorch's fused_moe (its vector-matrix kernel, autotuned; at 1-16 tokens only, where it was the
               faster of its two in h100_int4/)
@@ -54,13 +56,17 @@ def sweep_contenders(images_path: str, sweep_path: str, mma_ok: pathlib.Path | N
     mma.sync builds that passed int4_mma_check.py (the others are left out: a fault would end the process)."""
     shipped = int4_bench.load_contenders(images_path)
     contenders = {"shipped": shipped["int4"], "bf16": shipped["bf16"]}
+    shipped_images = [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
+                      and i.kernel.startswith("moe_")
+                      and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]
     passed = set(mma_ok.read_text().split()) if mma_ok and mma_ok.exists() else set()
     if mma_ok and any(int4_mma.sweep_label(*build) not in passed for build in moe_aot.MOE_MMA_CONFIGS):
         logger.warning("a shipped mma.sync build did not pass int4_mma_check.py: shipped runs without them")
-        contenders["shipped"] = int4_bench.int4_block(MoEExpertsLauncher(
-            [i for i in load_images(images_path) if i.format == "cubin" and i.dtype == "bf16"
-             and i.kernel.startswith("moe_") and not i.kernel.startswith("moe_mma_")
-             and (i.weight_format == "int4" or i.kernel in ("moe_route", "moe_combine"))]))
+        shipped_images = [i for i in shipped_images if not i.kernel.startswith("moe_mma_")]
+        contenders["shipped"] = int4_bench.int4_block(MoEExpertsLauncher(shipped_images))
+    no_pdl = MoEExpertsLauncher(shipped_images)
+    no_pdl.set_programmatic_launch(False)
+    contenders["shipped_no_pdl"] = int4_bench.int4_block(no_pdl)
     base = sweep_base(images_path)
     sweep = load_images(sweep_path)
     groups = json.loads(pathlib.Path(sweep_path).with_suffix(".groups.json").read_text())
@@ -126,13 +132,14 @@ GAP_TOKENS = range(4, 65)  # where the shipped launcher misses 2.5x bf16 the mos
 
 
 def gemv_labels(row: dict) -> list[str]:
-    return [label for label in row["us"] if label not in ("shipped", "bf16", "et_decode")]
+    return [label for label in row["us"] if label not in ("shipped", "shipped_no_pdl", "bf16", "et_decode")]
 
 
 def table(rows: list[dict], copy_bps: float) -> str:
     lines = [f"copy bandwidth (1 GiB device-to-device, read + write): {copy_bps / 1e9:.0f} GB/s", "",
              "| E x H x F | tokens | best | us | % copy | best mma_ | us | best gemv | us | shipped us (path) | "
-             "bf16 us | et_decode us | best x bf16 | best x et | best x shipped |", "|---" * 15 + "|"]
+             "no-PDL us | no-PDL / shipped | bf16 us | et_decode us | best x bf16 | best x et | best x shipped |",
+             "|---" * 17 + "|"]
     for r in rows:
         us = r["us"]
         ranked = sorted(gemv_labels(r), key=us.get)
@@ -150,10 +157,11 @@ def table(rows: list[dict], copy_bps: float) -> str:
         def ratio(label):
             return f"{us[label] / us[best]:.2f}x" if label in us else "-"
 
+        pdl_gain = f"{us['shipped_no_pdl'] / us['shipped']:.3f}" if {"shipped", "shipped_no_pdl"} <= set(us) else "-"
         lines.append(f"| {r['experts']}x{r['hidden']}x{r['ffn']} | {r['tokens']} | {best} | {us[best]:.1f} | "
                      f"{100 * share:.0f}% | {best_mma} | {fmt(best_mma)} | {best_gemv} | {fmt(best_gemv)} | "
-                     f"{fmt('shipped')} ({path}) | {fmt('bf16')} | {fmt('et_decode')} | {ratio('bf16')} | "
-                     f"{ratio('et_decode')} | {ratio('shipped')} |")
+                     f"{fmt('shipped')} ({path}) | {fmt('shipped_no_pdl')} | {pdl_gain} | {fmt('bf16')} | "
+                     f"{fmt('et_decode')} | {ratio('bf16')} | {ratio('et_decode')} | {ratio('shipped')} |")
     return "\n".join(lines) + "\n\n" + overall(rows)
 
 
@@ -205,6 +213,8 @@ def main() -> None:
     parser.add_argument("--shapes", type=parse_shapes, default=int4_bench.EXPERT_SHAPES,
                         help="experts x hidden x ffn, comma-separated (e.g. 16x1024x1024,32x1024x1024); default: "
                              "int4_experts_bench.py's robot shapes")
+    parser.add_argument("--tokens", type=lambda text: [int(t) for t in text.split(",")], default=TOKENS,
+                        help=f"token counts, comma-separated (default {','.join(map(str, TOKENS))})")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     start = time.monotonic()
@@ -218,7 +228,7 @@ def main() -> None:
     rows = []
     for experts, size, ffn in args.shapes:
         w = int4_bench.Weights(experts, size, ffn)
-        for tokens in TOKENS:
+        for tokens in args.tokens:
             if time.monotonic() - start > args.deadline_s:
                 logger.warning("deadline: %dx%dx%d %d tokens and later not timed", experts, size, ffn, tokens)
                 break

@@ -99,7 +99,7 @@ def random_kernel(rng: random.Random) -> KernelImage:
         global_scratch_align=rng.choice([1, 128]), profile_scratch_bytes=rng.randint(0, 64),
         block_m=rng.choice([64, 128]), block_n=rng.choice([64, 128, 256]), block_k=rng.choice([32, 64]),
         persistent=rng.random() < 0.5, ptx_version=rng.choice(["8.4", "8.8", "9.0"]),
-        weight_format=rng.choice(["dense", "fp8"]),
+        weight_format=rng.choice(["dense", "fp8"]), waits_for_prior_grid=rng.random() < 0.5,
     )
 
 
@@ -178,6 +178,23 @@ def test_kernel_weight_format_is_appended_and_old_images_read_dense():
     contents = small_contents(fresh_seed())
     contents.kernels = [dense, fp8]
     assert [k.weight_format for k in deserialize(serialize(contents)).kernels] == ["dense", "fp8"]
+
+
+def test_kernel_waits_for_prior_grid_is_appended_and_old_images_read_false():
+    """waits_for_prior_grid follows weight_format, default false: an image of a writer that predates it (the field
+    absent) is launched without the overlap, a record made without it is false, true round-trips."""
+    rng = random.Random(fresh_seed())
+    waits = dataclasses.replace(random_kernel(rng), waits_for_prior_grid=True)
+    plain = dataclasses.replace(waits, waits_for_prior_grid=False)
+    slot = 4 + 2 * 19  # vtable offset of field 19 (waits_for_prior_grid, the 20th)
+    assert fb.Blob.GetRootAs(blob.kernel_images_flatbuffer([plain]), 0).Kernels(0)._tab.Offset(slot) == 0
+    assert fb.Blob.GetRootAs(blob.kernel_images_flatbuffer([waits]), 0).Kernels(0).WaitsForPriorGrid()
+    fields = {f.name: getattr(waits, f.name) for f in dataclasses.fields(KernelImage)
+              if f.name != "waits_for_prior_grid"}
+    assert not KernelImage(**fields).waits_for_prior_grid
+    contents = small_contents(fresh_seed())
+    contents.kernels = [waits, plain]
+    assert [k.waits_for_prior_grid for k in deserialize(serialize(contents)).kernels] == [True, False]
 
 
 def test_producer_versions_name_this_build():

@@ -165,6 +165,47 @@ def test_moe_forced_int4_path(path, kernel):
     _check_moe(case)  # the rule again
 
 
+@pytest.mark.parametrize("tokens", [1, 16])  # the gemv kernels (down and combine in one launch), mma.sync BY_EXPERT
+def test_moe_kernels_wait_for_the_work_before_them(tokens):
+    """Programmatic dependent launch (the images from sm_90 wait for the grid before them, and the launcher starts
+    them while it runs): three blocks back to back on one stream into one workspace, no sync between, each right after
+    the copies that write its hidden rows and ids into shared buffers. Each output matches its reference, and the
+    same launches without the overlap exactly."""
+    from et_trt_backend.kernels import moe_op
+    from et_trt_backend.kernels.launcher import moe_workspace_bytes
+
+    device = launcher_device()
+    cases = [moe_case(tokens, 2, 8, 256, 128, seed=seed).to(device) for seed in (11, 12, 13)]
+    launcher = moe_op.launcher_for(device, torch.bfloat16, "int4")
+    hidden = torch.full_like(cases[0].hidden, float("nan"))
+    ids = torch.full_like(cases[0].ids, -1)
+    workspace = torch.full((moe_workspace_bytes(tokens, 2, 8, 256, 128),), 0xFF, dtype=torch.uint8, device=device)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run_all() -> list[torch.Tensor]:
+        outs = [torch.full_like(hidden, float("nan")) for _ in cases]
+        for case, out in zip(cases, outs):
+            hidden.copy_(case.hidden)
+            ids.copy_(case.ids)
+            launcher.launch(moe_op.launch_args(
+                hidden, ids, case.weights, case.gate_up.packed, case.down.packed, out, workspace, experts=8, ffn=128,
+                activation=case.activation, gate_up_layout=case.layout, w_gate_up_scale=case.gate_up.scales,
+                w_down_scale=case.down.scales, group_size=case.group_size), stream)
+        torch.cuda.synchronize()
+        return [out.cpu() for out in outs]
+
+    overlapped, kernels = run_all(), launcher.last_kernels
+    launcher.set_programmatic_launch(False)
+    try:
+        serialized = run_all()
+    finally:
+        launcher.set_programmatic_launch(True)  # the launcher is shared with the other tests
+    assert re.search(_expected_path(cases[0]), kernels), kernels
+    for case, out, plain in zip(cases, overlapped, serialized):
+        assert relative_error(out, case.to("cpu").reference()) < BOUND[torch.bfloat16], kernels
+        assert torch.equal(out, plain), f"{kernels}: the overlapped launches differ from the serialized ones"
+
+
 def test_moe_single_token_no_tokens_and_robot_size():
     _check_moe(moe_case(1, 2, 64, 2048, 1024, seed=1))
     out, _ = _moe(moe_case(0, 2, 8, 64, 32, seed=2))

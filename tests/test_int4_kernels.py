@@ -50,6 +50,8 @@ def _check_cubins(images, tmp_path) -> None:
         what = f"{image.kernel} ({image.variant})"
         assert arch == "sm_87" and image.arch == "sm_87", (what, arch)
         assert ops["LDL"] == ops["STL"] == 0, f"{what}: registers spill to local memory"
+        # griddepcontrol (programmatic dependent launch) is sm_90's: Orin's images neither wait nor say they do.
+        assert not image.waits_for_prior_grid and ops["ACQBULK"] == 0, what
         if image.weight_format != "int4":
             continue
         if "gemv" in image.variant:  # CUDA-core dot products, vector loads of the packed rows (per pair)
@@ -90,6 +92,28 @@ def test_moe_experts_images_for_orin(tmp_path):
                                                                             for v in mma_variants), mma_variants
     assert {i.arch for i in images if i.format == "ptx"} == {"sm_80"} and len(images) == 2 * len(cubins)
     _check_cubins(images, tmp_path)
+
+
+# The kernels that wait for the grid before them from sm_90 (programmatic dependent launch): the launcher starts
+# them while it runs, so each must wait (griddepcontrol.wait: ACQBULK) and its image must say so; the others must not.
+_WAITING_KERNELS = ("moe_combine", "moe_gemv_gate_up", "moe_gemv_gate_up_gated", "moe_gemv_down",
+                    "moe_gemv_down_combine", "moe_mma_gate_up", "moe_mma_gate_up_gated", "moe_mma_down")
+
+
+def test_moe_images_from_sm90_wait_for_the_grid_before_them(tmp_path):
+    images = moe_aot.moe_experts_images(["sm_90a"], "bf16", "int4")
+    assert {i.kernel for i in images if i.waits_for_prior_grid} == set(_WAITING_KERNELS)
+    for image in images:
+        what = f"{image.kernel} ({image.variant}, {image.arch} {image.format})"
+        if image.format == "ptx":  # the sm_80 fallback
+            assert not image.waits_for_prior_grid, what
+            assert "griddepcontrol" not in image.image.bytes().decode(), what
+            continue
+        _, ops = _sass_ops(image, tmp_path)
+        waits = image.kernel in _WAITING_KERNELS
+        assert image.waits_for_prior_grid == waits and (ops["ACQBULK"] > 0) == waits, what
+        # ... and lets the next kernel start once it has waited (griddepcontrol.launch_dependents: PREEXIT).
+        assert (ops["PREEXIT"] > 0) == waits, what
 
 
 def test_int4_forms_are_refused_where_they_cannot_run():

@@ -83,8 +83,8 @@ def test_bad_arch_and_dtype_are_named():
 def test_launcher_library_exports_the_moe_abi(launcher_library):
     shared = launcher_library / "libet_trt_grouped_mm.so"
     exported = subprocess.run(["nm", "-D", "--defined-only", shared], capture_output=True, text=True, check=True).stdout
-    for symbol in ("create", "launch", "workspace_bytes", "set_gemm_path", "set_int4_path", "rule_path", "last_kernels",
-                   "destroy"):
+    for symbol in ("create", "launch", "workspace_bytes", "set_gemm_path", "set_int4_path", "set_programmatic_launch",
+                   "rule_path", "last_kernels", "destroy"):
         assert f"et_trt_moe_experts_{symbol}" in exported
 
 

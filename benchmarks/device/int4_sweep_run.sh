@@ -22,11 +22,12 @@ main() {
   fi
   grep -E "FAIL|mma check" "$OUT/int4_mma_check.log" | tail -12
   # The sweep starts no new shape after SWEEP_DEADLINE_S (120 s), so it ends (tables written) before its limit,
-  # 45 s later. SWEEP_SHAPES (experts x hidden x ffn, comma-separated) times other shapes than the robot ones.
+  # 45 s later. SWEEP_SHAPES (experts x hidden x ffn, comma-separated) times other shapes than the robot ones,
+  # SWEEP_TOKENS (comma-separated) other token counts than 4-256.
   local deadline=${SWEEP_DEADLINE_S:-120}
   step int4_sweep $((deadline + 45)) int4_images.json python3 benchmarks/int4_gemv_sweep.py \
     --images .device/int4_images.json --sweep .device/int4_sweep_images.json --out "$OUT" --deadline-s "$deadline" \
-    --mma-ok "$OUT/mma_ok.txt" ${SWEEP_SHAPES:+--shapes "$SWEEP_SHAPES"}
+    --mma-ok "$OUT/mma_ok.txt" ${SWEEP_SHAPES:+--shapes "$SWEEP_SHAPES"} ${SWEEP_TOKENS:+--tokens "$SWEEP_TOKENS"}
 
   echo
   if [ -f "$OUT/int4_gemv_sweep.md" ]; then cat "$OUT/int4_gemv_sweep.md"; else tail -30 "$OUT/int4_sweep.log"; fi

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from et_trt_backend.kernels.int4_tiles import CHUNK_BYTES, nibble_values, packed_row_bytes
-from et_trt_backend.kernels.moe_experts import _activate, _layout_rows
+from et_trt_backend.kernels.moe_experts import _activate, _layout_rows, wait_prior_grid
 
 
 @triton.jit
@@ -105,11 +105,13 @@ def grouped_mm_int4_gemv_kernel(a_ptr, b_ptr, offs_ptr, out_ptr, rows, K, N, G, 
 @triton.jit
 def moe_int4_gemv_gate_up_kernel(x_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, h_ptr, pairs, E, H, F, top_k,
                                  layout_block, group_size, activation, alpha, limit, has_bias, GATED: tl.constexpr,
-                                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, PAIRED: tl.constexpr = False):
+                                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, PAIRED: tl.constexpr = False,
+                                 WAIT_PRIOR_GRID: tl.constexpr = False):
     """h[p, f-block] = act(hidden[p // k] @ w_gate_up[e]^T (+ bias)) for program (p, f-block), e = topk_ids[p];
     nothing for pairs whose id is outside [0, E). Roundings as moe_experts.moe_gate_up_kernel's.
     PAIRED (gated): the gate and up rows of a feature stream in one loop (2 x BLOCK_N rows a step, twice the bytes
     in flight) rather than in two loops one after the other."""
+    wait_prior_grid(WAIT_PRIOR_GRID)
     dtype = h_ptr.dtype.element_ty
     p = tl.program_id(0)
     e = tl.load(ids_ptr + p)
@@ -159,9 +161,11 @@ def _weighted_down_row(h_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, p, e, rn,
 
 @triton.jit
 def moe_int4_gemv_down_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, y_ptr, pairs, E, H, F,
-                              group_size, has_bias, weights_16bit, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+                              group_size, has_bias, weights_16bit, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+                              WAIT_PRIOR_GRID: tl.constexpr = False):
     """y[p, n-block] = topk_weights[p] * (h[p] @ w_down[e]^T (+ bias)) in float32 for program (p, n-block),
     e = topk_ids[p]; nothing for pairs whose id is outside [0, E) (the combine skips them)."""
+    wait_prior_grid(WAIT_PRIOR_GRID)
     p = tl.program_id(0)
     e = tl.load(ids_ptr + p)
     if (e >= 0) & (e < E):
@@ -175,11 +179,12 @@ def moe_int4_gemv_down_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weight
 @triton.jit
 def moe_int4_gemv_down_combine_kernel(h_ptr, ids_ptr, w_ptr, scale_ptr, bias_ptr, weights_ptr, out_ptr, T, E, H, F,
                                       top_k, group_size, has_bias, weights_16bit, BLOCK_N: tl.constexpr,
-                                      BLOCK_C: tl.constexpr):
+                                      BLOCK_C: tl.constexpr, WAIT_PRIOR_GRID: tl.constexpr = False):
     """out[t, n-block] = the sum over j of topk_weights[t, j] * (h[t * k + j] @ w_down[e]^T (+ bias)) for program
     (t, n-block), e = topk_ids[t, j], pairs whose id is outside [0, E) skipped: moe_int4_gemv_down_kernel and
     moe_experts.moe_combine_kernel in one launch (the same float32 sums in order of j, one rounding), one launch
     less where launches are most of the time (a token or a few)."""
+    wait_prior_grid(WAIT_PRIOR_GRID)
     t = tl.program_id(0)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rn < H

@@ -71,10 +71,11 @@ def sweep_label(gate_up: MmaConfig, down: MmaConfig) -> str:
     return f"mma_{gate_up.label}_{down.label}"
 
 
-def _defines(config: MmaConfig, mode: int, dtype: str) -> list[str]:
+def _defines(config: MmaConfig, mode: int, dtype: str, wait_prior_grid: bool) -> list[str]:
     return [f"-DMODE={mode}", f"-DWARPS={config.warps}", f"-DMT={config.tiles}", f"-DNP={config.pairs}",
             f"-DCHUNKS={config.chunks}", f"-DSTAGES={config.stages}", f"-DMAX_SCALE_GROUPS={config.scale_groups}",
-            f"-DELEM={_ELEM[dtype]}", f"-DBY_EXPERT={int(config.by_expert)}", f"-DSHARED_BYTES={config.shared_bytes()}"]
+            f"-DELEM={_ELEM[dtype]}", f"-DBY_EXPERT={int(config.by_expert)}", f"-DSHARED_BYTES={config.shared_bytes()}",
+            f"-DWAIT_PRIOR_GRID={int(wait_prior_grid)}"]
 
 
 def _run(command: list[str], what: str) -> str:
@@ -98,7 +99,8 @@ def compile_image(config: MmaConfig, mode: int, dtype: str, arch: str, fmt: str,
         out = pathlib.Path(tmp) / f"kernel.{fmt}"
         target = f"-arch={aot._arch_name(cap)}" if fmt == "cubin" else f"-arch=compute_{cap}"
         logger.info("compiling %s", what)
-        _run([nvcc, f"-{fmt}", target, "-O3", "-std=c++17", "-Xptxas=-v", *_defines(config, mode, dtype),
+        _run([nvcc, f"-{fmt}", target, "-O3", "-std=c++17", "-Xptxas=-v",
+              *_defines(config, mode, dtype, aot.waits_for_prior_grid(arch, fmt)),
               str(source), "-o", str(out)], what)
         if fmt == "cubin":
             return out.read_bytes()
@@ -124,6 +126,8 @@ def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str 
                          f"{gate_up} and {down}")
     cap = aot._capability(arch)
     text = source.read_text()
+    # An older form of the .cu (a comparison's) may not wait for the grid before it: its images must not say so.
+    waits = aot.waits_for_prior_grid(arch, fmt) and "WAIT_PRIOR_GRID" in text
     built = []
     for mode, entry in _ENTRIES.items():
         config = down if mode == 2 else gate_up
@@ -137,6 +141,6 @@ def images(arch: str, dtype: str, gate_up: MmaConfig, down: MmaConfig, fmt: str 
             global_scratch_align=1, profile_scratch_bytes=0, block_m=config.pairs, block_n=config.features(mode),
             block_k=32 * config.chunks, persistent=False,
             ptx_version="" if fmt == "cubin" else f"{aot._PTX_VERSION[cap] // 10}.{aot._PTX_VERSION[cap] % 10}",
-            weight_format="int4"))
+            weight_format="int4", waits_for_prior_grid=waits))
         built.append(image)
     return built

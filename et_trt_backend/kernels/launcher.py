@@ -84,6 +84,8 @@ def _library() -> ctypes.CDLL:
         lib.et_trt_moe_experts_set_gemm_path.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.et_trt_moe_experts_set_int4_path.restype = ctypes.c_int32
         lib.et_trt_moe_experts_set_int4_path.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.et_trt_moe_experts_set_programmatic_launch.restype = ctypes.c_int32
+        lib.et_trt_moe_experts_set_programmatic_launch.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.et_trt_moe_experts_rule_path.restype = ctypes.c_int32
         lib.et_trt_moe_experts_rule_path.argtypes = [ctypes.c_int64] * 5
         lib.et_trt_grouped_mm_images_for_gpu.restype = ctypes.c_int32
@@ -237,6 +239,11 @@ class MoEExpertsLauncher:
         if path not in MOE_INT4_PATHS:
             raise ValueError(f"unknown MoE INT4 path {path!r}; use one of {MOE_INT4_PATHS}")
         _library().et_trt_moe_experts_set_int4_path(self._handle, MOE_INT4_PATHS.index(path))
+
+    def set_programmatic_launch(self, enabled: bool) -> None:
+        """Whether later launches start the kernels whose images wait for the grid before them while that grid runs
+        (programmatic dependent launch; on until set off: benchmarks time both)."""
+        _library().et_trt_moe_experts_set_programmatic_launch(self._handle, int(enabled))
 
     @property
     def last_kernels(self) -> str:

@@ -163,9 +163,10 @@ def _compile(kernel_name: str, variant: str, function, signature: dict, constexp
                  if signature[name] != "constexpr"}  # dense builds' INT4 parameters are constexprs
         compiled = aot._triton_compile(function, signature, constexprs, attrs, cap, num_warps, num_stages,
                                        ptx_version)
-        return aot._image(compiled, kernel=kernel_name, variant=variant, trans_b=True, cap=cap, fmt=fmt, dtype=dtype,
-                          block_m=blocks[0], block_n=blocks[1], block_k=blocks[2], persistent=False,
-                          ptx_version=ptx_version, weight_format=weight_format)
+        image = aot._image(compiled, kernel=kernel_name, variant=variant, trans_b=True, cap=cap, fmt=fmt,
+                           dtype=dtype, block_m=blocks[0], block_n=blocks[1], block_k=blocks[2], persistent=False,
+                           ptx_version=ptx_version, weight_format=weight_format)
+        return dataclasses.replace(image, waits_for_prior_grid=bool(constexprs.get("WAIT_PRIOR_GRID", False)))
 
     return cached_image(key, build)
 
@@ -195,13 +196,19 @@ def _route_and_combine(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
                          {n: 16 for n in signature if n.endswith("_ptr")}, arch, aot.DTYPES[0], fmt, _NUM_WARPS, 1,
                          (0, e_pad, chunk))
         images.append(dataclasses.replace(route, dtype=dtype))
+    return images + [_combine_image(arch, dtype, fmt)]
+
+
+def _combine_image(arch: str, dtype: str, fmt: str) -> KernelImage:
+    from et_trt_backend.kernels import moe_experts as source
+
     signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
-                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
-    images.append(_compile("moe_combine", "any", source.moe_combine_kernel, signature,
-                           {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
-                           {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
-                           (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
-    return images
+                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr", "WAIT_PRIOR_GRID": "constexpr"}
+    return _compile("moe_combine", "any", source.moe_combine_kernel, signature,
+                    {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1],
+                     "WAIT_PRIOR_GRID": aot.waits_for_prior_grid(arch, fmt)},
+                    {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
+                    (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0))
 
 
 def gemm_images(arch: str, dtype: str, fmt: str, weight_format: str = "dense",
@@ -267,7 +274,7 @@ def fp8_route_signature(dtype: str) -> dict:
 def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
     """The route + quantization variants, the combine, each FP8 tiling's gate+up (non-gated and gated) and down
     (moe_fp8.py), cubins."""
-    from et_trt_backend.kernels import moe_experts, moe_fp8 as source
+    from et_trt_backend.kernels import moe_fp8 as source
 
     images = []
     for variant, (e_pad, chunk) in MOE_ROUTE_CONFIGS.items():
@@ -276,13 +283,7 @@ def _fp8_images(arch: str, dtype: str) -> list[KernelImage]:
                                {"CHUNK": chunk, "E_PAD": e_pad, "BLOCK_T": FP8_QUANTIZE_TOKENS},
                                {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin",
                                FP8_ROUTE_WARPS, 1, (FP8_QUANTIZE_TOKENS, e_pad, chunk), "fp8"))
-    signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
-                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
-    images.append(_compile("moe_combine", "any", moe_experts.moe_combine_kernel, signature,
-                           {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
-                           {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, "cubin", _NUM_WARPS, 1,
-                           (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0)))
-    return images + fp8_gemm_images(arch, dtype, _fp8_configs(arch))
+    return images + [_combine_image(arch, dtype, "cubin")] + fp8_gemm_images(arch, dtype, _fp8_configs(arch))
 
 
 def fp8_gemm_images(arch: str, dtype: str, configs: Sequence[MoEGemmConfig]) -> list[KernelImage]:
@@ -367,7 +368,8 @@ def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> li
     images = []
     for config in configs:
         sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
-        blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c}
+        blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c,
+                  "WAIT_PRIOR_GRID": aot.waits_for_prior_grid(arch, fmt)}
         gate_up, down = int4_kernels.moe_int4_gemv_gate_up_kernel, int4_kernels.moe_int4_gemv_down_kernel
 
         def compile_one(kernel_name, function, signature, constexprs):

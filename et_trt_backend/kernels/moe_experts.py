@@ -35,10 +35,15 @@ instead (no route).
 The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the workspace. On sm_90a, where its
 dispatch rule says (MoEExpertsLauncher::rule_path: large hidden and FFN sizes, enough rows per expert), it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
 two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order for its TMA loads: five launches.
+
+WAIT_PRIOR_GRID (moe_combine_kernel and int4_kernels.py's vector-matrix kernels, built so for sm_90+): the kernel
+waits for the grid before it in the stream (wait_prior_grid) before it reads anything, so the launcher may start it
+while that grid runs (programmatic dependent launch): its launch overlaps the kernel before.
 """
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from et_trt_backend.kernels.int4_tiles import group_scales, int4_chunk_dot, load_a_chunk, packed_row_bytes
 
@@ -129,6 +134,15 @@ def _gelu(x, tanh_form):
     else:
         y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))  # 1 / sqrt(2)
     return y
+
+
+@triton.jit
+def wait_prior_grid(WAIT_PRIOR_GRID: tl.constexpr):
+    """Waits for the grid before this one in the stream (its writes visible), then lets the next one launch; nothing
+    where the build does not ask for it (WAIT_PRIOR_GRID False: before sm_90, and in the eager paths)."""
+    if WAIT_PRIOR_GRID:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -306,7 +320,9 @@ def moe_down_kernel(h_ptr, sorted_ptr, w_ptr, bias_ptr, weights_ptr, tiles_ptr, 
 
 
 @triton.jit
-def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+                       WAIT_PRIOR_GRID: tl.constexpr = False):
+    wait_prior_grid(WAIT_PRIOR_GRID)
     rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     t_ok = rt < T

@@ -31,7 +31,8 @@
 // kernel: warp 0, 32 ids at a time, after a scan for the first pair).
 // Build macros (et_trt_backend/kernels/int4_mma.py): MODE 0 gate+up, 1 gated gate+up, 2 down; WARPS; MT (16-row
 // tiles per warp); NP (pairs per pass, a multiple of 8); CHUNKS (32-element chunks of K per stage); STAGES;
-// MAX_SCALE_GROUPS (scale groups of K held in shared memory at once); ELEM (__nv_bfloat16 or __half); BY_EXPERT.
+// MAX_SCALE_GROUPS (scale groups of K held in shared memory at once); ELEM (__nv_bfloat16 or __half); BY_EXPERT;
+// WAIT_PRIOR_GRID (sm_90 and newer: programmatic dependent launch, wait_prior_grid below).
 // K (H for gate+up, F for down) must be a multiple of 8; the launcher runs this build where H and F are multiples
 // of 16 (variant "gemv").
 #include <cuda_bf16.h>
@@ -41,7 +42,7 @@
 #include <type_traits>
 
 #if !defined(MODE) || !defined(WARPS) || !defined(MT) || !defined(NP) || !defined(CHUNKS) || !defined(STAGES) || \
-    !defined(MAX_SCALE_GROUPS) || !defined(ELEM) || !defined(BY_EXPERT)
+    !defined(MAX_SCALE_GROUPS) || !defined(ELEM) || !defined(BY_EXPERT) || !defined(WAIT_PRIOR_GRID)
 #error "build with et_trt_backend/kernels/int4_mma.py (it sets MODE, WARPS, MT, NP, CHUNKS, STAGES, ...)"
 #endif
 
@@ -80,6 +81,17 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Programmatic dependent launch (WAIT_PRIOR_GRID builds; the image says so and the launcher then starts the kernel
+// while the one before it in the stream still runs): waits until that grid has finished and its writes are visible,
+// then lets the next kernel start. Before it a program touches only its weights and scales (BY_EXPERT requests the
+// first stages), which nothing in the stream writes: the ids, the activations and the outputs come after.
+__device__ __forceinline__ void wait_prior_grid() {
+#if WAIT_PRIOR_GRID
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -467,16 +479,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_gate_up(
     float limit, int has_bias, void*, void*) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int p = blockIdx.x, block = blockIdx.y;
-  // The program's expert: x where there are no more experts than pairs (BY_EXPERT), else pair x's if x is its first
-  // pair (BY_EXPERT: PairPasses checks that).
-  const int e = BY_EXPERT && E <= pairs ? p : ids[p];
-  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) return;
   int* pair_s = reinterpret_cast<int*>(smem + kPairsOffset);
   __shared__ int count_s, warp_s[WARPS];
   const Args a{x, ids, w, scale, bias, pairs, E, H, F, top_k, layout_block, group_size, has_bias};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const bool requested = BY_EXPERT && E <= pairs;  // the weights' first stages before the pairs are known
-  if (requested) request_weights(a, e, block, smem);
+  // The program's expert: x where there are no more experts than pairs (BY_EXPERT: its weights' first stages are
+  // requested before the pairs are known), else pair x's if x is its first pair (BY_EXPERT: PairPasses checks that).
+  const bool requested = BY_EXPERT && E <= pairs;
+  if (requested && p < E) request_weights(a, p, block, smem);
+  wait_prior_grid();
+  const int e = requested ? p : ids[p];
+  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) {
+    if (requested) cp_async_wait<0>();
+    return;
+  }
   PairPasses passes{ids, pairs, e, requested ? 0 : p, pair_s, &count_s, warp_s};
   for (int pass = 0;; ++pass) {
     const int count = passes.next();
@@ -525,16 +541,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_down(
     int weights_16bit, void*, void*) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int p = blockIdx.x, block = blockIdx.y;
-  // The program's expert: x where there are no more experts than pairs (BY_EXPERT), else pair x's if x is its first
-  // pair (BY_EXPERT: PairPasses checks that).
-  const int e = BY_EXPERT && E <= pairs ? p : ids[p];
-  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) return;
   int* pair_s = reinterpret_cast<int*>(smem + kPairsOffset);
   __shared__ int count_s, warp_s[WARPS];
   const Args a{hrows, ids, w, scale, bias, pairs, E, F, H, 1, 1, group_size, has_bias};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const bool requested = BY_EXPERT && E <= pairs;  // the weights' first stages before the pairs are known
-  if (requested) request_weights(a, e, block, smem);
+  // The program's expert: x where there are no more experts than pairs (BY_EXPERT: its weights' first stages are
+  // requested before the pairs are known), else pair x's if x is its first pair (BY_EXPERT: PairPasses checks that).
+  const bool requested = BY_EXPERT && E <= pairs;
+  if (requested && p < E) request_weights(a, p, block, smem);
+  wait_prior_grid();
+  const int e = requested ? p : ids[p];
+  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) {
+    if (requested) cp_async_wait<0>();
+    return;
+  }
   PairPasses passes{ids, pairs, e, requested ? 0 : p, pair_s, &count_s, warp_s};
   for (int pass = 0;; ++pass) {
     const int count = passes.next();

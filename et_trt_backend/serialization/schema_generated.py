@@ -892,7 +892,14 @@ class KernelImage(object):
             return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
         return 0
 
-def KernelImageStart(builder): builder.StartObject(19)
+    # KernelImage
+    def WaitsForPriorGrid(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def KernelImageStart(builder): builder.StartObject(20)
 def KernelImageAddKernel(builder, kernel): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
 def KernelImageAddVariant(builder, variant): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(variant), 0)
 def KernelImageAddTransB(builder, transB): builder.PrependBoolSlot(2, transB, 0)
@@ -912,6 +919,7 @@ def KernelImageAddBlockK(builder, blockK): builder.PrependInt32Slot(15, blockK, 
 def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(16, persistent, 0)
 def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
 def KernelImageAddWeightFormat(builder, weightFormat): builder.PrependInt8Slot(18, weightFormat, 0)
+def KernelImageAddWaitsForPriorGrid(builder, waitsForPriorGrid): builder.PrependBoolSlot(19, waitsForPriorGrid, 0)
 def KernelImageEnd(builder): return builder.EndObject()
 
 try:
@@ -942,6 +950,7 @@ class KernelImageT(object):
         self.persistent = False  # type: bool
         self.ptxVersion = None  # type: str
         self.weightFormat = 0  # type: int
+        self.waitsForPriorGrid = False  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -979,6 +988,7 @@ class KernelImageT(object):
         self.persistent = kernelImage.Persistent()
         self.ptxVersion = kernelImage.PtxVersion()
         self.weightFormat = kernelImage.WeightFormat()
+        self.waitsForPriorGrid = kernelImage.WaitsForPriorGrid()
 
     # KernelImageT
     def Pack(self, builder):
@@ -1020,6 +1030,7 @@ class KernelImageT(object):
         if self.ptxVersion is not None:
             KernelImageAddPtxVersion(builder, ptxVersion)
         KernelImageAddWeightFormat(builder, self.weightFormat)
+        KernelImageAddWaitsForPriorGrid(builder, self.waitsForPriorGrid)
         kernelImage = KernelImageEnd(builder)
         return kernelImage
 

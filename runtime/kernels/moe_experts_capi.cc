@@ -76,6 +76,12 @@ extern "C" ET_TRT_EXPORT int32_t et_trt_moe_experts_set_int4_path(void* launcher
   return 0;
 }
 
+extern "C" ET_TRT_EXPORT int32_t et_trt_moe_experts_set_programmatic_launch(void* launcher, int32_t enabled) {
+  if (launcher == nullptr) return 1;
+  static_cast<MoEExpertsLauncher*>(launcher)->set_programmatic_launch(enabled != 0);
+  return 0;
+}
+
 extern "C" ET_TRT_EXPORT int32_t et_trt_moe_experts_rule_path(int64_t tokens, int64_t top_k, int64_t experts,
                                                               int64_t hidden_size, int64_t ffn) {
   return static_cast<int32_t>(MoEExpertsLauncher::rule_path(tokens, top_k, experts, hidden_size, ffn));

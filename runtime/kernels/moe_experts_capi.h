@@ -49,6 +49,9 @@ int32_t et_trt_moe_experts_set_gemm_path(void* launcher, int32_t path);
 // The INT4 path of later launches: 0 the launcher's rule, 1 the vector-matrix kernels, 2 the mma.sync kernels where
 // they serve, 3 the tiles (MoEInt4Path). Returns 0, or 1 for a path out of range (nothing changed).
 int32_t et_trt_moe_experts_set_int4_path(void* launcher, int32_t path);
+// Whether later launches use programmatic dependent launch where the images allow it (1, the default) or not (0):
+// MoEExpertsLauncher::set_programmatic_launch. Returns 0, or 1 for a null launcher.
+int32_t et_trt_moe_experts_set_programmatic_launch(void* launcher, int32_t enabled);
 // The launcher's dispatch rule (MoEExpertsLauncher::rule_path) for a launch of these sizes: 1 where it takes the
 // wgmma GEMMs if they serve it, else 2 (MoEGemmPath's values). Needs no GPU.
 int32_t et_trt_moe_experts_rule_path(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size, int64_t ffn);

@@ -38,6 +38,7 @@ struct Kernel {
   int threads = 0;
   int shared_bytes = 0;
   int block_m = 0, block_n = 0, block_k = 0;
+  bool waits_for_prior_grid = false;  // the image's: it may be launched while the grid before it runs
 };
 
 // One tiling of the two GEMMs (et_trt_backend/kernels/moe_aot.py's MOE_GEMM_CONFIGS): the images of one variant.
@@ -176,6 +177,7 @@ struct MoEExpertsLauncher::State {
   Kernel gather;
   MoEGemmPath path = MoEGemmPath::kRule;
   MoEInt4Path int4_path = MoEInt4Path::kRule;
+  bool programmatic_launch = true;
   std::string last_kernels;
 };
 
@@ -264,7 +266,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     if (!load_image(cu, *ref, device, &module, &message)) return failed(message);
     state->modules.push_back(module.module);
     Kernel kernel{image.kernel + " (" + image.variant + ")", module.function, module.threads, image.shared_bytes,
-                  image.block_m, image.block_n, image.block_k};
+                  image.block_m, image.block_n, image.block_k, image.waits_for_prior_grid};
     if (image.kernel == (state->fp8 ? "moe_route_quantize" : "moe_route")) {
       state->routes.push_back(kernel);
     } else if (image.kernel == "moe_combine") {
@@ -485,10 +487,24 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   float alpha = a.alpha, limit = a.limit;
 
   std::string ran;
+  // A kernel whose image waits for the grid before it (griddepcontrol.wait before it touches anything but its
+  // weights) starts while that grid runs: its launch, and its first weight loads, overlap that grid's tail.
+  CUlaunchAttribute overlap = {};
+  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  overlap.value.programmaticStreamSerializationAllowed = 1;
   auto run = [&](const Kernel& kernel, int64_t grid_x, int64_t grid_y, void** args) {
-    CUresult status = cu.cuLaunchKernel(kernel.function, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
-                                        1, static_cast<unsigned>(kernel.threads), 1, 1,
-                                        static_cast<unsigned>(kernel.shared_bytes), stream, args, nullptr);
+    CUlaunchConfig config = {};
+    config.gridDimX = static_cast<unsigned>(grid_x);
+    config.gridDimY = static_cast<unsigned>(grid_y);
+    config.gridDimZ = config.blockDimY = config.blockDimZ = 1;
+    config.blockDimX = static_cast<unsigned>(kernel.threads);
+    config.sharedMemBytes = static_cast<unsigned>(kernel.shared_bytes);
+    config.hStream = stream;
+    if (kernel.waits_for_prior_grid && state_->programmatic_launch) {
+      config.attrs = &overlap;
+      config.numAttrs = 1;
+    }
+    CUresult status = cu.cuLaunchKernelEx(&config, kernel.function, args, nullptr);
     if (status != CUDA_SUCCESS) return refuse("launching " + kernel.name + " failed: " + cu.describe(status));
     ran += (ran.empty() ? "" : " + ") + kernel.name;
     return true;
@@ -593,6 +609,8 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
 void MoEExpertsLauncher::set_gemm_path(MoEGemmPath path) { state_->path = path; }
 
 void MoEExpertsLauncher::set_int4_path(MoEInt4Path path) { state_->int4_path = path; }
+
+void MoEExpertsLauncher::set_programmatic_launch(bool enabled) { state_->programmatic_launch = enabled; }
 
 const std::string& MoEExpertsLauncher::last_kernels() const { return state_->last_kernels; }
 

@@ -154,6 +154,10 @@ class MoEExpertsLauncher {
   void set_gemm_path(MoEGemmPath path);
   // The INT4 path later launches take (kRule until set).
   void set_int4_path(MoEInt4Path path);
+  // Whether later launches start the kernels whose images wait for the grid before them (KernelImage's
+  // waits_for_prior_grid) while that grid still runs: programmatic dependent launch, on until set (benchmarks
+  // time both).
+  void set_programmatic_launch(bool enabled);
 
   // The dispatch rule, the one place it is written (the C ABI's et_trt_moe_experts_rule_path asks it): kWgmma where
   // a launch of these sizes takes the wgmma GEMMs if they serve it (sm_90a with their images, gated activation,

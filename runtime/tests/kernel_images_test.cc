@@ -22,13 +22,14 @@ flatbuffers::Offset<blob::KernelImage> kernel(flatbuffers::FlatBufferBuilder& fb
                                               const char* arch, blob::ImageFormat format, const char* entry,
                                               blob::DType dtype, int32_t shared, int32_t scratch, int32_t align,
                                               bool persistent, const char* ptx_version,
-                                              blob::WeightFormat weight_format = blob::WeightFormat::Dense) {
+                                              blob::WeightFormat weight_format = blob::WeightFormat::Dense,
+                                              bool waits_for_prior_grid = false) {
   const std::vector<uint8_t> sha256(32, 0);  // the registry reads the bytes it is given, not the record's digest
   auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 4, &sha256);
   const std::string name = std::string("grouped_mm_") + variant + (trans_b ? "_nk" : "_kn");
   return blob::CreateKernelImageDirect(fbb, name.c_str(), variant, trans_b, arch, format, image, entry, dtype, 8,
                                        shared, scratch, align, 0, 128, 256, 64, persistent, ptx_version,
-                                       weight_format);
+                                       weight_format, waits_for_prior_grid);
 }
 
 Kernels blob_with_kernels() {
@@ -42,7 +43,7 @@ Kernels blob_with_kernels() {
       kernel(fbb, "tma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp16", blob::DType::Float16, 0, 0, 1, false,
              "8.6"),
       kernel(fbb, "wgmma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp8", blob::DType::BFloat16, 0, 0, 1, true,
-             "", blob::WeightFormat::Float8RowScaled),
+             "", blob::WeightFormat::Float8RowScaled, true),
       kernel(fbb, "quantize_rows", true, "sm_90a", blob::ImageFormat::Cubin, "k_quantize", blob::DType::BFloat16, 0,
              0, 1, false, "8.6", blob::WeightFormat::Float8RowScaled)};
   fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
@@ -81,6 +82,9 @@ TEST(KernelImages, SelectsByDtypeLayoutAndWeightFormat) {
   EXPECT_EQ(fp8[0].fields->entry, "k_fp8");
   EXPECT_EQ(fp8[1].fields->variant, "quantize_rows");
   EXPECT_EQ(fp8[1].fields->weight_format, blob::WeightFormat::Float8RowScaled);
+  // waits_for_prior_grid (appended after weight_format, default false) reaches the launchers.
+  EXPECT_TRUE(fp8[0].fields->waits_for_prior_grid);
+  EXPECT_FALSE(fp8[1].fields->waits_for_prior_grid);
   EXPECT_TRUE(pack.images(blob::DType::Float16, true, blob::WeightFormat::Float8RowScaled).empty());
 }
 
