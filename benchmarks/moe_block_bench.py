@@ -8,7 +8,8 @@ PyTorch eager and against our unfused GroupedMM kernels plus the glue.
   fused    our MoEExperts kernels through the C++ launcher (moe_experts_launcher.h), gate+up rows in the
            "blocked8" layout the lowering writes; fused_<label> contenders are other image sets
            (benchmarks/device/prepare.py's moe_bench_images.groups.json), fused_wgmma the fused images with the
-           wgmma path forced wherever it serves (MoEExpertsLauncher.set_gemm_path)
+           wgmma path forced wherever it serves (MoEExpertsLauncher.set_gemm_path), fused_no_pdl the fused images
+           launched without programmatic dependent launch (MoEExpertsLauncher.set_programmatic_launch)
 
 Runs on a GPU with no Triton in the process: every kernel of ours is an AOT image. Method as
 grouped_mm_bench.py: CUDA graphs of back-to-back calls (~30 ms at the MoE shapes, ~15 ms at robot sizes), every
@@ -235,6 +236,9 @@ def load_contenders(images_path: str) -> dict:
             forced = MoEExpertsLauncher(chosen)
             forced.set_gemm_path("wgmma")
             contenders["fused_wgmma"] = (fused_block(forced, "blocked8"), True)
+            serialized = MoEExpertsLauncher(chosen)  # what programmatic dependent launch saves
+            serialized.set_programmatic_launch(False)
+            contenders["fused_no_pdl"] = (fused_block(serialized, "blocked8"), True)
     return contenders
 
 

@@ -94,26 +94,23 @@ def test_moe_experts_images_for_orin(tmp_path):
     _check_cubins(images, tmp_path)
 
 
-# The kernels that wait for the grid before them from sm_90 (programmatic dependent launch): the launcher starts
-# them while it runs, so each must wait (griddepcontrol.wait: ACQBULK) and its image must say so; the others must not.
-_WAITING_KERNELS = ("moe_combine", "moe_gemv_gate_up", "moe_gemv_gate_up_gated", "moe_gemv_down",
-                    "moe_gemv_down_combine", "moe_mma_gate_up", "moe_mma_gate_up_gated", "moe_mma_down")
-
-
-def test_moe_images_from_sm90_wait_for_the_grid_before_them(tmp_path):
-    images = moe_aot.moe_experts_images(["sm_90a"], "bf16", "int4")
-    assert {i.kernel for i in images if i.waits_for_prior_grid} == set(_WAITING_KERNELS)
+@pytest.mark.parametrize("weight_format", ["dense", "int4"])
+def test_moe_images_from_sm90_wait_for_the_grid_before_them(weight_format, tmp_path):
+    """Programmatic dependent launch: from sm_90 the launcher starts every MoE kernel of ours while the one before it
+    runs (the wgmma GEMMs apart: GroupedMMLauncher's), so each must wait (griddepcontrol.wait: ACQBULK), let the next
+    start (griddepcontrol.launch_dependents: PREEXIT), and its image say so; the sm_80 PTX does none of it."""
+    images = moe_aot.moe_experts_images(["sm_90a"], "bf16", weight_format)
     for image in images:
         what = f"{image.kernel} ({image.variant}, {image.arch} {image.format})"
-        if image.format == "ptx":  # the sm_80 fallback
+        if image.format == "ptx":
             assert not image.waits_for_prior_grid, what
             assert "griddepcontrol" not in image.image.bytes().decode(), what
             continue
         _, ops = _sass_ops(image, tmp_path)
-        waits = image.kernel in _WAITING_KERNELS
+        waits = image.variant != "wgmma"
         assert image.waits_for_prior_grid == waits and (ops["ACQBULK"] > 0) == waits, what
-        # ... and lets the next kernel start once it has waited (griddepcontrol.launch_dependents: PREEXIT).
         assert (ops["PREEXIT"] > 0) == waits, what
+    assert any(i.variant == "wgmma" for i in images) == (weight_format == "dense")
 
 
 def test_int4_forms_are_refused_where_they_cannot_run():

@@ -253,6 +253,47 @@ def test_forced_gemm_path():
         _launcher(torch.bfloat16).set_gemm_path("fastest")
 
 
+@pytest.mark.parametrize("path", ["tilings", "wgmma"])
+def test_kernels_wait_for_the_work_before_them(path):
+    """Programmatic dependent launch (from sm_90 the launcher starts each kernel of ours while the one before it
+    runs): three blocks back to back on one stream into one workspace, no sync between, each right after the copies
+    that write its hidden rows and ids into shared buffers; the Triton tilings (route, GEMMs, combine) and the wgmma
+    path (route, gather, combine around GroupedMMLauncher's GEMMs). Each output matches its reference, and the same
+    launches without the overlap exactly."""
+    from et_trt_backend.kernels.launcher import moe_workspace_bytes
+    from et_trt_backend.kernels.moe_op import launch_args
+
+    cases = [[t.cuda() for t in make_inputs(64, 2, 8, 256, 136, "swiglu", seed=seed)[:5]] for seed in (31, 32, 33)]
+    launcher = _launcher(torch.bfloat16)
+    hidden, ids = torch.full_like(cases[0][0], float("nan")), torch.full_like(cases[0][1], -1)
+    workspace = torch.full((moe_workspace_bytes(64, 2, 8, 256, 136),), 0xFF, dtype=torch.uint8, device="cuda")
+
+    def run_all() -> list[torch.Tensor]:
+        outs = [torch.full_like(hidden, float("nan")) for _ in cases]
+        for (case_hidden, case_ids, weights, w_gate_up, w_down), out in zip(cases, outs):
+            hidden.copy_(case_hidden)
+            ids.copy_(case_ids)
+            launcher.launch(launch_args(hidden, ids, weights, w_gate_up, w_down, out, workspace, experts=8, ffn=136,
+                                        gate_up_layout="blocked8"), torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        return [out.cpu() for out in outs]
+
+    launcher.set_gemm_path(path)
+    try:
+        overlapped, kernels = run_all(), launcher.last_kernels
+        launcher.set_programmatic_launch(False)
+        serialized = run_all()
+    finally:  # the launcher is shared with the other tests
+        launcher.set_programmatic_launch(True)
+        launcher.set_gemm_path("rule")
+    _assert_path(kernels, path)
+    for case, out, plain in zip(cases, overlapped, serialized):
+        want = moe_experts.reference(*[t.cpu() for t in case], gate_up_layout="blocked8")
+        err = float((out.float() - want.float()).norm() / want.float().norm())
+        assert err < 1e-2, f"{kernels}: relative error {err:.3e}"
+        assert torch.equal(out, plain), f"{kernels}: the overlapped launches differ from the serialized ones"
+
+
 def test_eager_op_matches_reference():
     from et_trt_backend.kernels import moe_op  # noqa: F401 (registers the op)
 

@@ -143,9 +143,14 @@ _NUM_WARPS = 4  # route and combine
 def _compile(kernel_name: str, variant: str, function, signature: dict, constexprs: dict, multiples: dict,
              arch: str, dtype: str, fmt: str, num_warps: int, num_stages: int, blocks: tuple[int, int, int],
              weight_format: str = "dense"):
-    """One image, from the disk cache where there; `multiples` maps argument names to a divisibility."""
+    """One image, from the disk cache where there; `multiples` maps argument names to a divisibility. A kernel that
+    can wait for the grid before it (a WAIT_PRIOR_GRID parameter) does so where aot.waits_for_prior_grid says, and
+    its image says so."""
     import triton
 
+    if "WAIT_PRIOR_GRID" in function.arg_names:
+        signature = {**signature, "WAIT_PRIOR_GRID": "constexpr"}
+        constexprs = {**constexprs, "WAIT_PRIOR_GRID": aot.waits_for_prior_grid(arch, fmt)}
     cap = aot._capability(arch)
     ptx_version = aot._FP8_PTX_VERSION.get(cap, aot._PTX_VERSION[cap]) if weight_format == "fp8" else \
         aot._PTX_VERSION[cap]
@@ -203,10 +208,9 @@ def _combine_image(arch: str, dtype: str, fmt: str) -> KernelImage:
     from et_trt_backend.kernels import moe_experts as source
 
     signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
-                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr", "WAIT_PRIOR_GRID": "constexpr"}
+                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
     return _compile("moe_combine", "any", source.moe_combine_kernel, signature,
-                    {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1],
-                     "WAIT_PRIOR_GRID": aot.waits_for_prior_grid(arch, fmt)},
+                    {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
                     {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
                     (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0))
 
@@ -368,8 +372,7 @@ def gemv_images(arch: str, dtype: str, fmt: str, configs=MOE_GEMV_CONFIGS) -> li
     images = []
     for config in configs:
         sizes = {"H": config.k_n_multiple, "F": config.k_n_multiple} if config.k_n_multiple > 1 else {}
-        blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c,
-                  "WAIT_PRIOR_GRID": aot.waits_for_prior_grid(arch, fmt)}
+        blocks = {"BLOCK_N": config.block_n, "BLOCK_C": config.block_c}
         gate_up, down = int4_kernels.moe_int4_gemv_gate_up_kernel, int4_kernels.moe_int4_gemv_down_kernel
 
         def compile_one(kernel_name, function, signature, constexprs):

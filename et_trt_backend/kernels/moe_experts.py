@@ -36,7 +36,7 @@ The launcher (runtime/kernels/moe_experts_launcher.cc) sizes the grids and the w
 dispatch rule says (MoEExpertsLauncher::rule_path: large hidden and FFN sizes, enough rows per expert), it runs the hand-written wgmma kernel's MoE builds (grouped_mm_sm90.cu) instead of the
 two GEMMs here, behind moe_gather_kernel, which copies the rows in pair order for its TMA loads: five launches.
 
-WAIT_PRIOR_GRID (moe_combine_kernel and int4_kernels.py's vector-matrix kernels, built so for sm_90+): the kernel
+WAIT_PRIOR_GRID (every kernel here and int4_kernels.py's vector-matrix kernels, built so for sm_90+): the kernel
 waits for the grid before it in the stream (wait_prior_grid) before it reads anything, so the launcher may start it
 while that grid runs (programmatic dependent launch): its launch overlaps the kernel before.
 """
@@ -86,7 +86,8 @@ def _write_tiles(tiles_ptr, counts, ends, block_m, CHUNK: tl.constexpr, E_PAD: t
 
 @triton.jit
 def moe_route_kernel(ids_ptr, offs_ptr, sorted_ptr, tiles_ptr, pairs, E, block_m, CHUNK: tl.constexpr,
-                     E_PAD: tl.constexpr):
+                     E_PAD: tl.constexpr, WAIT_PRIOR_GRID: tl.constexpr = False):
+    wait_prior_grid(WAIT_PRIOR_GRID)
     program = tl.program_id(0)
     lane = tl.arange(0, CHUNK)
     total = tl.zeros([E_PAD], tl.int32)
@@ -253,7 +254,8 @@ def _store_weighted_rows(y_ptr, acc, sorted_ptr, rm, row_ok, rn, n_ok, bias_ptr,
 def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, h_ptr, H, F, top_k, layout_block,
                        activation, alpha, limit, has_bias, GATED: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, scale_ptr=None, group_size=0,
-                       INT4: tl.constexpr = False):
+                       INT4: tl.constexpr = False, WAIT_PRIOR_GRID: tl.constexpr = False):
+    wait_prior_grid(WAIT_PRIOR_GRID)
     dtype = h_ptr.dtype.element_ty
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
@@ -287,7 +289,8 @@ def moe_gate_up_kernel(x_ptr, sorted_ptr, w_ptr, bias_ptr, tiles_ptr, offs_ptr, 
 @triton.jit
 def moe_down_kernel(h_ptr, sorted_ptr, w_ptr, bias_ptr, weights_ptr, tiles_ptr, offs_ptr, y_ptr, H, F, has_bias,
                     weights_16bit, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    scale_ptr=None, group_size=0, INT4: tl.constexpr = False):
+                    scale_ptr=None, group_size=0, INT4: tl.constexpr = False, WAIT_PRIOR_GRID: tl.constexpr = False):
+    wait_prior_grid(WAIT_PRIOR_GRID)
     expert, first, end = _m_tile(tiles_ptr, offs_ptr, BLOCK_M)
     if first < end:
         rm = first + tl.arange(0, BLOCK_M)
@@ -339,8 +342,9 @@ def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.cons
 
 @triton.jit
 def moe_gather_kernel(x_ptr, sorted_ptr, offs_ptr, a_ptr, H, E, top_k, BLOCK_R: tl.constexpr,
-                      BLOCK_H: tl.constexpr):
+                      BLOCK_H: tl.constexpr, WAIT_PRIOR_GRID: tl.constexpr = False):
     """a[r] = hidden[pairs[r] // k] for the valid pairs' rows r < offs[E - 1] (the wgmma path's A operand)."""
+    wait_prior_grid(WAIT_PRIOR_GRID)
     rows = tl.load(offs_ptr + E - 1)
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     c = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
