@@ -472,6 +472,20 @@ struct PairPasses {
   }
 };
 
+// Program p's expert, after the wait for the grid before (wait_prior_grid); -1 where it has none to serve. The
+// expert is p where `requested` (BY_EXPERT with no more experts than pairs: its weights' first stages are requested
+// first), else pair p's if p is its first pair (BY_EXPERT: PairPasses checks that).
+__device__ __forceinline__ int program_expert(const Args& a, int p, int block, uint8_t* smem, bool requested) {
+  if (requested && p < a.E) request_weights(a, p, block, smem);
+  wait_prior_grid();
+  const int e = requested ? p : a.ids[p];
+  if (e < 0 || e >= a.E || !(BY_EXPERT || first_pair_of(a.ids, p, e))) {
+    if (requested) cp_async_wait<0>();  // the requested stages land before the exit
+    return -1;
+  }
+  return e;
+}
+
 #if MODE != 2
 extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_gate_up(
     const Elem* x, const int32_t* ids, const uint8_t* w, const __nv_bfloat16* scale, const Elem* bias, Elem* h,
@@ -483,16 +497,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_gate_up(
   __shared__ int count_s, warp_s[WARPS];
   const Args a{x, ids, w, scale, bias, pairs, E, H, F, top_k, layout_block, group_size, has_bias};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  // The program's expert: x where there are no more experts than pairs (BY_EXPERT: its weights' first stages are
-  // requested before the pairs are known), else pair x's if x is its first pair (BY_EXPERT: PairPasses checks that).
-  const bool requested = BY_EXPERT && E <= pairs;
-  if (requested && p < E) request_weights(a, p, block, smem);
-  wait_prior_grid();
-  const int e = requested ? p : ids[p];
-  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) {
-    if (requested) cp_async_wait<0>();
-    return;
-  }
+  const bool requested = BY_EXPERT && E <= pairs;  // the weights' first stages before the pairs are known
+  const int e = program_expert(a, p, block, smem, requested);
+  if (e < 0) return;
   PairPasses passes{ids, pairs, e, requested ? 0 : p, pair_s, &count_s, warp_s};
   for (int pass = 0;; ++pass) {
     const int count = passes.next();
@@ -545,16 +552,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) moe_int4_mma_down(
   __shared__ int count_s, warp_s[WARPS];
   const Args a{hrows, ids, w, scale, bias, pairs, E, F, H, 1, 1, group_size, has_bias};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  // The program's expert: x where there are no more experts than pairs (BY_EXPERT: its weights' first stages are
-  // requested before the pairs are known), else pair x's if x is its first pair (BY_EXPERT: PairPasses checks that).
-  const bool requested = BY_EXPERT && E <= pairs;
-  if (requested && p < E) request_weights(a, p, block, smem);
-  wait_prior_grid();
-  const int e = requested ? p : ids[p];
-  if (e < 0 || e >= E || !(BY_EXPERT || first_pair_of(ids, p, e))) {
-    if (requested) cp_async_wait<0>();
-    return;
-  }
+  const bool requested = BY_EXPERT && E <= pairs;  // the weights' first stages before the pairs are known
+  const int e = program_expert(a, p, block, smem, requested);
+  if (e < 0) return;
   PairPasses passes{ids, pairs, e, requested ? 0 : p, pair_s, &count_s, warp_s};
   for (int pass = 0;; ++pass) {
     const int count = passes.next();
