@@ -139,6 +139,7 @@ def waits_for_prior_grid(arch: str, fmt: str) -> bool:
     moe_experts.wait_prior_grid) does: cubins from PDL_MIN_CAPABILITY (sm_80 PTX cannot hold griddepcontrol)."""
     return fmt == "cubin" and _capability(arch) >= PDL_MIN_CAPABILITY
 
+
 # PTX ISA version each target is emitted with: the lowest that has the target,
 # so older drivers JIT it (a CUDA 13.0 driver accepts up to 9.0; Triton 3.9's
 # default, 9.4, is refused; JetPack 6 drivers stop at 8.5). Triton's TMA code
