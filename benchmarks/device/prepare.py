@@ -266,6 +266,13 @@ GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (swee
 # shipped twins, faster only on 8x1024x1024, by up to 6%, and up to 27% slower elsewhere; sweep 7, BY_EXPERT with
 # 32 and 64 weight rows a program: faster than the launcher in 1 cell of 30, slower in 25: results/h100_int4/.)
 MMA_SWEEP = list(moe_aot.MOE_MMA_CONFIGS)
+# Candidates for 256 tokens on few experts (8x1024x1024: 0.57x our bf16, sweep 8): two 16-row tiles a warp, so each
+# activation fragment loaded from shared memory feeds two mma.sync rather than one (no spills, sm_90a).
+_C = int4_mma.MmaConfig
+MMA_SWEEP += [(_C(4, 2, 32, 4, 3, by_expert=True), _C(4, 1, 32, 4, 3, by_expert=True)),
+              (_C(4, 2, 32, 4, 3, by_expert=True), _C(4, 2, 32, 4, 3, by_expert=True)),
+              (_C(4, 2, 64, 4, 3, by_expert=True), _C(4, 2, 64, 4, 3, by_expert=True)),
+              (_C(8, 2, 64, 4, 3, by_expert=True), _C(8, 1, 64, 4, 3, by_expert=True))]
 # Builds also timed as sm_80 PTX (label + "_sm80", JIT by the driver as on any GPU without a cubin; the issue's
 # bandwidth goal is the sm_80 images'): the 8-pair builds of both families (4-32 tokens).
 MMA_SWEEP_PTX = [build for build in MMA_SWEEP if build[0].pairs == 8]
