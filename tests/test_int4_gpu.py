@@ -167,10 +167,11 @@ def test_moe_forced_int4_path(path, kernel):
 
 @pytest.mark.parametrize("tokens", [1, 16])  # the gemv kernels (down and combine in one launch), mma.sync BY_EXPERT
 def test_moe_kernels_wait_for_the_work_before_them(tokens):
-    """Programmatic dependent launch (the images from sm_90 wait for the grid before them, and the launcher starts
-    them while it runs): three blocks back to back on one stream into one workspace, no sync between, each right after
-    the copies that write its hidden rows and ids into shared buffers. Each output matches its reference, and the
-    same launches without the overlap exactly."""
+    """Programmatic dependent launch (from sm_90 the images wait for the grid before them, and the launcher starts
+    each kernel after a block's first while the one before it runs): three blocks back to back on one stream into one
+    workspace, no sync between, each right after the copies that write its hidden rows, ids and weights (which the
+    mma.sync builds by expert request before they wait) into shared buffers. Each output matches its reference, and
+    the same launches without the overlap exactly."""
     from et_trt_backend.kernels import moe_op
     from et_trt_backend.kernels.launcher import moe_workspace_bytes
 
@@ -179,18 +180,22 @@ def test_moe_kernels_wait_for_the_work_before_them(tokens):
     launcher = moe_op.launcher_for(device, torch.bfloat16, "int4")
     hidden = torch.full_like(cases[0].hidden, float("nan"))
     ids = torch.full_like(cases[0].ids, -1)
+    weights = [torch.zeros_like(t) for t in (cases[0].gate_up.packed, cases[0].gate_up.scales, cases[0].down.packed,
+                                             cases[0].down.scales)]
     workspace = torch.full((moe_workspace_bytes(tokens, 2, 8, 256, 128),), 0xFF, dtype=torch.uint8, device=device)
     stream = torch.cuda.current_stream().cuda_stream
 
     def run_all() -> list[torch.Tensor]:
         outs = [torch.full_like(hidden, float("nan")) for _ in cases]
         for case, out in zip(cases, outs):
-            hidden.copy_(case.hidden)
-            ids.copy_(case.ids)
+            for shared, own in zip([hidden, ids, *weights], [case.hidden, case.ids, case.gate_up.packed,
+                                                             case.gate_up.scales, case.down.packed, case.down.scales]):
+                shared.copy_(own)
+            gate_up, gate_up_scale, down, down_scale = weights
             launcher.launch(moe_op.launch_args(
-                hidden, ids, case.weights, case.gate_up.packed, case.down.packed, out, workspace, experts=8, ffn=128,
-                activation=case.activation, gate_up_layout=case.layout, w_gate_up_scale=case.gate_up.scales,
-                w_down_scale=case.down.scales, group_size=case.group_size), stream)
+                hidden, ids, case.weights, gate_up, down, out, workspace, experts=8, ffn=128,
+                activation=case.activation, gate_up_layout=case.layout, w_gate_up_scale=gate_up_scale,
+                w_down_scale=down_scale, group_size=case.group_size), stream)
         torch.cuda.synchronize()
         return [out.cpu() for out in outs]
 

@@ -255,11 +255,11 @@ def test_forced_gemm_path():
 
 @pytest.mark.parametrize("path", ["tilings", "wgmma"])
 def test_kernels_wait_for_the_work_before_them(path):
-    """Programmatic dependent launch (from sm_90 the launcher starts each kernel of ours while the one before it
-    runs): three blocks back to back on one stream into one workspace, no sync between, each right after the copies
-    that write its hidden rows and ids into shared buffers; the Triton tilings (route, GEMMs, combine) and the wgmma
-    path (route, gather, combine around GroupedMMLauncher's GEMMs). Each output matches its reference, and the same
-    launches without the overlap exactly."""
+    """Programmatic dependent launch (from sm_90 the launcher starts each kernel of ours after a block's first while
+    the one before it runs): three blocks back to back on one stream into one workspace, no sync between, each right
+    after the copies that write its hidden rows and ids into shared buffers; the Triton tilings (route, GEMMs,
+    combine) and the wgmma path (route, gather, combine around GroupedMMLauncher's GEMMs). Each output matches its
+    reference, and the same launches without the overlap exactly."""
     from et_trt_backend.kernels.launcher import moe_workspace_bytes
     from et_trt_backend.kernels.moe_op import launch_args
 

@@ -84,9 +84,10 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Programmatic dependent launch (WAIT_PRIOR_GRID builds; the image says so and the launcher then starts the kernel
-// while the one before it in the stream still runs): waits until that grid has finished and its writes are visible,
-// then lets the next kernel start. Before it a program touches only its weights and scales (BY_EXPERT requests the
-// first stages), which nothing in the stream writes: the ids, the activations and the outputs come after.
+// while the block's previous kernel still runs): waits until that grid has finished and its writes are visible,
+// then lets the next kernel start. Before it a program touches only its weights (BY_EXPERT requests the first
+// stages), which no kernel of the block writes (the launcher starts the block's first kernel after all work before
+// it): the ids, the activations and the outputs come after.
 __device__ __forceinline__ void wait_prior_grid() {
 #if WAIT_PRIOR_GRID
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -488,7 +488,9 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
 
   std::string ran;
   // A kernel whose image waits for the grid before it (griddepcontrol.wait before it touches anything but its
-  // weights) starts while that grid runs: its launch, and its first weight loads, overlap that grid's tail.
+  // weights) starts while that grid runs, if that grid is this launch's: its launch, and its first weight loads,
+  // overlap that grid's tail. The first kernel starts after all work before it, which may write anything (an eager
+  // caller may write the weights just before).
   CUlaunchAttribute overlap = {};
   overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   overlap.value.programmaticStreamSerializationAllowed = 1;
@@ -500,7 +502,7 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     config.blockDimX = static_cast<unsigned>(kernel.threads);
     config.sharedMemBytes = static_cast<unsigned>(kernel.shared_bytes);
     config.hStream = stream;
-    if (kernel.waits_for_prior_grid && state_->programmatic_launch) {
+    if (kernel.waits_for_prior_grid && state_->programmatic_launch && !ran.empty()) {
       config.attrs = &overlap;
       config.numAttrs = 1;
     }
