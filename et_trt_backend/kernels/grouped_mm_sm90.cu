@@ -354,78 +354,64 @@ __device__ __forceinline__ float to_float(T x) {
 }
 
 #if ET_TRT_MOE == 1
-// x rounded to T (nearest even), as a float.
-template <typename T>
-__device__ __forceinline__ float rounded(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(__float2bfloat16(x));
-  else return __half2float(__float2half(x));
-}
-
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
+// The two 16-bit values of a pair that pack<T> made, as floats (the first from the low half).
+template <typename T>
+__device__ __forceinline__ float2 unpack(uint32_t pair) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&pair));
+  else return __half22float2(*reinterpret_cast<__half2*>(&pair));
+}
+
 // The gated activations of plugin_names.MOE_ACTIVATIONS (0-3) of a gate and an up value, in float32.
+template <int kActivation>
 __device__ __forceinline__ float gated_activation(float g, float u, const MoEEpilogue& moe) {
+  if constexpr (kActivation == 0) {  // swiglu
+    return g * sigmoid(g) * u;
+  } else if constexpr (kActivation == 1) {  // geglu_tanh: tanh(z) = 2 sigmoid(2z) - 1
+    return g * sigmoid(1.5957691216057308f * (g + 0.044715f * g * g * g)) * u;
+  } else if constexpr (kActivation == 2) {  // geglu_erf
+    return 0.5f * g * (1.f + erff(g * 0.7071067811865476f)) * u;
+  } else {  // gptoss_glu
+    const float gate = fminf(g, moe.limit), up = fminf(fmaxf(u, -moe.limit), moe.limit);
+    return (up + 1.f) * gate * sigmoid(moe.alpha * gate);
+  }
+}
+
+// Mode 1's store of one warpgroup's staged rows [0, staged_rows) (the generic epilogue's staging: a row holds the
+// warpgroup's 64 weight rows, bias added and rounded to T, 16-byte pieces swizzled by row % 8). In the blocked8
+// layout pieces 2w and 2w + 1 are 8 features' gate and up values; each thread makes 4 outputs of one row at a
+// time (with 8 at a time the larger widths spilled registers) and stores them at out [rows, features], columns feature0 + 4p.
+// A rolled loop, on purpose: unrolled per accumulator element (as this epilogue was) the activations made the
+// gate+up kernel 2.3 MB of SASS, ~8K instructions a tile at width 224, fetched again for every tile.
+template <int kActivation, typename T>
+__device__ __forceinline__ void store_activated(const T* staging, int staged_rows, int chunk, const Tile& tile, T* out,
+                                             int feature0, int features, const MoEEpilogue& moe) {
+#pragma unroll 1
+  for (int i = threadIdx.x % 128; i < staged_rows * 8; i += 128) {
+    const int staged = i / 8, part = i % 8;  // features feature0 + 4 part: half of piece part / 2
+    const int feature = feature0 + part * 4;
+    if (chunk + staged >= tile.rows || feature >= features) continue;  // features % 8 == 0: a piece is whole
+    const T* row = &staging[staged * 64 + (part % 2) * 4];
+    const uint2 gate = *reinterpret_cast<const uint2*>(&row[((part / 2 * 2) ^ (staged % 8)) * 8]);
+    const uint2 up = *reinterpret_cast<const uint2*>(&row[((part / 2 * 2 + 1) ^ (staged % 8)) * 8]);
+    auto activated = [&](uint32_t g, uint32_t u) {  // two features' outputs from their gate and up pairs
+      const float2 gf = unpack<T>(g), uf = unpack<T>(u);
+      return pack<T>(gated_activation<kActivation>(gf.x, uf.x, moe), gated_activation<kActivation>(gf.y, uf.y, moe));
+    };
+    *reinterpret_cast<uint2*>(&out[static_cast<int64_t>(tile.first_row + chunk + staged) * features + feature]) =
+        uint2{activated(gate.x, up.x), activated(gate.y, up.y)};
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_activated(const T* staging, int staged_rows, int chunk, const Tile& tile, T* out,
+                                                int feature0, int features, const MoEEpilogue& moe) {
   switch (moe.activation) {
-    case 0:  // swiglu
-      return g * sigmoid(g) * u;
-    case 1:  // geglu_tanh: tanh(z) = 2 sigmoid(2z) - 1
-      return g * sigmoid(1.5957691216057308f * (g + 0.044715f * g * g * g)) * u;
-    case 2:  // geglu_erf
-      return 0.5f * g * (1.f + erff(g * 0.7071067811865476f)) * u;
-    default: {  // gptoss_glu
-      const float gate = fminf(g, moe.limit), up = fminf(fmaxf(u, -moe.limit), moe.limit);
-      return (up + 1.f) * gate * sigmoid(moe.alpha * gate);
-    }
-  }
-}
-
-__device__ __forceinline__ void stmatrix_x1_trans(void* dst, uint32_t r0) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};" ::"r"(smem_addr(dst)), "r"(r0) : "memory");
-}
-
-// Mode 1's epilogue on one consumer warpgroup: its 64 weight rows are 32 features' gate and up rows. Each warp's
-// values of 8 tile rows form one 8x8 matrix (features x tile rows) that stmatrix.trans stages as 8 tile rows of 8
-// features; a warpgroup stages 64 tile rows x 32 features (64 bytes a row, 16-byte pieces XOR-swizzled by row / 2
-// so a matrix's 8 rows fall in distinct banks), then stores 16-byte row pieces.
-template <int WIDTH, typename T>
-__device__ __forceinline__ void moe_gate_up_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                     T* staging_base, T* out, const MoEEpilogue& moe, int N) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int features = N / 2;
-  const int gate_row = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // its up row is gate_row + 8
-  float gate_bias = 0.f, up_bias = 0.f;
-  if (moe.bias != nullptr && gate_row < N) {  // N % 16 == 0 (the launcher checks): the up row is in range too
-    const T* bias = static_cast<const T*>(moe.bias) + static_cast<int64_t>(tile.group) * N;
-    gate_bias = to_float(bias[gate_row]);
-    up_bias = to_float(bias[gate_row + 8]);
-  }
-  // acc[4j + e]: gate of tile row 8j + 2(lane % 4) + e; acc[4j + 2 + e]: its up.
-  auto value = [&](int j, int e) {
-    return gated_activation(rounded<T>(acc[4 * j + e] + gate_bias), rounded<T>(acc[4 * j + 2 + e] + up_bias), moe);
-  };
-  auto packed = [&](int j) { return pack<T>(value(j, 0), value(j, 1)); };
-  T* staging = staging_base + warpgroup * kStagingRows * 32;
-  auto slot = [&](int row) { return &staging[row * 32 + (warp ^ ((row >> 1) & 3)) * 8]; };
-  const int feature0 = tile.feature / 2 + warpgroup * 32;
-  constexpr int kMatrices = WIDTH / 8, kPerChunk = kStagingRows / 8;
-#pragma unroll
-  for (int j = 0; j < kMatrices; j += 4) {  // fully unrolled: acc is indexed by constants only
-    if (j + 3 < kMatrices) {  // matrices j..j+3; lane L addresses row L % 8 of matrix L / 8
-      stmatrix_x4_trans(slot((8 * (j + lane / 8) + lane % 8) % kStagingRows), packed(j), packed(j + 1),
-                        packed(j + 2), packed(j + 3));
-    } else {
-#pragma unroll
-      for (int m = j; m < kMatrices; ++m) stmatrix_x1_trans(slot((8 * m + lane % 8) % kStagingRows), packed(m));
-    }
-    const int done = j + 4 < kMatrices ? j + 4 : kMatrices;  // matrices staged so far
-    if (done % kPerChunk == 0 || done == kMatrices) {  // a chunk of rows is staged
-      const int chunk = (done - 1) / kPerChunk * kStagingRows;
-      const int staged_rows = min(8 * done, WIDTH) - chunk;
-      warpgroup_sync(warpgroup);
-      store_staged<4>(staging, staged_rows, chunk, tile, out, feature0, features,
-                      [](int row, int piece) { return piece ^ ((row >> 1) & 3); });
-      warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
-    }
+    case 0: store_activated<0>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
+    case 1: store_activated<1>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
+    case 2: store_activated<2>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
+    default: store_activated<3>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
   }
 }
 
@@ -510,14 +496,14 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     wgmma_fence(acc);
     if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
   }
-#if ET_TRT_MOE == 1
-  moe_gate_up_epilogue<WIDTH, T>(acc, tile, warpgroup, staging_base, out, moe, N);
-#elif ET_TRT_MOE == 2
+#if ET_TRT_MOE == 2
   moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(out), moe, N);
 #else
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store
   // 2-byte pieces of four rows; staged, each thread stores 16-byte row pieces.
+  // Mode 1 stages its gate and up values (bias added, rounded) the same way and applies the activation as it
+  // stores (store_activated).
   // acc[4j + 2h + e]: weight row warp*16 + lane/4 + 8h, tile row 8j + 2(lane%4) + e,
   // which is stmatrix's 8x8 fragment: .trans writes it as 8 tile rows of 8 weight rows.
   // Staging rows are 64 weight rows (128 bytes); 16-byte pieces are XOR-swizzled by
@@ -542,7 +528,17 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     for (int i = 0; i < (WIDTH + 31) / 32; ++i)
       row_scale[i] = lane + 32 * i < tile.rows ? scales.a[tile.first_row + lane + 32 * i] : 0.f;
   }
-  auto scaled = [&](int i) {  // acc[i], scaled in FP8 mode; i is a constant after unrolling
+  float bias[2] = {0.f, 0.f};  // mode 1: the bias of this thread's weight rows (a gate row and, 8 below, its up row)
+#if ET_TRT_MOE == 1
+  const int gate_row = feature0 + warp * 16 + lane / 4;
+  if (moe.bias != nullptr && gate_row < N) {  // N % 16 == 0 (the launcher checks): the up row is in range too
+    const T* group_bias = static_cast<const T*>(moe.bias) + static_cast<int64_t>(tile.group) * N;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) bias[h] = to_float(group_bias[gate_row + 8 * h]);
+  }
+#endif
+  auto scaled = [&](int i) {  // acc[i], scaled in FP8 mode, bias added in mode 1; i is a constant after unrolling
+    if constexpr (kMoE == 1) return acc[i] + bias[(i / 2) % 2];
     if constexpr (!kFp8) return acc[i];
     const float a_scale = __shfl_sync(0xffffffffu, row_scale[i / 16], 8 * ((i / 4) % 4) + 2 * (lane % 4) + i % 2);
     return acc[i] * (a_scale * b_scale[(i / 2) % 2]);
@@ -564,8 +560,12 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
       const int chunk = j / (kStagingRows / 8) * kStagingRows;
       const int staged_rows = min(8 * (j + 2), WIDTH) - chunk;
       warpgroup_sync(warpgroup);
+#if ET_TRT_MOE == 1
+      store_activated(staging, staged_rows, chunk, tile, out, feature0 / 2, N / 2, moe);
+#else
       store_staged<8>(staging, staged_rows, chunk, tile, out, feature0, N,
                       [](int row, int piece) { return piece ^ (row % 8); });
+#endif
       warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
     }
   }
