@@ -51,10 +51,10 @@ logger = logging.getLogger("moe_block_bench")
 # tokens, experts, hidden, FFN, top-k: the MoE layer of the issue's goals, and robot sizes.
 MOE = [(t, 128, 3072, 3072, 8) for t in (3500, 8740)]
 ROBOT = [(t, e, h, h, 2) for t in (1, 32, 256) for e in (8, 64) for h in (1024, 2048)]
-# Where the launcher's rule (MoEExpertsLauncher::rule_path: wgmma from H, F >= 2560 and 32 rows per expert) is
-# checked against the other path: 64 rows per expert at H 2048 (the old rule's wgmma, slower in the sweep), 512 at
-# 64 experts x H 2048 (the sweep's closest tie on the Triton side), 64 at H 2560 (the size threshold, between the
-# sizes the sweep measured) and 32 rows per expert at the MoE layer's H 3072 (the fewest rows measured faster).
+# Where the launcher's rule (MoEExpertsLauncher::rule_path: wgmma from H, F >= 2560 with 32 rows per expert, or
+# H, F >= 2048 with 128) is checked against the other path: 64 rows per expert at 8 experts x H 2048 (Triton's
+# side of the second threshold), 512 at 64 experts x H 2048 (wgmma's side, 1.45x in the last sweep), 64 at H 2560
+# (the first size threshold) and 32 rows per expert at the MoE layer's H 3072 (the fewest rows measured faster).
 DISPATCH = [(256, 8, 2048, 2048, 2), (16384, 64, 2048, 2048, 2), (2048, 64, 2560, 2560, 2), (512, 128, 3072, 3072, 8)]
 # Issue 32's "done when": fused over eager at the MoE shapes; over eager and over unfused at robot sizes.
 GOALS = {"moe": {"eager": 1.2}, "robot": {"eager": 1.5, "unfused": 1.2}}

@@ -21,15 +21,20 @@ size_t round_up(size_t value) { return (value + 255) / 256 * 256; }
 constexpr int64_t kIndexLimit = (int64_t{1} << 31) - 1024;
 constexpr int64_t kGridYLimit = 65535;
 // The dispatch rule (rule_path): on sm_90a the wgmma GEMMs take launches whose hidden and FFN sizes are both at
-// least kWgmmaMinSize with at least kWgmmaMinRowsPerExpert rows per expert on average; the Triton tilings take the
-// rest. Measured on an H100 (benchmarks/results/h100_moe_sweep/, the block's median, best Triton tiling / best wgmma
-// build): H = F = 1024 at 8-64 experts and 16-512 rows per expert 0.46-0.92; H = F = 2048 0.72-0.98 (a tie at 64
-// experts); H = F = 3072 at 128 experts, top-8, 1.05-1.16 from 32 rows per expert (512 tokens) to 546 (8740). The
-// size decides, not the rows: 32768 rows at 64 experts x H 1024 still 0.77. 2560 lies between the sizes measured
-// slower (2048) and faster (3072); 32 rows is the fewest measured faster (fewer rows read the weights once either
-// way and the wgmma path's row gather is a fifth launch).
+// least kWgmmaMinSize with at least kWgmmaMinRowsPerExpert rows per expert on average, or both at least
+// kWgmmaManyRowsMinSize with at least kWgmmaManyRows rows per expert; the Triton tilings take the rest. Measured on
+// an H100 (benchmarks/results/h100_gate_up_epilogue/moe_sweep.md, after the wgmma gate+up epilogue was rolled; the
+// block's median, shipped Triton tilings / shipped wgmma build): H = F = 3072 at 128 experts, top-8, 1.09-1.55 from
+// 32 rows per expert (512 tokens) to 546 (8740); H = F = 2048 from 128 rows per expert 0.99-1.53 (8 and 16 experts
+// tie up to 256 rows and win 1.06 / 1.10 at 512; 64 experts 1.09-1.53; 128 experts, top-8, 1.39), below 128 rows
+// 0.85-1.06 (the rule's misses: 64 experts at 16 and 64 rows, 1.06 and 1.05); H = F = 1024 0.72-1.09 (its one
+// win, 64 experts x 512 rows, left to the tilings with the ties). 2560 lies between 2048 and 3072, where 32 rows
+// was the fewest measured faster (fewer rows read the weights once either way, and the wgmma path's row gather is
+// a fifth launch).
 constexpr int64_t kWgmmaMinSize = 2560;
 constexpr int64_t kWgmmaMinRowsPerExpert = 32;
+constexpr int64_t kWgmmaManyRowsMinSize = 2048;
+constexpr int64_t kWgmmaManyRows = 128;
 constexpr int64_t kWgmmaMaxExperts = 1024;
 
 struct Kernel {
@@ -194,9 +199,10 @@ MoEExpertsLauncher::~MoEExpertsLauncher() {
 
 MoEGemmPath MoEExpertsLauncher::rule_path(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden_size,
                                           int64_t ffn) {
-  const int64_t pairs = tokens * top_k;
-  const bool wgmma = experts > 0 && pairs / kWgmmaMinRowsPerExpert >= experts &&
-                     std::min(hidden_size, ffn) >= kWgmmaMinSize;
+  const int64_t pairs = tokens * top_k, size = std::min(hidden_size, ffn);
+  auto rows_per_expert_at_least = [&](int64_t rows) { return pairs / rows >= experts; };
+  const bool wgmma = experts > 0 && ((size >= kWgmmaMinSize && rows_per_expert_at_least(kWgmmaMinRowsPerExpert)) ||
+                                     (size >= kWgmmaManyRowsMinSize && rows_per_expert_at_least(kWgmmaManyRows)));
   return wgmma ? MoEGemmPath::kWgmma : MoEGemmPath::kTilings;
 }
 
