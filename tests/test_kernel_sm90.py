@@ -90,6 +90,11 @@ def test_moe_cubins_use_wgmma_at_every_width(moe, kernel, staged, tmp_path):
     assert widths == set(range(8, 257, 8)), "a tile width has no wgmma"
     assert "UTMALDG.2D.MULTICAST" in sass and ("STSM" in sass) == staged
     assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
+    # An epilogue runs once a tile, its code fetched again each time: the gate+up's activations unrolled per
+    # accumulator element made 146,736 instructions and cost the GEMM a quarter of its time
+    # (benchmarks/results/h100_gate_up_epilogue/); rolled, 63,264 (the down build: 59,416).
+    instructions = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s", sass, re.M))
+    assert instructions < 80_000, f"{instructions} SASS instructions: an epilogue unrolled per element?"
     with pytest.raises(ValueError, match="MoE mode"):
         sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), weight_format="fp8", moe=moe)
 
