@@ -416,15 +416,20 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 }
 
 #elif ET_TRT_MOE == 2
-// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, straight to the pair's row of y. For one (j, h, e)
-// the 8 lanes of one row write 8 consecutive floats: whole 32-byte sectors. Each lane first loads the pairs and
-// weights of rows lane, lane + 32, ... (independent loads, in flight together); the row loop takes them from the
-// lane that holds them by shuffle: two rounds of global-memory latency per tile instead of two per row.
+// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, to the pair's row of y [pairs, N]. The sums go
+// through the warpgroup's staging, 32 tile rows x 64 features at a time (8 KiB of float32; 16-byte pieces XOR-
+// swizzled by row & 6, so a warp's stores of 4 rows x 8 features and the loads of 8 pieces of a row fall in distinct
+// banks), then 16 threads a row store its 64 features as 16-byte pieces, times the pair's weight. Written straight
+// from the accumulator, one float at a time, this epilogue was ~3K instructions a tile at width 224 (fetched again
+// every tile, as the gate+up's was); staged, a few hundred. Each lane first loads the pairs and weights of rows lane,
+// lane + 32, ... (independent loads, in flight together); the stores take them by shuffle from the lane that holds
+// them: two rounds of global-memory latency per tile instead of two per row.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                  float* y, const MoEEpilogue& moe, int N) {
+                                                  float* staging, float* y, const MoEEpilogue& moe, int N) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int feature = tile.feature + warpgroup * 64 + warp * 16 + lane / 4;  // and feature + 8
+  const int feature0 = tile.feature + warpgroup * 64;
+  const int feature = feature0 + warp * 16 + lane / 4;  // and feature + 8
   float bias[2] = {0.f, 0.f};
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -433,27 +438,46 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
   constexpr int kLoads = (WIDTH + 31) / 32;
   int pairs[kLoads];
   float weights[kLoads];
+  // Rows past the tile's load its last row's pair (no predicates to keep: they spilled) and are not stored.
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i)
-    pairs[i] = 32 * i + lane < tile.rows ? moe.sorted[tile.first_row + 32 * i + lane] : 0;
+  for (int i = 0; i < kLoads; ++i) pairs[i] = moe.sorted[tile.first_row + min(32 * i + lane, tile.rows - 1)];
+  if (moe.weights_16bit) {
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i)
-    weights[i] = 32 * i + lane >= tile.rows ? 0.f
-                 : moe.weights_16bit        ? to_float(static_cast<const T*>(moe.weights)[pairs[i]])
-                                            : static_cast<const float*>(moe.weights)[pairs[i]];
+    for (int i = 0; i < kLoads; ++i) weights[i] = to_float(static_cast<const T*>(moe.weights)[pairs[i]]);
+  } else {
 #pragma unroll
-  for (int j = 0; j < WIDTH / 8; ++j) {
+    for (int i = 0; i < kLoads; ++i) weights[i] = static_cast<const float*>(moe.weights)[pairs[i]];
+  }
+  constexpr int kRows = 32;  // staged tile rows a chunk
+  float* const rows = staging + warpgroup * kRows * 64;
+  // Feature column of staged row `row` (64 floats a row): its 16-byte piece XOR row & 6.
+  auto at = [&](int row, int column) { return &rows[row * 64 + ((column / 4) ^ (row & 6)) * 4 + column % 4]; };
+  const int store_row = (threadIdx.x % 128) / 16, piece = threadIdx.x % 16;  // 8 rows a pass, 16 pieces a row
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int row = 8 * j + 2 * (lane % 4) + e;  // 32 * (j / 4) + row % 32: held by lane row % 32
-      const int pair = __shfl_sync(0xffffffffu, pairs[j / 4], row % 32);
-      const float weight = __shfl_sync(0xffffffffu, weights[j / 4], row % 32);
-      if (row >= tile.rows) continue;
-      float* dst = y + static_cast<int64_t>(pair) * N;
+  for (int j = 0; j < WIDTH / 8; ++j) {  // acc[4j + 2h + e]: feature + 8h of tile row 8j + 2(lane % 4) + e
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (feature + 8 * h < N) dst[feature + 8 * h] = (acc[4 * j + 2 * h + e] + bias[h]) * weight;
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        *at((8 * j + 2 * (lane % 4) + e) % kRows, warp * 16 + 8 * h + lane / 4) = acc[4 * j + 2 * h + e] + bias[h];
+    if ((j + 1) % (kRows / 8) != 0 && j + 1 != WIDTH / 8) continue;
+    const int chunk = j / (kRows / 8) * kRows;  // a chunk of rows is staged: tile rows chunk + [0, 8 (j + 1) - chunk)
+    warpgroup_sync(warpgroup);
+#pragma unroll 1
+    for (int pass = 0; pass < (8 * (j + 1) - chunk) / 8; ++pass) {
+      const int row = 8 * pass + store_row;  // tile row chunk + row: held by lane row, register chunk / 32
+      const int pair = __shfl_sync(0xffffffffu, pairs[chunk / 32], row);
+      const float weight = __shfl_sync(0xffffffffu, weights[chunk / 32], row);
+      if (chunk + row < tile.rows && feature0 + 4 * piece < N) {  // N % 8 == 0 (the launcher's wgmma condition)
+        float4 sums = *reinterpret_cast<const float4*>(at(row, 4 * piece));
+        sums.x *= weight;
+        sums.y *= weight;
+        sums.z *= weight;
+        sums.w *= weight;
+        *reinterpret_cast<float4*>(&y[static_cast<int64_t>(pair) * N + feature0 + 4 * piece]) = sums;
+      }
     }
+    warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
   }
 }
 
@@ -497,7 +521,8 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
   }
 #if ET_TRT_MOE == 2
-  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(out), moe, N);
+  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(staging_base), reinterpret_cast<float*>(out),
+                              moe, N);
 #else
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store
