@@ -264,15 +264,10 @@ GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (swee
 # the launcher's own choice ("shipped") can be compared with every build it could have taken. (Sweeps 4 and 5 also
 # timed BY_EXPERT with 8 chunks x 5 stages and the 64-pair build with a 64-row down: where the rule runs their
 # shipped twins, faster only on 8x1024x1024, by up to 6%, and up to 27% slower elsewhere; sweep 7, BY_EXPERT with
-# 32 and 64 weight rows a program: faster than the launcher in 1 cell of 30, slower in 25: results/h100_int4/.)
+# 32 and 64 weight rows a program: faster than the launcher in 1 cell of 30, slower in 25: results/h100_int4/;
+# BY_EXPERT with two 16-row tiles a warp at 32 and 64 pairs, for 256 tokens on few experts: 1.17x-1.45x slower than
+# the launcher at 256 tokens on 8x1024x1024, tied at best elsewhere: results/h100_gate_up_epilogue/int4_gemv_sweep.md.)
 MMA_SWEEP = list(moe_aot.MOE_MMA_CONFIGS)
-# Candidates for 256 tokens on few experts (8x1024x1024: 0.57x our bf16, sweep 8): two 16-row tiles a warp, so each
-# activation fragment loaded from shared memory feeds two mma.sync rather than one (no spills, sm_90a).
-_C = int4_mma.MmaConfig
-MMA_SWEEP += [(_C(4, 2, 32, 4, 3, by_expert=True), _C(4, 1, 32, 4, 3, by_expert=True)),
-              (_C(4, 2, 32, 4, 3, by_expert=True), _C(4, 2, 32, 4, 3, by_expert=True)),
-              (_C(4, 2, 64, 4, 3, by_expert=True), _C(4, 2, 64, 4, 3, by_expert=True)),
-              (_C(8, 2, 64, 4, 3, by_expert=True), _C(8, 1, 64, 4, 3, by_expert=True))]
 # Builds also timed as sm_80 PTX (label + "_sm80", JIT by the driver as on any GPU without a cubin; the issue's
 # bandwidth goal is the sm_80 images'): the 8-pair builds of both families (4-32 tokens).
 MMA_SWEEP_PTX = [build for build in MMA_SWEEP if build[0].pairs == 8]
