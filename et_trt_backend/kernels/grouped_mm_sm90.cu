@@ -420,8 +420,8 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 // through the warpgroup's staging, 32 tile rows x 64 features at a time (8 KiB of float32; 16-byte pieces XOR-
 // swizzled by row & 6, so a warp's stores of 4 rows x 8 features and the loads of 8 pieces of a row fall in distinct
 // banks), then 16 threads a row store its 64 features as 16-byte pieces, times the pair's weight. Written straight
-// from the accumulator, one float at a time, this epilogue was ~3K instructions a tile at width 224 (fetched again
-// every tile, as the gate+up's was); staged, a few hundred. Each lane first loads the pairs and weights of rows lane,
+// from the accumulator, one float at a time, this epilogue made a width-224 tile's code ~3K instructions (fetched
+// again every tile, as the gate+up's was); staged, ~1K. Each lane first loads the pairs and weights of rows lane,
 // lane + 32, ... (independent loads, in flight together); the stores take them by shuffle from the lane that holds
 // them: two rounds of global-memory latency per tile instead of two per row.
 template <int WIDTH, typename T>
