@@ -63,4 +63,23 @@ std::string CudaDriver::describe(const char* call, CUresult result) const {
   return std::string(call) + " failed: " + describe(result);
 }
 
+CUresult CudaDriver::launch(CUfunction function, unsigned grid_x, unsigned grid_y, unsigned threads,
+                            unsigned shared_bytes, CUstream stream, void** args, bool overlap_previous) const {
+  CUlaunchConfig config = {};
+  config.gridDimX = grid_x;
+  config.gridDimY = grid_y;
+  config.gridDimZ = config.blockDimY = config.blockDimZ = 1;
+  config.blockDimX = threads;
+  config.sharedMemBytes = shared_bytes;
+  config.hStream = stream;
+  CUlaunchAttribute overlap = {};
+  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  overlap.value.programmaticStreamSerializationAllowed = 1;
+  if (overlap_previous) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  return cuLaunchKernelEx(&config, function, args, nullptr);
+}
+
 }  // namespace et_trt

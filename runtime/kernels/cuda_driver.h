@@ -30,6 +30,11 @@ struct CudaDriver {
   std::string describe(CUresult result) const;
   // "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
   std::string describe(const char* call, CUresult result) const;
+  // Launches `function` on `stream`, grid_x x grid_y blocks of `threads`. With `overlap_previous` it may start
+  // while the grid before it on the stream still runs (programmatic dependent launch): the kernel must wait
+  // (griddepcontrol.wait) before it reads what that grid writes.
+  CUresult launch(CUfunction function, unsigned grid_x, unsigned grid_y, unsigned threads, unsigned shared_bytes,
+                  CUstream stream, void** args, bool overlap_previous) const;
 };
 
 // Makes a context current on this thread for the scope, restoring the caller's.

@@ -557,22 +557,11 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
                                     : (fp8 ? triton_fp8_args : int4 ? triton_int4_args : triton_args);
-  CUlaunchConfig config = {};
-  config.gridDimX = grid;
-  config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1;
-  config.blockDimX = static_cast<unsigned>(kernel->threads);
-  config.sharedMemBytes = static_cast<unsigned>(kernel->shared_bytes);
-  config.hStream = stream;
-  CUlaunchAttribute overlap = {};
-  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  overlap.value.programmaticStreamSerializationAllowed = 1;
-  // Before it waits, the GEMM reads offs at most (the wgmma kernel's group table): work before the quantization
-  // wrote it, and the quantization started only once that work had finished.
-  if (state_->overlap_quantize) {  // its launch and setup overlap the row quantization's tail
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-  }
-  CUresult status = cu.cuLaunchKernelEx(&config, kernel->function, args, nullptr);
+  // With overlap_quantize its launch and setup overlap the row quantization's tail. Before it waits, the GEMM reads
+  // offs at most (the wgmma kernel's group table): work before the quantization wrote it, and the quantization
+  // started only once that work had finished.
+  CUresult status = cu.launch(kernel->function, grid, 1, static_cast<unsigned>(kernel->threads),
+                              static_cast<unsigned>(kernel->shared_bytes), stream, args, state_->overlap_quantize);
   if (status != CUDA_SUCCESS)
     return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + cu.describe(status));
   state_->last_kernel = kernel->name;

@@ -497,22 +497,11 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   // weights) starts while that grid runs, if that grid is this launch's: its launch, and its first weight loads,
   // overlap that grid's tail. The first kernel starts after all work before it, which may write anything (an eager
   // caller may write the weights just before).
-  CUlaunchAttribute overlap = {};
-  overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  overlap.value.programmaticStreamSerializationAllowed = 1;
   auto run = [&](const Kernel& kernel, int64_t grid_x, int64_t grid_y, void** args) {
-    CUlaunchConfig config = {};
-    config.gridDimX = static_cast<unsigned>(grid_x);
-    config.gridDimY = static_cast<unsigned>(grid_y);
-    config.gridDimZ = config.blockDimY = config.blockDimZ = 1;
-    config.blockDimX = static_cast<unsigned>(kernel.threads);
-    config.sharedMemBytes = static_cast<unsigned>(kernel.shared_bytes);
-    config.hStream = stream;
-    if (kernel.waits_for_prior_grid && state_->programmatic_launch && !ran.empty()) {
-      config.attrs = &overlap;
-      config.numAttrs = 1;
-    }
-    CUresult status = cu.cuLaunchKernelEx(&config, kernel.function, args, nullptr);
+    const bool overlap = kernel.waits_for_prior_grid && state_->programmatic_launch && !ran.empty();
+    CUresult status = cu.launch(kernel.function, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                                static_cast<unsigned>(kernel.threads), static_cast<unsigned>(kernel.shared_bytes),
+                                stream, args, overlap);
     if (status != CUDA_SUCCESS) return refuse("launching " + kernel.name + " failed: " + cu.describe(status));
     ran += (ran.empty() ? "" : " + ") + kernel.name;
     return true;
