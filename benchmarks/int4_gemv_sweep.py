@@ -9,6 +9,8 @@ and where each beats the other and the tensor-core tiles.
   shipped     the launcher as shipped (int4_images.json): the gemv, mma.sync or tiles path by its rule
   shipped_no_pdl  the same without programmatic dependent launch (MoEExpertsLauncher.set_programmatic_launch):
               what starting each kernel during the one before saves
+  shipped_<revision>  the launcher by its rule with the INT4 images as built at that git revision (prepare.py's
+              INT4_BASELINE_REV): a kernel change against its previous form, in the same rounds
   bf16        our bf16 MoEExperts kernels
   et_decode   ExecuTorch's fused_moe (its vector-matrix kernel, autotuned; at 1-16 tokens only, where it was the
               faster of its two in h100_int4/)
@@ -74,8 +76,11 @@ def sweep_contenders(images_path: str, sweep_path: str, mma_ok: pathlib.Path | N
         if mma_ok and label.startswith("mma_") and label not in passed:
             logger.warning("%s: not checked or failed int4_mma_check.py; not timed", label)
             continue
-        launcher = MoEExpertsLauncher(base + [sweep[i] for i in indices])
-        launcher.set_int4_path("mma" if label.startswith("mma_") else "gemv")
+        if label.startswith("shipped_"):  # a whole shipped set (prepare.py's INT4_BASELINE_REV), by the rule
+            launcher = MoEExpertsLauncher([sweep[i] for i in indices])
+        else:
+            launcher = MoEExpertsLauncher(base + [sweep[i] for i in indices])
+            launcher.set_int4_path("mma" if label.startswith("mma_") else "gemv")
         contenders[label] = int4_bench.int4_block(launcher)
     return contenders
 
@@ -132,14 +137,15 @@ GAP_TOKENS = range(4, 65)  # where the shipped launcher misses 2.5x bf16 the mos
 
 
 def gemv_labels(row: dict) -> list[str]:
-    return [label for label in row["us"] if label not in ("shipped", "shipped_no_pdl", "bf16", "et_decode")]
+    return [label for label in row["us"] if not label.startswith("shipped") and label not in ("bf16", "et_decode")]
 
 
 def table(rows: list[dict], copy_bps: float) -> str:
     lines = [f"copy bandwidth (1 GiB device-to-device, read + write): {copy_bps / 1e9:.0f} GB/s", "",
              "| E x H x F | tokens | best | us | % copy | best mma_ | us | best gemv | us | shipped us (path) | "
-             "no-PDL us | no-PDL / shipped | bf16 us | et_decode us | best x bf16 | best x et | best x shipped |",
-             "|---" * 17 + "|"]
+             "no-PDL us | no-PDL / shipped | baseline us | baseline / shipped | bf16 us | et_decode us | "
+             "best x bf16 | best x et | best x shipped |",
+             "|---" * 19 + "|"]
     for r in rows:
         us = r["us"]
         ranked = sorted(gemv_labels(r), key=us.get)
@@ -158,9 +164,12 @@ def table(rows: list[dict], copy_bps: float) -> str:
             return f"{us[label] / us[best]:.2f}x" if label in us else "-"
 
         pdl_gain = f"{us['shipped_no_pdl'] / us['shipped']:.3f}" if {"shipped", "shipped_no_pdl"} <= set(us) else "-"
+        baseline = next((label for label in us if label.startswith("shipped_") and label != "shipped_no_pdl"), None)
+        base_gain = f"{us[baseline] / us['shipped']:.3f}" if baseline and "shipped" in us else "-"
         lines.append(f"| {r['experts']}x{r['hidden']}x{r['ffn']} | {r['tokens']} | {best} | {us[best]:.1f} | "
                      f"{100 * share:.0f}% | {best_mma} | {fmt(best_mma)} | {best_gemv} | {fmt(best_gemv)} | "
-                     f"{fmt('shipped')} ({path}) | {fmt('shipped_no_pdl')} | {pdl_gain} | {fmt('bf16')} | "
+                     f"{fmt('shipped')} ({path}) | {fmt('shipped_no_pdl')} | {pdl_gain} | {fmt(baseline)} | "
+                     f"{base_gain} | {fmt('bf16')} | "
                      f"{fmt('et_decode')} | {ratio('bf16')} | {ratio('et_decode')} | {ratio('shipped')} |")
     return "\n".join(lines) + "\n\n" + overall(rows)
 

@@ -46,15 +46,15 @@ def test_report_names_what_was_not_met_or_not_timed(bench):
 
 def test_sweep_report_ranks_the_blockings():
     """benchmarks/int4_gemv_sweep.py's tables: per shape the fastest blocking, the fastest mma.sync ("mma_") and
-    per-pair one, the shipped launcher with and without programmatic dependent launch (not a blocking) and the ratios
-    against the fastest, then each blocking's mean slowdown; a shape where no blocking was timed is left out, not a
-    crash."""
+    per-pair one, the shipped launcher with and without programmatic dependent launch and as built at a baseline
+    revision (none of them a blocking) and the ratios against the fastest, then each blocking's mean slowdown; a shape
+    where no blocking was timed is left out, not a crash."""
     with benchmark_module("int4_gemv_sweep") as sweep:
         rows = [
             {"tokens": 1, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6, "shipped_kernels":
              "moe_gemv_gate_up_gated (gemv) + moe_gemv_down (gemv)",
              "us": {"n8_k256_w2_s3": 10.0, "n4_k512_w2_s3_paired": 5.0, "shipped": 10.0, "shipped_no_pdl": 12.0,
-                    "bf16": 15.0, "et_decode": 12.0}},
+                    "shipped_67ef6f7": 11.0, "bf16": 15.0, "et_decode": 12.0}},
             {"tokens": 64, "experts": 8, "hidden": 1024, "ffn": 1024, "touched_bytes": 3e6,
              "shipped_kernels": "moe_route (e64)",
              "us": {"n8_k256_w2_s3": 20.0, "n4_k512_w2_s3_paired": 40.0, "mma_w4t1p16c4s4": 10.0}},
@@ -63,9 +63,9 @@ def test_sweep_report_ranks_the_blockings():
         text = sweep.table(rows, 2e12)
     lines = text.splitlines()
     assert lines[4] == ("| 8x1024x1024 | 1 | n4_k512_w2_s3_paired | 5.0 | 30% | None | - | n4_k512_w2_s3_paired | 5.0 | "
-                        "10.0 (gemv) | 12.0 | 1.200 | 15.0 | 12.0 | 3.00x | 2.40x | 2.00x |")
+                        "10.0 (gemv) | 12.0 | 1.200 | 11.0 | 1.100 | 15.0 | 12.0 | 3.00x | 2.40x | 2.00x |")
     assert lines[5].startswith("| 8x1024x1024 | 64 | mma_w4t1p16c4s4 | 10.0 | 15% | mma_w4t1p16c4s4 | "
-                               "10.0 | n8_k256_w2_s3 | 20.0 | - (tiles) | - | - |")
+                               "10.0 | n8_k256_w2_s3 | 20.0 | - (tiles) | - | - | - | - |")
     assert "| 4 |" not in text
     # Geometric means of time / best at 4-64 tokens (ranked by it) and on all shapes: n4_k512 40 / 10 at 64 tokens,
     # sqrt(1 * 4) on all; n8_k256 20 / 10, sqrt(2 * 2).

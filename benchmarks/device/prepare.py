@@ -56,7 +56,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from et_trt_backend.kernels import aot, int4_mma, moe_aot, sm90  # noqa: E402
-from et_trt_backend.kernels.images import save_images  # noqa: E402
+from et_trt_backend.kernels.images import load_images, save_images  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
 PACK = OUT.parent / ".devpack" / "device.tgz"
@@ -253,10 +253,11 @@ def save_int4_images(executorch: pathlib.Path) -> None:
 
 
 # The INT4 kernels' blockings benchmarks/int4_gemv_sweep.py times (moe_aot.MoEGemvConfig). The vector-matrix ones
-# (rows, 32-element chunks per step, warps, stages, gate and up in one loop): none this time (sweeps 1-3, h100_int4/,
-# settled them; the shipped launcher stands for the gemv kernels where its rule runs them). (The per-expert kernels
-# those sweeps also timed, int4_rows.py, lost to the mma.sync ones and left the tree: git history keeps them.)
-GEMV_SWEEP: list[tuple] = []
+# (rows, 32-element chunks per step, warps, stages, gate and up in one loop): the shipped one (sweeps 1-3, h100_int4/,
+# settled the blocking), forced onto the gemv path at every token count, where the launcher's rule gives the mma.sync
+# kernels instead (pairs x H x F above 2^23). (The per-expert kernels those sweeps also timed, int4_rows.py, lost to
+# the mma.sync ones and left the tree: git history keeps them.)
+GEMV_SWEEP: list[tuple] = [(4, 32, 2, 2, True)]
 GEMV_SWEEP_3LAUNCH = False  # also time them without moe_gemv_down_combine (sweep 2 did: 1.01x-1.17x slower)
 # The mma.sync kernels (int4_mma.py, moe_int4_mma.cu): (gate+up blocking, down blocking), each MmaConfig(warps,
 # 16-row tiles per warp, pairs per pass, chunks per stage, stages, by_expert=...). The shipped builds (moe_aot's
@@ -274,6 +275,32 @@ MMA_SWEEP_PTX = [build for build in MMA_SWEEP if build[0].pairs == 8]
 # A git revision: MMA_SWEEP also built from moe_int4_mma.cu as it was there (label + "_base"), so that one call times
 # a change of the kernel's source against its previous form (environment variable MMA_BASELINE_REV; none by default).
 MMA_BASELINE_REV = os.environ.get("MMA_BASELINE_REV", "")
+# A git revision: the shipped INT4 launcher's images (sm_90a bf16 cubins: gemv, mma.sync, tiles, route, combine) as
+# built there, timed by the launcher's own rule beside "shipped" (label "shipped_<revision>"; environment variable
+# INT4_BASELINE_REV; none by default): a change of any INT4 kernel, Triton or CUDA, against its previous form.
+INT4_BASELINE_REV = os.environ.get("INT4_BASELINE_REV", "")
+_BASELINE_SCRIPT = """
+import sys
+from et_trt_backend.kernels import moe_aot
+from et_trt_backend.kernels.images import save_images
+save_images(sys.argv[1], [i for i in moe_aot.moe_experts_images(["sm_90a"], "bf16", "int4") if i.format == "cubin"])
+"""
+
+
+def baseline_int4_images(revision: str) -> list:
+    """The shipped INT4 images (sm_90a bf16 cubins) built from a temporary worktree of `revision`."""
+    root = OUT.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = pathlib.Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], check=True, cwd=root,
+                       capture_output=True)
+        try:
+            logging.info("building the INT4 images of %s", revision)
+            subprocess.run([sys.executable, "-c", _BASELINE_SCRIPT, str(pathlib.Path(tmp) / "images.json")],
+                           check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+            return load_images(pathlib.Path(tmp) / "images.json")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], check=True, cwd=root)
 
 
 def gemv_sweep_label(block_n: int, block_c: int, warps: int, stages: int, paired: bool) -> str:
@@ -302,6 +329,8 @@ def save_int4_sweep_images() -> None:
             for gate_up, down in MMA_SWEEP:
                 label = int4_mma.sweep_label(gate_up, down) + "_base"
                 contenders[label] = int4_mma.images(ARCH, "bf16", gate_up, down, source=base)
+    if INT4_BASELINE_REV:
+        contenders[f"shipped_{INT4_BASELINE_REV}"] = baseline_int4_images(INT4_BASELINE_REV)
     for gate_up, down in MMA_SWEEP_PTX:
         contenders[int4_mma.sweep_label(gate_up, down) + "_sm80"] = int4_mma.images("sm_80", "bf16", gate_up, down,
                                                                                    "ptx")
