@@ -73,14 +73,14 @@ def _moe(case):
 
 
 # moe_experts_launcher.cc's int4_path and int4_mma_by_expert: the vector-matrix kernels at pairs <= max(E, 16) (and,
-# where the mma.sync ones serve: H and F multiples of 16, pairs x H x F <= 2^23), the mma.sync ones above (BY_EXPERT
-# from 8 pairs per expert, or from 2 with at most 16 experts and E x H x F <= 2^26; else the first-pair grid), the
-# route and tiles where they do not serve. A pattern of last_kernels.
+# where the mma.sync ones serve: H and F multiples of 16, pairs <= 2 or pairs x H x F <= 2^23), the mma.sync ones
+# above (BY_EXPERT from 8 pairs per expert, or from 2 with at most 16 experts and E x H x F <= 2^26; else the
+# first-pair grid), the route and tiles where they do not serve. A pattern of last_kernels.
 def _expected_path(case) -> str:
     pairs, experts = case.ids.numel(), case.dense_down.shape[0]
     size, ffn = case.hidden.shape[1], case.dense_down.shape[2]
     mma = size % 16 == 0 and ffn % 16 == 0
-    if pairs <= max(experts, 16) and (not mma or pairs * size * ffn <= 2**23):
+    if pairs <= max(experts, 16) and (not mma or pairs <= 2 or pairs * size * ffn <= 2**23):
         return r"moe_gemv_gate_up"
     if not mma:
         return r"moe_route"
@@ -213,6 +213,7 @@ def test_moe_kernels_wait_for_the_work_before_them(tokens):
 
 def test_moe_single_token_no_tokens_and_robot_size():
     _check_moe(moe_case(1, 2, 64, 2048, 1024, seed=1))
+    assert "moe_gemv_gate_up" in _check_moe(moe_case(1, 2, 16, 2048, 4096, seed=5))  # two pairs: gemv at any size
     out, _ = _moe(moe_case(0, 2, 8, 64, 32, seed=2))
     assert out.shape == (0, 64)
 

@@ -87,10 +87,15 @@ bool is_mma_kernel(const std::string& kernel) {
 // of 1024 x 1024: gemv 14.3 us at 4 tokens, mma.sync 18.7 and 20.9 us at 8); the mma.sync kernels above
 // (their BY_EXPERT builds beat the tiles by 1.18x-1.58x at 64-256 tokens), the route and the tiles where they do not
 // serve. (An export from before the BY_EXPERT builds runs its first-pair builds there too, up to 1.34x slower than
-// the tiles at 64-256 tokens on 8 experts: re-export.) int4_path returns one of those three paths, never kRule.
+// the tiles at 64-256 tokens on 8 experts: re-export.) Up to kInt4GemvAnyWorkPairs pairs (a token's top-2: each
+// pair its own expert, so both paths read the same bytes) the vector-matrix kernels at any size: 16x2048x4096 at one
+// token took 26.7 us on them, 34.9 on the mma.sync ones (benchmarks/results/h100_int4_pdl_trigger/). int4_path
+// returns one of those three paths, never kRule.
 constexpr int64_t kInt4GemvMaxWork = int64_t{1} << 23;
+constexpr int64_t kInt4GemvAnyWorkPairs = 2;
 MoEInt4Path int4_path(int64_t pairs, int64_t experts, int64_t hidden_size, int64_t ffn, bool mma_serves) {
-  if (pairs <= std::max(experts, kInt4GemvMaxRows) && (!mma_serves || pairs * hidden_size * ffn <= kInt4GemvMaxWork))
+  if (pairs <= std::max(experts, kInt4GemvMaxRows) &&
+      (!mma_serves || pairs <= kInt4GemvAnyWorkPairs || pairs * hidden_size * ffn <= kInt4GemvMaxWork))
     return MoEInt4Path::kGemv;
   return mma_serves ? MoEInt4Path::kMma : MoEInt4Path::kTiles;
 }
@@ -108,6 +113,20 @@ bool int4_mma_by_expert(int64_t per_expert, int64_t experts, int64_t hidden_size
   return per_expert >= kInt4ByExpertAnyPairs ||
          (per_expert >= kInt4ByExpertMinPairs && experts <= kInt4ByExpertMaxExperts &&
           experts * hidden_size * ffn <= kInt4ByExpertMaxWeights);
+}
+
+// Whether the INT4 kernels after a block's first start while the one before them runs (programmatic dependent
+// launch). Measured on an H100 against the same launches without it (benchmarks/results/h100_int4_pdl_trigger/, three
+// calls): it saves 3-6% on the vector-matrix kernels at one token of small experts (pairs x H x F 2^21 and 2^22;
+// taken up to 2^23) and on the mma.sync BY_EXPERT builds (8-64 tokens); it costs 4% on the vector-matrix kernels at
+// one token of 16x2048x4096 (2^24), 8-14% on them at 4-8 pairs (8x1024x1024 at 4 tokens: 16.2 against 14.2 us)
+// and 10-16% on the first-pair mma.sync builds at 2-4 tokens (16x2048x4096: 47.1 against 40.7 us). Why is not known:
+// with each kernel letting the next launch at its end rather than its start, the cost went, and the saving with it.
+constexpr int64_t kInt4OverlapMaxGemvPairs = 2;
+bool int4_overlaps(MoEInt4Path path, int64_t pairs, int64_t hidden_size, int64_t ffn, bool by_expert) {
+  if (path == MoEInt4Path::kGemv)
+    return pairs <= kInt4OverlapMaxGemvPairs && pairs * hidden_size * ffn <= kInt4GemvMaxWork;
+  return path != MoEInt4Path::kMma || by_expert;
 }
 
 // Byte offsets of the workspace's regions (each 256-byte aligned) and its size.
@@ -497,8 +516,12 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   // weights) starts while that grid runs, if that grid is this launch's: its launch, and its first weight loads,
   // overlap that grid's tail. The first kernel starts after all work before it, which may write anything (an eager
   // caller may write the weights just before).
+  // INT4: only where it was measured to help (int4_overlaps).
+  const bool overlaps = state_->programmatic_launch &&
+                        (!state_->int4 ||
+                         int4_overlaps(int4_choice, pairs, a.hidden_size, a.ffn, gemvs != nullptr && gemvs->by_expert));
   auto run = [&](const Kernel& kernel, int64_t grid_x, int64_t grid_y, void** args) {
-    const bool overlap = kernel.waits_for_prior_grid && state_->programmatic_launch && !ran.empty();
+    const bool overlap = kernel.waits_for_prior_grid && overlaps && !ran.empty();
     CUresult status = cu.launch(kernel.function, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
                                 static_cast<unsigned>(kernel.threads), static_cast<unsigned>(kernel.shared_bytes),
                                 stream, args, overlap);

@@ -156,7 +156,8 @@ class MoEExpertsLauncher {
   void set_int4_path(MoEInt4Path path);
   // Whether later launches start the kernels whose images wait for the grid before them (KernelImage's
   // waits_for_prior_grid) while that grid, the launch's previous kernel, still runs: programmatic dependent
-  // launch, on until set (benchmarks time both). A launch's first kernel always starts after the work before it.
+  // launch, on until set (benchmarks time both); INT4 launches only on the paths where it was measured to help (the
+  // .cc's int4_overlaps). A launch's first kernel always starts after the work before it.
   void set_programmatic_launch(bool enabled);
 
   // The dispatch rule, the one place it is written (the C ABI's et_trt_moe_experts_rule_path asks it): kWgmma where
