@@ -108,6 +108,8 @@ def test_fp8_images_use_fp8_tensor_cores(arch, tmp_path):
     for image in fp8:
         assert image.weight_format == "fp8" and image.dtype == "bf16" and image.trans_b
         assert image.format == "cubin" and image.arch == arch  # no PTX fallback: sm_80 has no FP8 MMA
+        # GroupedMMLauncher starts a GEMM during the row quantization only where its image says it waits for it.
+        assert image.waits_for_prior_grid == (image in gemms and arch != "sm_89"), image.variant
     for image in gemms:
         if image.variant == "wgmma":
             continue  # the hand-written kernel: tests/test_kernel_sm90.py

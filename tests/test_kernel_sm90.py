@@ -70,6 +70,10 @@ def test_fp8_cubin_uses_fp8_wgmma_at_every_width(tmp_path):
     assert image.kernel == "grouped_mm_wgmma_fp8_nk" and image.weight_format == "fp8" and image.dtype == "bf16"
     assert image.block_k == 128  # 128 bytes of e4m3 per stage row, as 64 16-bit elements
     sass = _sass(image.image.bytes(), tmp_path)
+    # It waits for the row quantization before it (griddepcontrol.wait) and its image says so: GroupedMMLauncher
+    # starts it during the quantization only then; the 16-bit builds neither wait nor say so.
+    assert image.waits_for_prior_grid and "ACQBULK" in sass
+    assert not sm90.image("bf16").waits_for_prior_grid and not sm90.image("bf16", moe="down").waits_for_prior_grid
     widths = {int(n) for n in re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3\s", sass)}
     assert widths == set(range(8, 257, 8)), "a tile width has no e4m3 wgmma"
     assert "HGMMA" not in sass and "UTMALDG.2D.MULTICAST" in sass

@@ -234,7 +234,10 @@ def compile_image(
         ptx_version = _FP8_PTX_VERSION.get(cap, ptx_version)
     key = [_source_hash(*KERNEL_SOURCES["grouped_mm"]), triton.__version__, cap, dtype, trans_b, fmt,
            dataclasses.asdict(config), ptx_version, weight_format, "no line info"]
-    return cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version, weight_format))
+    image = cached_image(key, lambda: _compile(arch, cap, dtype, trans_b, config, fmt, ptx_version, weight_format))
+    # The FP8 GEMMs from sm_90 wait for the row quantization before them (WAIT_PRIOR_GRID in _compile): the image says
+    # so, and GroupedMMLauncher starts only such an image during the quantization.
+    return dataclasses.replace(image, waits_for_prior_grid=weight_format == "fp8" and cap >= PDL_MIN_CAPABILITY)
 
 
 def _triton_compile(kernel, signature: dict, constexprs: dict, attrs: dict, cap: int, num_warps: int,

@@ -13,6 +13,7 @@ build the fused MoE experts op's two GEMMs: images "moe_gate_up_gated" and "moe_
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pathlib
@@ -146,13 +147,15 @@ def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER, weight_forma
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
     key = [SOURCE.read_text(), wgmma_header(dtype, weight_format), nvcc_version(nvcc), dtype, stages, cluster,
            weight_format, "no line info", *([moe] if moe else [])]
-    return cached_image(key, lambda: KernelImage(
+    built = cached_image(key, lambda: KernelImage(
         kernel=MOE_MODES[moe][1] if moe else kernel_name("wgmma", True, weight_format), variant="wgmma", trans_b=True,
         arch="sm_90a", format="cubin",
         image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc, weight_format, moe)),
         entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES,
         block_k=BLOCK_K[weight_format], persistent=True, ptx_version="", weight_format=weight_format))
+    # The FP8 build waits for the row quantization before it (griddepcontrol.wait in the .cu): the image says so.
+    return dataclasses.replace(built, waits_for_prior_grid=weight_format == "fp8")
 
 
 def images(dtype: str, weight_format: str = "dense", moe: str | None = None) -> list[KernelImage]:

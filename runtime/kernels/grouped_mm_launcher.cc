@@ -45,6 +45,9 @@ struct LoadedKernel {
   int n_multiple = 1;  // and N of this
   // Takes TMA descriptors instead of a and b, and no scratch (grouped_mm_sm90.cu).
   bool tensor_maps = false;
+  // The image's: it reads nothing the grid before it writes until it has waited for that grid
+  // (griddepcontrol.wait), so it may be launched while that grid runs.
+  bool waits_for_prior_grid = false;
 };
 
 // grouped_mm_sm90.cu's group table holds this many groups (MAX_GROUPS in et_trt_backend/kernels/sm90.py);
@@ -52,10 +55,6 @@ struct LoadedKernel {
 // whole 8-row groups: one descriptor of a per share height, 8 to 256 / cluster rows.
 constexpr int64_t kWgmmaMaxGroups = 1024;
 constexpr int kWgmmaMaxWidth = 256, kWgmmaWidthStep = 8, kWgmmaTileFeatures = 128;
-
-// From this compute capability the fp8 images wait for the row quantization on the GPU (griddepcontrol; the same
-// bound as PDL_MIN_CAPABILITY in et_trt_backend/kernels/aot.py), so their launch may overlap it.
-constexpr int kOverlapQuantizeMinCapability = 90;
 
 // Up to this many elements (rows * K) the row quantization is latency-bound, and "quantize_rows_whole" (one read
 // of each row) beats "quantize_rows" (two reads of blocks of 4 rows) where K > 1024 or rows are few. H200: up to
@@ -151,9 +150,6 @@ struct GroupedMMLauncher::State {
   bool trans_b = false;
   bool fp8 = false;                   // weight_format Float8RowScaled
   bool int4 = false;                  // weight_format Int4GroupScaled
-  // fp8 on sm_90+: the GEMM is launched while the row quantization runs, and waits for it on the GPU
-  // (programmatic dependent launch; the images are built for it, et_trt_backend/kernels/aot.py).
-  bool overlap_quantize = false;
   MoEGemm moe = MoEGemm::kNone;  // the MoE experts GEMM whose epilogue the one (wgmma) image has
   std::vector<LoadedKernel> kernels;  // the GEMMs, in preference order
   std::vector<LoadedKernel> quantize;  // fp8: the row quantizations run before each GEMM, preferred first
@@ -248,7 +244,6 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
   if (!current_gpu(cu, &device, &no_gpu)) return failed(no_gpu);
   state->context = device.context;
   const int cc = device.cc, sms = device.sms;
-  state->overlap_quantize = state->fp8 && cc >= kOverlapQuantizeMinCapability;
   const std::string& gpu = device.name;
   CUresult status = CUDA_SUCCESS;
 
@@ -271,6 +266,7 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
     kernel.block_m = image->block_m;
     kernel.block_n = image->block_n;
     kernel.tensor_maps = kernel.variant == "wgmma";
+    kernel.waits_for_prior_grid = image->waits_for_prior_grid;
     const bool tma = kernel.variant.rfind("tma", 0) == 0 || kernel.tensor_maps;
     const Blocking blocking = blocking_of(kernel.variant);
     if (kernel.variant == "any" || kernel.variant == "gemv_any" || blocking == Blocking::kAnyK) {
@@ -557,11 +553,13 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
                                     : (fp8 ? triton_fp8_args : int4 ? triton_int4_args : triton_args);
-  // With overlap_quantize its launch and setup overlap the row quantization's tail. Before it waits, the GEMM reads
-  // offs at most (the wgmma kernel's group table): work before the quantization wrote it, and the quantization
-  // started only once that work had finished.
+  // An image that waits for the grid before it (the fp8 GEMMs from sm_90) starts while the row quantization runs:
+  // its launch and setup overlap the quantization's tail. Before it waits, the GEMM reads offs at most (the wgmma
+  // kernel's group table): work before the quantization wrote it, and the quantization started only once that work
+  // had finished. An image that does not say so (an older export's) starts after it.
+  const bool overlap = kernel->waits_for_prior_grid && quantized_by != nullptr;
   CUresult status = cu.launch(kernel->function, grid, 1, static_cast<unsigned>(kernel->threads),
-                              static_cast<unsigned>(kernel->shared_bytes), stream, args, state_->overlap_quantize);
+                              static_cast<unsigned>(kernel->shared_bytes), stream, args, overlap);
   if (status != CUDA_SUCCESS)
     return fail(error, "grouped_mm: launching " + kernel->name + " " + shape + " failed: " + cu.describe(status));
   state_->last_kernel = kernel->name;

@@ -16,9 +16,10 @@
 // block_k and rows * K <= 2^21: a_scale[r] = amax_k |a[r, k]| / 448, 1
 // where 0; a_q = e4m3(a / a_scale)), then
 //   out[r, n] = (sum_k a_q[r, k] * b[g, n, k]) * a_scale[r] * b_scale[g, n]
-// with the same group semantics. Both kernels run on the stream; nothing synchronizes. From sm_90
-// the GEMM is launched with programmatic stream serialization: it starts while the quantization
-// runs and waits for it on the GPU (griddepcontrol.wait) before reading a_q and a_scale.
+// with the same group semantics. Both kernels run on the stream; nothing synchronizes. A GEMM image
+// that says it waits for the grid before it (waits_for_prior_grid: the fp8 GEMMs from sm_90) is
+// launched with programmatic stream serialization: it starts while the quantization runs and waits
+// for it on the GPU (griddepcontrol.wait) before reading a_q and a_scale.
 //
 // INT4 weights (images of weight_format Int4GroupScaled, et_trt_backend/int4_weights.py): b is
 // packed INT4 [G, N, K] (uint8 [G, N, round_up(K, 32) / 2], trans_b only) with bfloat16 group
