@@ -31,6 +31,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import is_concrete_int, statically_known_true
 
+from et_trt_backend.op_support import node_value
 from et_trt_backend.source_lines import portable_source_line
 
 from .masked_rows import mask_of, replace_put
@@ -38,10 +39,6 @@ from .masked_rows import mask_of, replace_put
 logger = logging.getLogger(__name__)
 
 aten = torch.ops.aten
-
-
-def _val(node: object):
-    return node.meta.get("val") if isinstance(node, Node) else None
 
 
 class _Builder:
@@ -84,8 +81,8 @@ def _static_rows(val) -> int | None:
 def _gather(graph: torch.fx.Graph, node: Node) -> bool:
     """x[mask] with a static row count N -> x's entries at ranks 1..N."""
     mask, source = mask_of(node.args[1]), node.args[0]
-    rows = _static_rows(_val(node))
-    if mask is None or rows is None or not isinstance(_val(source), torch.Tensor):
+    rows = _static_rows(node_value(node))
+    if mask is None or rows is None or not isinstance(node_value(source), torch.Tensor):
         return False
     call = _Builder(graph, node)
     flat, ones, rank = _entries(call, mask)
@@ -93,7 +90,7 @@ def _gather(graph: torch.fx.Graph, node: Node) -> bool:
     hits = call(aten.logical_and.default, call(aten.eq.Tensor, call(aten.unsqueeze.default, rank, 0), wanted),
                 call(aten.unsqueeze.default, flat, 0))  # [N, entries]: entry e is the k-th True
     positions = call(aten.argmax.default, call(aten._to_copy.default, hits, dtype=torch.int32), 1)
-    entries = call(aten.reshape.default, source, [-1, *_val(source).shape[_val(mask).dim():]])
+    entries = call(aten.reshape.default, source, [-1, *node_value(source).shape[node_value(mask).dim():]])
     selected = call(aten.index_select.default, entries, 0, positions)
     selected.meta["val"] = node.meta["val"]
     _check_count(call, ones, rows, "x[mask]")
@@ -107,10 +104,10 @@ def _put(graph: torch.fx.Graph, node: Node) -> bool:
     base, indices, values = node.args[:3]
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
     mask = mask_of(indices)
-    base_val, values_val = _val(base), _val(values)
+    base_val, values_val = node_value(base), node_value(values)
     if accumulate or mask is None or not isinstance(base_val, torch.Tensor) or not isinstance(values_val, torch.Tensor):
         return False
-    leading = _val(mask).dim()
+    leading = node_value(mask).dim()
     row_shape = base_val.shape[leading:]
     one_row = values_val.dim() <= len(row_shape) or statically_known_true(values_val.shape[0] == 1)
     rows = _static_rows(values_val)

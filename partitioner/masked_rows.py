@@ -44,6 +44,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 
+from et_trt_backend.op_support import node_value
 from et_trt_backend.source_lines import source_line
 
 logger = logging.getLogger(__name__)
@@ -64,15 +65,11 @@ _AXIS_ARGUMENT = {
 _LAYOUT_FREE = frozenset({aten.alias.default, aten.clone.default, aten._to_copy.default})
 
 
-def _val(node: object):
-    return node.meta.get("val") if isinstance(node, Node) else None
-
-
 def mask_of(indices: object) -> Node | None:
     """The boolean mask an index list stands for: [mask], or [c0, c1, ...] with ci = where(mask)[i]."""
     if not isinstance(indices, (list, tuple)) or not indices or not all(isinstance(i, Node) for i in indices):
         return None
-    if len(indices) == 1 and getattr(_val(indices[0]), "dtype", None) == torch.bool:
+    if len(indices) == 1 and getattr(node_value(indices[0]), "dtype", None) == torch.bool:
         return indices[0]
     sources = {i.args[0] for i in indices if i.target is operator.getitem}
     if len(sources) != 1 or [i.args[1] for i in indices if i.target is operator.getitem] != list(range(len(indices))):
@@ -81,7 +78,7 @@ def mask_of(indices: object) -> Node | None:
     if coordinates.target not in _COORDINATES or len(coordinates.args) != 1:
         return None
     mask = coordinates.args[0]
-    val = _val(mask)
+    val = node_value(mask)
     return mask if val is not None and val.dtype == torch.bool and val.dim() == len(indices) else None
 
 
@@ -104,7 +101,7 @@ def _axis_args(node: Node, rank: int) -> tuple | None:
 
 def _row_free(value: object, rows_rank: int) -> bool:
     """A value from outside the rows broadcasts against them without a row axis of its own."""
-    val = _val(value)
+    val = node_value(value)
     if not isinstance(val, torch.Tensor):
         return not isinstance(value, Node) or not free_unbacked_symbols(val)
     if free_unbacked_symbols(val):
@@ -114,9 +111,9 @@ def _row_free(value: object, rows_rank: int) -> bool:
 
 def _why_not_row_wise(node: Node, rows: set[Node]) -> str | None:
     """None where `node` (in `rows`) computes each row from that row alone; else why not."""
-    val = _val(node)
+    val = node_value(node)
     inputs = [a for a in node.all_input_nodes if a in rows]
-    rank = _val(inputs[0]).dim() if inputs and isinstance(_val(inputs[0]), torch.Tensor) else 0
+    rank = node_value(inputs[0]).dim() if inputs and isinstance(node_value(inputs[0]), torch.Tensor) else 0
     flat = [x for a in (*node.args, *node.kwargs.values()) for x in (a if isinstance(a, (list, tuple)) else [a])]
     flat = [x for x in flat if not (isinstance(x, Node) and x in rows)]
     if not isinstance(val, torch.Tensor) or rank == 0:
@@ -124,8 +121,8 @@ def _why_not_row_wise(node: Node, rows: set[Node]) -> str | None:
     if node.target in (aten.linear.default, aten.matmul.default):
         weight, *bias = node.args[1:]
         fixed = [a for a in (weight, *bias) if isinstance(a, Node)]
-        if (node.args[0] not in rows or any(a in rows or free_unbacked_symbols(_val(a)) for a in fixed)
-                or _val(weight).dim() != 2):
+        if (node.args[0] not in rows or any(a in rows or free_unbacked_symbols(node_value(a)) for a in fixed)
+                or node_value(weight).dim() != 2):
             return "its weight is not a matrix independent of the rows"
         return None
     if node.target in _AXIS_ARGUMENT:
@@ -181,7 +178,7 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
     selection = _selection(values, mask)
     if selection is None:
         return False
-    source, base_val, mask_val, values_val = selection.args[0], _val(base), _val(mask), _val(values)
+    source, base_val, mask_val, values_val = selection.args[0], node_value(base), node_value(mask), node_value(values)
     leading = mask_val.dim()
     shapes_fit = (base_val.dim() == leading + values_val.dim() - 1
                   and all(statically_known_true(a == b) for a, b in zip(base_val.shape, mask_val.shape))
@@ -203,7 +200,7 @@ def _densify(graph: torch.fx.Graph, put: Node) -> bool:
         for node in [n for n in graph.nodes if n in rows and n is not selection]:
             dense = graph.node_copy(node, remap)
             if node.target in _AXIS_ARGUMENT:
-                dense.args = torch.fx.node.map_arg(_axis_args(node, _val(node.all_input_nodes[0]).dim()), remap)
+                dense.args = torch.fx.node.map_arg(_axis_args(node, node_value(node.all_input_nodes[0]).dim()), remap)
             for key in ("val", "tensor_meta"):  # shapes change: the re-trace fills them in
                 dense.meta.pop(key, None)
             env[node] = dense
@@ -221,7 +218,7 @@ def replace_put(graph: torch.fx.Graph, put: Node, mask: Node, written: Node) -> 
     origin = {k: put.meta[k] for k in ("nn_module_stack", "stack_trace") if k in put.meta}
     keep = mask
     with graph.inserting_before(put):
-        for _ in range(_val(base).dim() - _val(mask).dim()):
+        for _ in range(node_value(base).dim() - node_value(mask).dim()):
             keep = graph.call_function(aten.unsqueeze.default, (keep, -1))
             keep.meta.update(origin)
         selected = graph.call_function(aten.where.self, (keep, written, base))
@@ -235,7 +232,7 @@ def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
     """Removes the runtime checks torch.export put on the row count of `rows_of` (the selection, the mask's
     coordinates: 0 <= rows <= max): with the rows gone they check nothing, and they would keep the
     data-dependent ops alive."""
-    for size in [u for u in rows_of.users if u.target is aten.sym_size.int and free_unbacked_symbols(_val(u))]:
+    for size in [u for u in rows_of.users if u.target is aten.sym_size.int and free_unbacked_symbols(node_value(u))]:
         checks = set()
         frontier = [size]
         while frontier:
@@ -243,7 +240,7 @@ def _drop_row_count_checks(graph: torch.fx.Graph, rows_of: Node) -> None:
             if node not in checks:
                 checks.add(node)
                 frontier.extend(node.users)
-        if all(n.target is aten._assert_scalar.default or not isinstance(_val(n), torch.Tensor) for n in checks):
+        if all(n.target is aten._assert_scalar.default or not isinstance(node_value(n), torch.Tensor) for n in checks):
             for node in sorted(checks, key=list(graph.nodes).index, reverse=True):
                 graph.erase_node(node)
 

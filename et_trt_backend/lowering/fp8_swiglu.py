@@ -21,6 +21,7 @@ import operator
 
 import torch
 
+from et_trt_backend.op_support import node_value
 from et_trt_backend.plugin_names import ACTIVATIONS
 from et_trt_backend.source_lines import source_line
 
@@ -31,13 +32,9 @@ aten = torch.ops.aten
 lowering_ops = torch.ops.et_trt_lowering
 
 
-def _val(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
 def _static_width(node) -> int | None:
     """The last dimension of a 2-D node's value, where it is a plain int."""
-    val = _val(node)
+    val = node_value(node)
     if val is None or val.dim() != 2 or not isinstance(val.shape[1], int):
         return None
     return val.shape[1]
@@ -95,7 +92,7 @@ def _silu_input(node) -> torch.fx.Node | None:
         return None
     if node.target is aten.silu.default:
         return node.args[0]
-    val = _val(node)
+    val = node_value(node)
     if val is None or not _is_cast(node, val.dtype) or node.args[0].target is not aten.mul.Tensor:
         return None
     product = node.args[0]
@@ -104,7 +101,7 @@ def _silu_input(node) -> torch.fx.Node | None:
             continue
         d = sigmoid.args[0]  # c again, or a second cast of the same g
         if (_is_cast(c, torch.float32) and _is_cast(d, torch.float32) and c.args[0] is d.args[0]
-                and _val(c.args[0]).dtype == val.dtype):
+                and node_value(c.args[0]).dtype == val.dtype):
             return c.args[0]
     return None
 
@@ -116,7 +113,7 @@ def _gate_up(h: torch.fx.Node, k: int) -> torch.fx.Node | None:
     for silu, up in (h.args, h.args[::-1]):
         gate = _silu_input(silu)
         x = _half_of(gate, 0, k)
-        if x is not None and _half_of(up, 1, k) is x and _val(x).dtype == _val(h).dtype:
+        if x is not None and _half_of(up, 1, k) is x and node_value(x).dtype == node_value(h).dtype:
             return x
     return None
 
@@ -130,7 +127,7 @@ def fuse_swiglu(program: torch.export.ExportedProgram) -> int:
         if node.target is not lowering_ops.grouped_mm_fp8.default or len(node.args) != 4:
             continue
         h, b_q, offs, b_scale = node.args
-        x = _gate_up(h, _val(b_q).shape[-1]) if len(h.users) == 1 else None
+        x = _gate_up(h, node_value(b_q).shape[-1]) if len(h.users) == 1 else None
         if x is None:
             continue
         node.args = (x, b_q, offs, b_scale, ACTIVATIONS["swiglu"])

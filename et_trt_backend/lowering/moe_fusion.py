@@ -41,6 +41,7 @@ import torch
 
 from et_trt_backend import moe_experts
 from et_trt_backend.module_paths import common_prefix, module_path
+from et_trt_backend.op_support import node_value
 from et_trt_backend.op_support.routing import ROUTER_OPS, SORTS, as_floor_division
 from et_trt_backend.options import CompileOptions
 from et_trt_backend.plugin_names import MOE_ACTIVATIONS, MOE_EXPERTS_OP, MOE_GATED_ACTIVATIONS
@@ -135,7 +136,7 @@ def fuse_moe_blocks(program: torch.export.ExportedProgram, options: CompileOptio
             logger.info("MoE block %r at %s stays %s: %s", name, source_line(group[0]), UNFUSED, e)
             continue
         detail = _replace(ctx, weights, block)
-        forms.append(MoEBlockForm(name, FUSED, detail, KERNEL_DTYPES[_val(block.x).dtype]))
+        forms.append(MoEBlockForm(name, FUSED, detail, KERNEL_DTYPES[node_value(block.x).dtype]))
         logger.info("MoE block %r at %s: one %s node (%s)", name, source_line(group[0]), FUSED, detail)
     if any(form.form == FUSED for form in forms):
         ctx.graph.eliminate_dead_code()
@@ -175,7 +176,7 @@ def _match(ctx: RewriteContext, weights: ProgramWeights, group: list[torch.fx.No
     if gate_up not in _ancestors([down.args[0]]):
         raise NoMatch(f"the second grouped GEMM ({down.name}) does not take the first's ({gate_up.name}) output")
     gather, x, ids, top_k = _dispatch(ctx, gate_up.args[0])
-    dtype = _val(x).dtype
+    dtype = node_value(x).dtype
     if dtype not in KERNEL_DTYPES:
         raise NoMatch(f"the hidden states ({x.name}) are {dtype}; MoEExperts computes in bf16 or fp16")
     w_gate_up, b_gate_up, activated = _gemm_with_bias(weights, gate_up, "gate+up")
@@ -201,7 +202,7 @@ def _dispatch(ctx: RewriteContext, rows: torch.fx.Node) -> tuple[torch.fx.Node, 
     gather = rows
     while gather.target is aten._to_copy.default:
         gather = gather.args[0]
-    if gather.target is not aten.index.Tensor or len(gather.args[1]) != 1 or _val(gather.args[0]).dim() != 2:
+    if gather.target is not aten.index.Tensor or len(gather.args[1]) != 1 or node_value(gather.args[0]).dim() != 2:
         raise NoMatch(f"the gate+up GEMM's rows ({gather.name}, {_op_name(gather)}) are not the hidden states "
                       "gathered by the sort of the expert ids, x[perm // k]")
     x, (index,) = gather.args
@@ -217,10 +218,10 @@ def _dispatch(ctx: RewriteContext, rows: torch.fx.Node) -> tuple[torch.fx.Node, 
     if sort.target not in SORTS | {lowering_ops.counting_sort.default}:
         raise NoMatch(f"the row gather's permutation ({perm.name}, {_op_name(perm)}) is not a sort of the expert ids")
     ids = sort.args[0]
-    if _val(ids).dim() != 1:
+    if node_value(ids).dim() != 1:
         raise NoMatch(f"the sorted expert ids ({ids.name}) are not flat [T * k]")
-    if _val(rows).dtype != _val(x).dtype:
-        raise NoMatch(f"the gathered rows ({rows.name}) are cast from the hidden states' {_val(x).dtype}")
+    if node_value(rows).dtype != node_value(x).dtype:
+        raise NoMatch(f"the gathered rows ({rows.name}) are cast from the hidden states' {node_value(x).dtype}")
     return gather, x, ids, top_k
 
 
@@ -251,10 +252,10 @@ def _combines(x: torch.fx.Node, start: torch.fx.Node, gate_up: torch.fx.Node, or
     """Candidates (out, routing weights) for the combine after the down GEMM's output `start`: out a [T, H] value
     computed from it (the first few, in graph order: with k = 1 the permuted rows are [T, H] too), the weights
     the other factor of the one multiply on the way there, followed back through shape ops and a permutation."""
-    tokens, size = _val(x).shape
+    tokens, size = node_value(x).shape
     after = _descendants(start)
-    outputs = [n for n in sorted(after, key=order.get) if _is_tensor(n) and _val(n).dim() == 2
-               and _same_size(_val(n).shape[0], tokens) and _val(n).shape[1] == size]
+    outputs = [n for n in sorted(after, key=order.get) if _is_tensor(n) and node_value(n).dim() == 2
+               and _same_size(node_value(n).shape[0], tokens) and node_value(n).shape[1] == size]
     if not outputs:
         raise NoMatch(f"no [T, {size}] value follows the down GEMM: the pairs are not combined per token")
     computed = _descendants(gate_up)
@@ -272,7 +273,7 @@ def _combines(x: torch.fx.Node, start: torch.fx.Node, gate_up: torch.fx.Node, or
         while factor.target in _SHAPE_OPS or (factor.target is aten.index.Tensor and not permuted):
             permuted |= factor.target is aten.index.Tensor
             factor = factor.args[0]
-        if factor in computed or not _val(factor).is_floating_point():
+        if factor in computed or not node_value(factor).is_floating_point():
             first_error = first_error or NoMatch(
                 f"the down GEMM's rows are multiplied by {factor.name}, which is not routing weights")
             continue
@@ -401,7 +402,7 @@ def _check_numerics(ctx: RewriteContext, weights: ProgramWeights, block: _Block)
     inputs = {block.x, block.ids, block.weights}
     before = _ancestors(inputs) | inputs
     region = _in_graph_order(ctx, (_ancestors([block.out]) | {block.out}) & _descendants(*inputs) - before)
-    tokens = _val(block.x).shape[0]
+    tokens = node_value(block.x).shape[0]
     for sizes in _token_counts(ctx, tokens):
         evaluator = _Evaluator(ctx, weights, sizes)
         evaluator.read_outside(region, inputs, "the block's combine also reads")
@@ -445,8 +446,8 @@ def _random_inputs(evaluator: _Evaluator, block: _Block, tokens: int):
     _lead_with(picks[0], len(used) - 1)  # the last expert first and the first last: the sort moves rows
     _lead_with(picks[-1], 0)
     x = torch.randn(tokens, size, generator=generator)
-    ids_value = used[picks].reshape(-1).to(_val(block.ids).dtype)
-    weight_val = _val(block.weights)
+    ids_value = used[picks].reshape(-1).to(node_value(block.ids).dtype)
+    weight_val = node_value(block.weights)
     shape = [evaluator.size(d) for d in weight_val.shape]
     routing = (torch.rand(shape, generator=generator) + 0.1).to(weight_val.dtype).float()
     values = {block.x: x, block.ids: ids_value, block.weights: routing}
@@ -467,7 +468,7 @@ def _lead_with(row: torch.Tensor, value: int) -> None:
 # ---- the rewrite ---------------------------------------------------------------------------------------------
 def _replace(ctx: RewriteContext, weights: ProgramWeights, block: _Block) -> str:
     """block.out -> moe_experts(x, ids [T, k] int32, routing weights [T, k], the laid-out weights); a summary."""
-    graph, k, dtype = ctx.graph, block.top_k, _val(block.x).dtype
+    graph, k, dtype = ctx.graph, block.top_k, node_value(block.x).dtype
     anchor = block.gate_up.args[1]  # the new constants go beside the gate+up weights
     constants = []
     for name, value in (("w_gate_up", block.w_gate_up), ("w_down", block.w_down), ("b_gate_up", block.b_gate_up),
@@ -478,16 +479,16 @@ def _replace(ctx: RewriteContext, weights: ProgramWeights, block: _Block) -> str
     activation = block.activation
     with graph.inserting_before(block.out):
         ids = _call(ctx, block, aten.reshape.default, (block.ids, [-1, k]))
-        if _val(ids).dtype != torch.int32:
+        if node_value(ids).dtype != torch.int32:
             ids = _call(ctx, block, aten._to_copy.default, (ids,), {"dtype": torch.int32})
         routing = _call(ctx, block, aten.reshape.default, (block.weights, [-1, k]))
-        if _val(routing).dtype not in (torch.float32, dtype):
+        if node_value(routing).dtype not in (torch.float32, dtype):
             routing = _call(ctx, block, aten._to_copy.default, (routing,), {"dtype": torch.float32})
         out = _call(ctx, block, lowering_ops.moe_experts.default,
                     (block.x, ids, routing, *constants, activation.name, block.layout, activation.alpha,
                      activation.limit))
-        if _val(block.out).dtype != dtype:
-            out = _call(ctx, block, aten._to_copy.default, (out,), {"dtype": _val(block.out).dtype})
+        if node_value(block.out).dtype != dtype:
+            out = _call(ctx, block, aten._to_copy.default, (out,), {"dtype": node_value(block.out).dtype})
     block.out.replace_all_uses_with(out)
     experts, size, ffn = block.w_down.shape
     gptoss = f" (alpha {activation.alpha:g}, limit {activation.limit:g})" if activation.name == "gptoss_glu" else ""
@@ -505,12 +506,8 @@ def _call(ctx: RewriteContext, block: _Block, target, args, kwargs=None) -> torc
 
 
 # ---- graph helpers --------------------------------------------------------------------------------------------
-def _val(node: torch.fx.Node):
-    return node.meta.get("val")
-
-
 def _is_tensor(node: torch.fx.Node) -> bool:
-    return isinstance(_val(node), torch.Tensor)
+    return isinstance(node_value(node), torch.Tensor)
 
 
 def _op_name(node: torch.fx.Node) -> str:

@@ -64,6 +64,7 @@ from ._common import (
     holds_float64,
     input_tensors,
     names,
+    node_value,
     output_tensors,
 )
 
@@ -162,5 +163,5 @@ def _rule_on_data_dependent(rule, node: Node) -> str | None:
 
 __all__ = [
     "DATA_MOVEMENT", "PRESERVED_OPS", "SUPPORTED_TARGETS", "SYMBOLIC_FUNCTIONS", "aten_overload", "holds_float64",
-    "unsupported_reason",
+    "node_value", "unsupported_reason",
 ]

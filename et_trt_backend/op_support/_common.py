@@ -81,9 +81,15 @@ def names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(sorted(dtype_name(d) for d in dtypes))
 
 
+def node_value(node: Any) -> Any:
+    """The value torch.export left on an fx node (meta["val"]: a fake tensor, a SymInt, a tuple of them), None for
+    anything else (a constant argument, a node without one)."""
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
 def holds_float64(node: Any) -> bool:
     """Whether `node` (an fx node) computes a float64 tensor."""
-    value = node.meta.get("val") if isinstance(node, Node) else None
+    value = node_value(node)
     return isinstance(value, torch.Tensor) and value.dtype == torch.float64
 
 
