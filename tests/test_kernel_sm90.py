@@ -99,8 +99,24 @@ def test_moe_cubins_use_wgmma_at_every_width(moe, kernel, staged, tmp_path):
     # (benchmarks/results/h100_gate_up_epilogue/); rolled, 63,264. The down build's: 59,416 unstaged, 21,672 staged.
     instructions = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s", sass, re.M))
     assert instructions < 80_000, f"{instructions} SASS instructions: an epilogue unrolled per element?"
-    with pytest.raises(ValueError, match="MoE mode"):
-        sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), weight_format="fp8", moe=moe)
+    if moe == "gate_up":  # the FP8 gate+up is Triton's (moe_fp8.py); the down has an FP8 build (below)
+        with pytest.raises(ValueError, match="MoE mode"):
+            sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), weight_format="fp8", moe=moe)
+
+
+@needs_nvcc
+def test_fp8_moe_down_cubin_takes_tiles_of_at_most_128_rows(tmp_path):
+    """The FP8 MoE down (ET_TRT_FP8 with ET_TRT_MOE=2): e4m3 wgmma at tile widths 8-128 only (a second accumulator
+    for each block of K's product), no spills; it waits for the grid before it, as every FP8 build."""
+    pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
+    image = sm90.image("bf16", weight_format="fp8", moe="down")
+    assert (image.kernel, image.variant, image.weight_format, image.block_k) == ("moe_down", "wgmma", "fp8", 128)
+    assert image.waits_for_prior_grid
+    sass = _sass(image.image.bytes(), tmp_path)
+    widths = {int(n) for n in re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3\s", sass)}
+    assert widths == set(range(8, 129, 8)), sorted(widths)
+    assert "HGMMA" not in sass and "UTMALDG.2D.MULTICAST" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
 
 
 @needs_nvcc

@@ -117,3 +117,20 @@ def test_fp8_scales_are_required():
     (gq, _), (dq, _) = moe_experts_fp8.quantize_weights(w_gate_up, w_down)
     with pytest.raises(ValueError, match="FP8 weights need w_gate_up_scale"):
         torch.ops.et_trt.moe_experts(hidden.cuda(), ids.cuda(), weights.cuda(), gq.cuda(), dq.cuda())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the wgmma kernel's FP8 down is sm_90a's")
+@pytest.mark.parametrize("tokens", [1, 37, 300])
+def test_wgmma_down_every_tile_width(tokens):
+    """The wgmma kernel's FP8 down (block-scaled h, a second accumulator, tiles of at most 128 rows) forced: 1 token
+    (8-row tiles), 37 and 300 tokens x top-4 over 8 experts (tiles up to 128 rows, two a group at 300), biases."""
+    from et_trt_backend.kernels import moe_op
+
+    launcher = moe_op.launcher_for(torch.device("cuda", torch.cuda.current_device()), torch.bfloat16, "fp8")
+    launcher.set_gemm_path("wgmma")
+    try:
+        kernels = _check(make_inputs(tokens, 4, 8, 256, 384, "swiglu", bias=True, seed=tokens), layout="blocked8")
+    finally:
+        launcher.set_gemm_path("rule")  # the launcher is shared with the other tests
+    assert "moe_down (wgmma)" in kernels, kernels

@@ -172,6 +172,8 @@ def save_moe_fp8_images() -> None:
     contenders = {
         "fused_fp8": fp8["bf16"],
         "fused_fp8_no_small": [i for i in fp8["bf16"] if i.variant != "small"],
+        # sm_90a: without the wgmma kernel's FP8 down (the Triton/Gluon down at every size, as before it)
+        "fused_fp8_triton_down": [i for i in fp8["bf16"] if i.variant != "wgmma"],
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
     }
     save_contenders("moe_fp8_bench_images", contenders)

@@ -45,6 +45,9 @@
 // epilogue adds the bias, rounds both, applies the gated activation (MoEEpilogue::activation), rounds, and writes
 // out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and writes
 // float32 rows at the pair's place: out is float [pairs, N], row sorted[r]. The launcher passes MoEEpilogue after out.
+// Mode 2 also builds with ET_TRT_FP8 (the FP8 MoE down): a is the FP8 gate+up's e4m3 h with a scale per row and
+// 128-column block (a_scale [rows, ceil(K / 128)], consume_block_scaled), W e4m3 with b_scale per output feature;
+// MoEEpilogue follows b_scale.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -66,8 +69,8 @@
 #if !defined(ET_TRT_FP8) || (ET_TRT_FP8 != 0 && ET_TRT_FP8 != 1)
 #error "compile with -DET_TRT_FP8=0 (a and W in ET_TRT_ELEM) or 1 (float8 e4m3 with scales)"
 #endif
-#if !defined(ET_TRT_MOE) || ET_TRT_MOE < 0 || ET_TRT_MOE > 2 || (ET_TRT_MOE != 0 && ET_TRT_FP8 != 0)
-#error "compile with -DET_TRT_MOE=0 (grouped GEMM), 1 (MoE gate+up) or 2 (MoE down); the MoE modes are 16-bit only"
+#if !defined(ET_TRT_MOE) || ET_TRT_MOE < 0 || ET_TRT_MOE > 2 || (ET_TRT_MOE == 1 && ET_TRT_FP8 != 0)
+#error "compile with -DET_TRT_MOE=0 (grouped GEMM), 1 (MoE gate+up, 16-bit) or 2 (MoE down, 16-bit or fp8)"
 #endif
 
 namespace {
@@ -77,6 +80,11 @@ constexpr int kMaxWidth = 256;      // rows per tile at most: wgmma N
 constexpr int kWidthStep = 8;  // wgmma's N step (16-bit and fp8 inputs alike)
 constexpr bool kFp8 = ET_TRT_FP8;
 constexpr int kMoE = ET_TRT_MOE;
+// The FP8 MoE down: a's scales are per row and 128-column block (a_scale [rows, ceil(K / 128)]: the FP8 gate+up
+// kernel's h_scale), so each stage's product (one block of K) is scaled by its rows' scales before it is added:
+// a second accumulator, which rows of at most 128 leave room for.
+constexpr bool kBlockScaled = kFp8 && kMoE == 2;
+constexpr int kTileMaxWidth = kBlockScaled ? 128 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
 constexpr int kSwizzleBytes = 128;  // one swizzled row of a stage: K-bytes per stage
 constexpr int kBlockK = kSwizzleBytes / (kFp8 ? 1 : 2);  // elements of K per stage
 constexpr int kInstrBytes = 32;                         // K-bytes per wgmma: k16 (16-bit) or k32 (fp8)
@@ -201,7 +209,7 @@ __device__ __forceinline__ void row_tiling(int count, int* width, int* tiles) {
     *tiles = 0;
     return;
   }
-  *width = part_width(count, (count + kMaxWidth - 1) / kMaxWidth);
+  *width = part_width(count, (count + kTileMaxWidth - 1) / kTileMaxWidth);
   *tiles = (count + *width - 1) / *width;
 }
 
@@ -423,18 +431,23 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 // from the accumulator, one float at a time, this epilogue made a width-224 tile's code ~3K instructions (fetched
 // again every tile, as the gate+up's was); staged, ~1K. Each lane first loads the pairs and weights of rows lane,
 // lane + 32, ... (independent loads, in flight together); the stores take them by shuffle from the lane that holds
-// them: two rounds of global-memory latency per tile instead of two per row.
+// them: two rounds of global-memory latency per tile instead of two per row. FP8 (kBlockScaled): acc holds the
+// products times the rows' block scales; the sums are acc * b_scale (the weight row's) + bias.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                  float* staging, float* y, const MoEEpilogue& moe, int N) {
+                                                  float* staging, float* y, const Scales& scales,
+                                                  const MoEEpilogue& moe, int N) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int feature0 = tile.feature + warpgroup * 64;
   const int feature = feature0 + warp * 16 + lane / 4;  // and feature + 8
-  float bias[2] = {0.f, 0.f};
+  float bias[2] = {0.f, 0.f}, b_scale[2] = {1.f, 1.f};
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h) {
     if (moe.bias != nullptr && feature + 8 * h < N)
       bias[h] = to_float(static_cast<const T*>(moe.bias)[static_cast<int64_t>(tile.group) * N + feature + 8 * h]);
+    if constexpr (kBlockScaled)
+      b_scale[h] = feature + 8 * h < N ? scales.b[static_cast<int64_t>(tile.group) * N + feature + 8 * h] : 0.f;
+  }
   constexpr int kLoads = (WIDTH + 31) / 32;
   int pairs[kLoads];
   float weights[kLoads];
@@ -459,7 +472,8 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        *at((8 * j + 2 * (lane % 4) + e) % kRows, warp * 16 + 8 * h + lane / 4) = acc[4 * j + 2 * h + e] + bias[h];
+        *at((8 * j + 2 * (lane % 4) + e) % kRows, warp * 16 + 8 * h + lane / 4) =
+            acc[4 * j + 2 * h + e] * b_scale[h] + bias[h];
     if ((j + 1) % (kRows / 8) != 0 && j + 1 != WIDTH / 8) continue;
     const int chunk = j / (kRows / 8) * kRows;  // a chunk of rows is staged: tile rows chunk + [0, 8 (j + 1) - chunk)
     warpgroup_sync(warpgroup);
@@ -484,6 +498,61 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
 #endif  // ET_TRT_MOE == 1 / 2
 #endif  // ET_TRT_MOE
 
+// The FP8 MoE down's K loop (kBlockScaled): a stage is one 128-column block of K, whose rows have their own scales
+// (a_scale [rows, k_steps], float32). Its product goes to `part` (from zero), waited for, the stage released, then
+// added to acc times its rows' scales. Lane L holds the scales of tile rows L, L + 32, ... (loaded a stage ahead);
+// acc[4j + 2h + e] belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle.
+// The other consumer warpgroup's products keep the tensor cores busy while this one adds.
+template <int WIDTH>
+__device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], const Tile& tile, int k_steps,
+                                                     uint8_t* stages, uint64_t* full, uint64_t* empty, int& stage,
+                                                     int& phase, int warpgroup, const Scales& scales) {
+  constexpr int kScaleRegs = (WIDTH + 31) / 32;
+  const int lane = threadIdx.x % 32;
+  const bool leader = threadIdx.x % 128 == 0;
+  auto load_scales = [&](int k, float (&s)[kScaleRegs]) {
+#pragma unroll
+    for (int j = 0; j < kScaleRegs; ++j) {
+      const int row = lane + 32 * j;
+      s[j] = row < tile.rows ? scales.a[static_cast<int64_t>(tile.first_row + row) * k_steps + k] : 0.f;
+    }
+  };
+  float scale[kScaleRegs], next[kScaleRegs];
+  load_scales(0, scale);
+  float part[WIDTH / 2];
+  for (int k = 0; k < k_steps; ++k) {
+    if (k + 1 < k_steps) load_scales(k + 1, next);
+#pragma unroll
+    for (int i = 0; i < WIDTH / 2; ++i) part[i] = 0.f;
+    barrier_wait(&full[stage], phase);
+    uint8_t* base = stages + stage * kStageBytes;
+    const uint64_t a_desc = smem_desc(base + warpgroup * 64 * 128);
+    const uint64_t b_desc = smem_desc(base + kWeightBytes);
+    wgmma_fence(part);
+#pragma unroll
+    for (int kk = 0; kk < kSwizzleBytes / kInstrBytes; ++kk)
+      wgmma_m64<WIDTH>(part, a_desc + kInstrBytes / 16 * kk, b_desc + kInstrBytes / 16 * kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence(part);
+    if (leader) barrier_arrive_cluster(&empty[stage]);
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1;
+    }
+#pragma unroll
+    for (int j = 0; j < WIDTH / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float s = __shfl_sync(0xffffffffu, scale[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
+        acc[4 * j + e] += part[4 * j + e] * s;
+        acc[4 * j + 2 + e] += part[4 * j + 2 + e] * s;
+      }
+#pragma unroll
+    for (int j = 0; j < kScaleRegs; ++j) scale[j] = next[j];
+  }
+}
+
 // One tile on one consumer warpgroup: its 64 weight rows times WIDTH rows.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int k_steps, uint8_t* stages,
@@ -494,7 +563,9 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
 #pragma unroll
   for (int i = 0; i < WIDTH / 2; ++i) acc[i] = 0.f;
   const bool leader = threadIdx.x % 128 == 0;
-  if (compute) {
+  if constexpr (kBlockScaled) {
+    if (compute) consume_block_scaled<WIDTH>(acc, tile, k_steps, stages, full, empty, stage, phase, warpgroup, scales);
+  } else if (compute) {
     int previous = -1;
     for (int k = 0; k < k_steps; ++k) {
       barrier_wait(&full[stage], phase);
@@ -522,7 +593,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
   }
 #if ET_TRT_MOE == 2
   moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(staging_base), reinterpret_cast<float*>(out),
-                              moe, N);
+                              scales, moe, N);
 #else
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store
@@ -604,8 +675,9 @@ __device__ __forceinline__ void consume_width(const Tile& tile, bool compute, in
   switch (tile.width / kWidthStep) {
 #define ET_TRT_WIDTH_CASE(n)                                                                                  \
   case n:                                                                                                     \
-    consume_tile<n * kWidthStep, T>(tile, compute, k_steps, stages, full, empty, stage, phase, warpgroup,     \
-                                    staging, out, scales, moe, N);                                            \
+    if constexpr (n * kWidthStep <= kTileMaxWidth)                                                            \
+      consume_tile<n * kWidthStep, T>(tile, compute, k_steps, stages, full, empty, stage, phase, warpgroup,   \
+                                      staging, out, scales, moe, N);                                          \
     break;
     ET_TRT_WIDTH_CASE(1) ET_TRT_WIDTH_CASE(2) ET_TRT_WIDTH_CASE(3) ET_TRT_WIDTH_CASE(4)
     ET_TRT_WIDTH_CASE(5) ET_TRT_WIDTH_CASE(6) ET_TRT_WIDTH_CASE(7) ET_TRT_WIDTH_CASE(8)

@@ -461,6 +461,8 @@ def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "d
         sets.append(("moe_experts", (arch, dtype, "cubin", weight_format)))
         if cap == 90 and weight_format == "dense":
             sets += _sm90_sets(arch, dtype)
+        if cap == 90 and weight_format == "fp8" and sm90.nvcc_path() is not None:  # the wgmma kernel's FP8 down
+            sets.append(("sm90", (dtype, "fp8", "down")))
     if weight_format != "fp8":  # no portable FP8 fallback: the PTX architecture has no FP8 MMA
         sets.append(("moe_experts", (aot.PTX_FALLBACK_ARCH, dtype, "ptx", weight_format)))
     return parallel_compile.images(sets)

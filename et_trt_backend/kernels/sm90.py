@@ -8,7 +8,8 @@ The launcher (runtime/kernels/grouped_mm_launcher.cc) knows the kernel's paramet
 TMA descriptors it encodes per call, one for `a` per height of a CTA's share of a tile's rows.
 Weight format "fp8" builds the same source with float8 e4m3 operands and per-row/per-feature
 scales (-DET_TRT_FP8=1; its instructions are m64nWk32.e4m3, see the .cu). The MoE modes (-DET_TRT_MOE=1, 2)
-build the fused MoE experts op's two GEMMs: images "moe_gate_up_gated" and "moe_down", variant "wgmma".
+build the fused MoE experts op's two GEMMs: images "moe_gate_up_gated" and "moe_down", variant "wgmma"; the down
+also with fp8 weights (the FP8 MoE down: its input the FP8 gate+up's block-scaled e4m3 h).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str, weight_forma
     """The kernel as an sm_90a cubin, built by `nvcc` (CUDA 12.3 or newer); no GPU. `dtype` is the output's
     (and, for weight_format "dense", the operands'); `moe` a MoE mode (MOE_MODES) or None."""
     _check(dtype, weight_format)
-    if moe is not None and (moe not in MOE_MODES or weight_format != "dense"):
-        raise ValueError(f"MoE mode {moe!r}: use one of {tuple(MOE_MODES)}, with dense weights")
+    if moe is not None and (moe not in MOE_MODES or weight_format not in ("dense", "fp8")
+                            or (weight_format == "fp8" and moe != "down")):
+        raise ValueError(f"MoE mode {moe!r}: use one of {tuple(MOE_MODES)} with dense weights, or \"down\" with fp8")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = pathlib.Path(tmp)
         (tmp_path / "wgmma_sm90.cuh").write_text(wgmma_header(dtype, weight_format))

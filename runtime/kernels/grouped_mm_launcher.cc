@@ -342,7 +342,9 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
       state->kernels.erase(quantize);
     }
   }
-  if (state->fp8 && (state->quantize.empty() || state->quantize.back().variant != "quantize_rows_any"))
+  // The FP8 MoE down reads its activations quantized already (Fp8Operands::a_block_scale): no row quantization.
+  if (state->fp8 && moe != MoEGemm::kDown &&
+      (state->quantize.empty() || state->quantize.back().variant != "quantize_rows_any"))
     return failed("the fp8 images have no \"quantize_rows_any\" image serving " + gpu +
                   " (the activations' row quantization for any K); images offered: " + offered +
                   ". Export them together (aot.grouped_mm_images(..., weight_format=\"fp8\"))");
@@ -423,7 +425,14 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                        "aligned device buffer");
   if (int4 && int4->group_size != 32 && int4->group_size != 64 && int4->group_size != 128)
     return fail(error, "grouped_mm: int4 group_size must be 32, 64 or 128; got " + std::to_string(int4->group_size));
-  if (fp8) {
+  if (fp8 && (state_->moe == MoEGemm::kDown) != (fp8->a_block_scale != nullptr))
+    return fail(error, "grouped_mm: the fp8 MoE down takes its activations quantized (Fp8Operands::a_block_scale), "
+                       "and only it " + shape);
+  if (fp8 && fp8->a_block_scale != nullptr) {
+    if (fp8->b_scale == nullptr || misaligned(fp8->b_scale) || misaligned(fp8->a_block_scale))
+      return fail(error, "grouped_mm: the fp8 MoE down needs b_scale [G, N] and a_block_scale [rows, ceil(K / 128)], "
+                         "float32 in 16-byte aligned device buffers");
+  } else if (fp8) {
     if (fp8->swiglu && (state_->swiglu_quantize.empty() ||
                         state_->swiglu_quantize.back().variant != "quantize_rows_swiglu_any"))
       return fail(error, "grouped_mm: a launch with a gate+up output as a (Fp8Operands::swiglu) needs the "
@@ -487,7 +496,10 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
   CUdeviceptr a_scale_arg = 0, b_scale_arg = 0;
   const LoadedKernel* quantized_by = nullptr;
-  if (fp8) {
+  if (fp8 && fp8->a_block_scale != nullptr) {  // the FP8 MoE down: a and its scales as given
+    a_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->a_block_scale);
+    b_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->b_scale);
+  } else if (fp8) {
     // The activations' row quantization into the workspace first, on the same stream: (a, a_q, a_scale,
     // rows, K, global scratch, profile scratch), one CTA per block_m rows. With swiglu, a is [rows, 2K] and
     // the rows quantized are its SwiGLU (K is the GEMM's).
@@ -551,7 +563,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   MoEEpilogue moe_arg = moe ? *moe : MoEEpilogue{};
   void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  void** args = kernel->tensor_maps ? (fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
+  void* map_fp8_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
+                              &a_scale_arg, &b_scale_arg, &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
+  void** args = kernel->tensor_maps ? (fp8 && moe ? map_fp8_moe_args : fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
                                     : (fp8 ? triton_fp8_args : int4 ? triton_int4_args : triton_args);
   // An image that waits for the grid before it (the fp8 GEMMs from sm_90) starts while the row quantization runs:
   // its launch and setup overlap the quantization's tail. Before it waits, the GEMM reads offs at most (the wgmma

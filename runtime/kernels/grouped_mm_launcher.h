@@ -81,6 +81,11 @@ struct Fp8Operands {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   bool swiglu = false;
+  // The FP8 MoE down (MoEGemm::kDown with fp8 images) only: a is already float8 e4m3 [rows, K] with a scale per row
+  // and 128 columns, float32 [rows, ceil(K / 128)] (the FP8 gate+up's h and h_scale); nothing is quantized and no
+  // workspace is needed: out[r, n] = sum over blocks j of (sum_k in j a[r, k] * b[g, n, k]) * a_block_scale[r, j],
+  // times b_scale[g, n].
+  const float* a_block_scale = nullptr;
 };
 
 // What a launch with INT4 weights needs beside launch()'s arguments.

@@ -368,6 +368,10 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
     state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
   }
+  if (state->fp8) {  // sm_90a: the wgmma kernel's FP8 down where its image serves (it reads the gate+up's FP8 h)
+    std::string unavailable;
+    state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
+  }
   std::sort(state->routes.begin(), state->routes.end(),
             [](const Kernel& a, const Kernel& b) { return a.block_n < b.block_n; });
   std::sort(state->gemms.begin(), state->gemms.end(),
@@ -466,6 +470,9 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                ? rule_path(a.tokens, a.top_k, a.experts, a.hidden_size, a.ffn)
                                : state_->path;
   const bool wgmma = wgmma_serves && path == MoEGemmPath::kWgmma;
+  // FP8: the wgmma kernel's down (block-scaled h, TMA rows of F bytes) after the Triton gate+up, by the same rule.
+  const bool fp8_wgmma_down = state_->fp8 && state_->wgmma_down && a.hidden_size % 8 == 0 && a.ffn % 16 == 0 &&
+                              a.ffn > 0 && a.experts <= kWgmmaMaxExperts && path == MoEGemmPath::kWgmma;
   // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles); at
   // tens: the mma.sync kernels, the same launches.
   const Gemvs* gemvs = nullptr;
@@ -615,6 +622,22 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
                                     &down_epilogue))
       return refuse(message);
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
+  } else if (fp8_wgmma_down) {
+    if (!run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
+    MoEEpilogue down_epilogue;
+    down_epilogue.bias = a.b_down;
+    down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
+    down_epilogue.weights = a.topk_weights;
+    down_epilogue.weights_16bit = weights_16bit;
+    Fp8Operands quantized;
+    quantized.b_scale = static_cast<const float*>(a.w_down_scale);
+    quantized.a_block_scale = reinterpret_cast<const float*>(h_scale);
+    std::string message;
+    if (!state_->wgmma_down->launch(reinterpret_cast<const void*>(h), a.w_down, reinterpret_cast<const int32_t*>(offs),
+                                    reinterpret_cast<void*>(y), pairs, a.ffn, a.hidden_size, a.experts, true, stream,
+                                    &message, &quantized, &down_epilogue))
+      return refuse(message);
+    ran += " + moe_down (wgmma)";
   } else {
     if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
     if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_launch_args)) return false;

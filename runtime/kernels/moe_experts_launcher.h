@@ -38,7 +38,8 @@
 // w_down_scale [E, H]); the GEMMs' inputs are quantized to e4m3: hidden per token by extra programs of the route's
 // launch (moe_route_quantize), the activation in blocks of 1 x 128 along K by the gate+up GEMM's epilogue, which
 // writes it with its block scales for the down GEMM. Four launches: moe_route_quantize, the GEMMs' FP8 builds,
-// moe_combine.
+// moe_combine. On sm_90a, where rule_path takes the wgmma GEMMs and H % 8 == 0, F % 16 == 0, the down is the wgmma
+// kernel's FP8 build (image "moe_down", variant "wgmma", fp8), run through GroupedMMLauncher.
 #pragma once
 
 #include <cuda.h>
