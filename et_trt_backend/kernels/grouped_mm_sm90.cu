@@ -498,6 +498,30 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
 #endif  // ET_TRT_MOE == 1 / 2
 #endif  // ET_TRT_MOE
 
+// Waits for stage `stage` to land, then issues its products into acc (a stage's 128 bytes of K, 32 an instruction)
+// and commits them; the caller waits for them.
+template <int WIDTH>
+__device__ __forceinline__ void issue_stage(float (&acc)[WIDTH / 2], uint8_t* stages, uint64_t* full, int stage,
+                                            int phase, int warpgroup) {
+  barrier_wait(&full[stage], phase);
+  uint8_t* base = stages + stage * kStageBytes;
+  const uint64_t a_desc = smem_desc(base + warpgroup * 64 * 128);
+  const uint64_t b_desc = smem_desc(base + kWeightBytes);
+  wgmma_fence(acc);
+#pragma unroll
+  // Descriptors count 16-byte units: each instruction advances 32 bytes.
+  for (int kk = 0; kk < kSwizzleBytes / kInstrBytes; ++kk)
+    wgmma_m64<WIDTH>(acc, a_desc + kInstrBytes / 16 * kk, b_desc + kInstrBytes / 16 * kk);
+  wgmma_commit();
+}
+
+__device__ __forceinline__ void next_stage(int& stage, int& phase) {
+  if (++stage == STAGES) {
+    stage = 0;
+    phase ^= 1;
+  }
+}
+
 // The FP8 MoE down's K loop (kBlockScaled): a stage is one 128-column block of K, whose rows have their own scales
 // (a_scale [rows, k_steps], float32). Its product goes to `part` (from zero), waited for, the stage released, then
 // added to acc times its rows' scales. Lane L holds the scales of tile rows L, L + 32, ... (loaded a stage ahead);
@@ -524,22 +548,11 @@ __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], co
     if (k + 1 < k_steps) load_scales(k + 1, next);
 #pragma unroll
     for (int i = 0; i < WIDTH / 2; ++i) part[i] = 0.f;
-    barrier_wait(&full[stage], phase);
-    uint8_t* base = stages + stage * kStageBytes;
-    const uint64_t a_desc = smem_desc(base + warpgroup * 64 * 128);
-    const uint64_t b_desc = smem_desc(base + kWeightBytes);
-    wgmma_fence(part);
-#pragma unroll
-    for (int kk = 0; kk < kSwizzleBytes / kInstrBytes; ++kk)
-      wgmma_m64<WIDTH>(part, a_desc + kInstrBytes / 16 * kk, b_desc + kInstrBytes / 16 * kk);
-    wgmma_commit();
+    issue_stage<WIDTH>(part, stages, full, stage, phase, warpgroup);
     wgmma_wait<0>();
     wgmma_fence(part);
     if (leader) barrier_arrive_cluster(&empty[stage]);
-    if (++stage == STAGES) {
-      stage = 0;
-      phase ^= 1;
-    }
+    next_stage(stage, phase);
 #pragma unroll
     for (int j = 0; j < WIDTH / 8; ++j)
 #pragma unroll
@@ -568,24 +581,12 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
   } else if (compute) {
     int previous = -1;
     for (int k = 0; k < k_steps; ++k) {
-      barrier_wait(&full[stage], phase);
-      uint8_t* base = stages + stage * kStageBytes;
-      uint64_t a_desc = smem_desc(base + warpgroup * 64 * 128);
-      uint64_t b_desc = smem_desc(base + kWeightBytes);
-      wgmma_fence(acc);
-#pragma unroll
-      // Descriptors count 16-byte units: each instruction advances 32 bytes.
-      for (int kk = 0; kk < kSwizzleBytes / kInstrBytes; ++kk)
-        wgmma_m64<WIDTH>(acc, a_desc + kInstrBytes / 16 * kk, b_desc + kInstrBytes / 16 * kk);
-      wgmma_commit();
+      issue_stage<WIDTH>(acc, stages, full, stage, phase, warpgroup);
       // The previous stage's products are done once at most this one is in flight.
       wgmma_wait<1>();
       if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
       previous = stage;
-      if (++stage == STAGES) {
-        stage = 0;
-        phase ^= 1;
-      }
+      next_stage(stage, phase);
     }
     wgmma_wait<0>();
     wgmma_fence(acc);
@@ -811,12 +812,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
     // Registers move to the consumers: 128 x 40 + 256 x 232 <= 64K.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x != 0) return;
-    auto next_stage = [&] {
-      if (++stage == STAGES) {
-        stage = 0;
-        phase ^= 1;
-      }
-    };
     for (int i = cluster; i < steps; i += clusters) {
       Tile tile = tile_at(i, schedule, table, G, rank);
       if (tile.group == G || tile.rows <= 0) continue;  // the tail group loads nothing
@@ -838,7 +833,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
         else if (share_rows > 0)  // a tile of 8 rows is the first CTA's alone
           tma_load_2d_multicast(base + kWeightBytes + share_start * kSwizzleBytes, rows_map, k * kBlockK,
                                 tile.first_row + share_start, &full[stage]);
-        next_stage();
+        next_stage(stage, phase);
       }
     }
     // The other CTAs' consumers arrive on this CTA's barriers: wait for each stage's
@@ -846,7 +841,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
     if constexpr (CLUSTER > 1)
       for (int s = 0; s < STAGES; ++s) {
         barrier_wait(&empty[stage], phase ^ 1);
-        next_stage();
+        next_stage(stage, phase);
       }
     return;
   }
