@@ -565,8 +565,9 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
   void* map_fp8_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                               &a_scale_arg, &b_scale_arg, &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  void** args = kernel->tensor_maps ? (fp8 && moe ? map_fp8_moe_args : fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
-                                    : (fp8 ? triton_fp8_args : int4 ? triton_int4_args : triton_args);
+  void** args = kernel->tensor_maps
+                    ? (fp8 && moe ? map_fp8_moe_args : fp8 ? map_fp8_args : moe ? map_moe_args : map_args)
+                    : (fp8 ? triton_fp8_args : int4 ? triton_int4_args : triton_args);
   // An image that waits for the grid before it (the fp8 GEMMs from sm_90) starts while the row quantization runs:
   // its launch and setup overlap the quantization's tail. Before it waits, the GEMM reads offs at most (the wgmma
   // kernel's group table): work before the quantization wrote it, and the quantization started only once that work
