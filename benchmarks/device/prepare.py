@@ -57,6 +57,7 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from et_trt_backend.kernels import aot, int4_mma, moe_aot, sm90  # noqa: E402
 from et_trt_backend.kernels.images import load_images, save_images  # noqa: E402
+from et_trt_backend.serialization.named_data import NamedData  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / ".device"
 PACK = OUT.parent / ".devpack" / "device.tgz"
@@ -165,6 +166,23 @@ def save_moe_fp8_test_images() -> dict:
     return fp8
 
 
+# A git revision: the wgmma kernel's FP8 MoE down also built from grouped_mm_sm90.cu as it was there, timed in the
+# FP8 block bench as "fused_fp8_down_<revision>" (the shipped FP8 images with that down instead; environment variable
+# FP8_DOWN_REV, none by default): a change of that kernel against its previous form in the same rounds.
+FP8_DOWN_REV = os.environ.get("FP8_DOWN_REV", "")
+
+
+def fp8_down_image_at(revision: str):
+    """The shipped FP8 MoE down image (sm_90a, bf16) with its cubin built from the .cu at `revision`."""
+    text = subprocess.run(["git", "show", f"{revision}:et_trt_backend/kernels/{sm90.SOURCE.name}"], capture_output=True,
+                          text=True, check=True, cwd=OUT.parent).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        source = pathlib.Path(tmp) / sm90.SOURCE.name
+        source.write_text(text)
+        cubin = sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), "fp8", "down", source=source)
+    return dataclasses.replace(sm90.image("bf16", weight_format="fp8", moe="down"), image=NamedData.of(cubin))
+
+
 def save_moe_fp8_images() -> None:
     """.device/moe_fp8_images.json, benchmarks/moe_fp8_block_bench.py's fused contenders and the sweep's (the
     docstring)."""
@@ -176,6 +194,9 @@ def save_moe_fp8_images() -> None:
         "fused_fp8_triton_down": [i for i in fp8["bf16"] if i.variant != "wgmma"],
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
     }
+    if FP8_DOWN_REV:
+        contenders[f"fused_fp8_down_{FP8_DOWN_REV}"] = contenders["fused_fp8_triton_down"] + [
+            fp8_down_image_at(FP8_DOWN_REV)]
     save_contenders("moe_fp8_bench_images", contenders)
     sweep = {"fused_fp8": fp8["bf16"], "fused_bf16": contenders["fused_bf16"], "fused_fp8_repeat": fp8["bf16"]}
     large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")

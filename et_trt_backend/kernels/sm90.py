@@ -104,9 +104,10 @@ def _check(dtype: str, weight_format: str) -> None:
 
 
 def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str, weight_format: str = "dense",
-                  moe: str | None = None) -> bytes:
+                  moe: str | None = None, source: pathlib.Path = SOURCE) -> bytes:
     """The kernel as an sm_90a cubin, built by `nvcc` (CUDA 12.3 or newer); no GPU. `dtype` is the output's
-    (and, for weight_format "dense", the operands'); `moe` a MoE mode (MOE_MODES) or None."""
+    (and, for weight_format "dense", the operands'); `moe` a MoE mode (MOE_MODES) or None; `source` another form
+    of the .cu (a benchmark's comparison)."""
     _check(dtype, weight_format)
     if moe is not None and (moe not in MOE_MODES or weight_format not in ("dense", "fp8")
                             or (weight_format == "fp8" and moe != "down")):
@@ -118,16 +119,16 @@ def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str, weight_forma
         command = [nvcc, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-Xptxas=-v", f"-I{tmp_path}",
                    f"-DET_TRT_ELEM={_ELEM[dtype][0]}", f"-DSTAGES={stages}", f"-DCLUSTER={cluster}",
                    f"-DMAX_GROUPS={MAX_GROUPS}", f"-DET_TRT_FP8={int(weight_format == 'fp8')}",
-                   f"-DET_TRT_MOE={MOE_MODES[moe][0] if moe else 0}", str(SOURCE),
+                   f"-DET_TRT_MOE={MOE_MODES[moe][0] if moe else 0}", str(source),
                    "-o", str(cubin)]
         # No -lineinfo: it embeds the build directory, and an export must not depend on where it ran.
-        logger.info("compiling %s (%s, %s weights, %d stages, clusters of %d%s) with %s", SOURCE.name, dtype,
+        logger.info("compiling %s (%s, %s weights, %d stages, clusters of %d%s) with %s", source.name, dtype,
                     weight_format, stages, cluster, f", MoE {moe}" if moe else "", os.path.basename(nvcc))
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {SOURCE.name}:\n{result.stderr[-4000:]}")
+            raise RuntimeError(f"nvcc failed on {source.name}:\n{result.stderr[-4000:]}")
         if "serialized" in result.stderr:  # ptxas C7510 and kin: wgmma no longer overlaps, the kernel is slow
-            raise RuntimeError(f"ptxas serialized the wgmma pipeline of {SOURCE.name}:\n{result.stderr[-4000:]}")
+            raise RuntimeError(f"ptxas serialized the wgmma pipeline of {source.name}:\n{result.stderr[-4000:]}")
         for line in result.stderr.splitlines():
             if "registers" in line or "spill" in line:
                 logger.info("ptxas: %s", line.strip())
