@@ -595,6 +595,13 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   void** gate_up_launch_args = state_->fp8 ? fp8_gate_up_args : state_->int4 ? int4_gate_up_args : gate_up_args;
   void** down_launch_args = state_->fp8 ? fp8_down_args : state_->int4 ? int4_down_args : down_args;
   if (!run(*route, route_grid, 1, state_->fp8 ? fp8_route_args : route_args)) return false;
+  // The wgmma down's epilogue (dense and FP8 alike): the routing weights and bias, float32 rows by pair.
+  MoEEpilogue down_epilogue;
+  down_epilogue.bias = a.b_down;
+  down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
+  down_epilogue.weights = a.topk_weights;
+  down_epilogue.weights_16bit = weights_16bit;
+  const auto* offsets = reinterpret_cast<const int32_t*>(offs);
   if (wgmma) {
     // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
     CUdeviceptr gathered = y;
@@ -607,12 +614,6 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     gate_up_epilogue.activation = activation;
     gate_up_epilogue.alpha = a.alpha;
     gate_up_epilogue.limit = a.limit;
-    MoEEpilogue down_epilogue;
-    down_epilogue.bias = a.b_down;
-    down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
-    down_epilogue.weights = a.topk_weights;
-    down_epilogue.weights_16bit = weights_16bit;
-    const auto* offsets = reinterpret_cast<const int32_t*>(offs);
     std::string message;
     if (!state_->wgmma_gate_up->launch(reinterpret_cast<const void*>(gathered), a.w_gate_up, offsets,
                                        reinterpret_cast<void*>(h), pairs, a.hidden_size, rows, a.experts, true, stream,
@@ -624,18 +625,13 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
   } else if (fp8_wgmma_down) {
     if (!run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
-    MoEEpilogue down_epilogue;
-    down_epilogue.bias = a.b_down;
-    down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
-    down_epilogue.weights = a.topk_weights;
-    down_epilogue.weights_16bit = weights_16bit;
     Fp8Operands quantized;
     quantized.b_scale = static_cast<const float*>(a.w_down_scale);
     quantized.a_block_scale = reinterpret_cast<const float*>(h_scale);
     std::string message;
-    if (!state_->wgmma_down->launch(reinterpret_cast<const void*>(h), a.w_down, reinterpret_cast<const int32_t*>(offs),
-                                    reinterpret_cast<void*>(y), pairs, a.ffn, a.hidden_size, a.experts, true, stream,
-                                    &message, &quantized, &down_epilogue))
+    if (!state_->wgmma_down->launch(reinterpret_cast<const void*>(h), a.w_down, offsets, reinterpret_cast<void*>(y),
+                                    pairs, a.ffn, a.hidden_size, a.experts, true, stream, &message, &quantized,
+                                    &down_epilogue))
       return refuse(message);
     ran += " + moe_down (wgmma)";
   } else {
