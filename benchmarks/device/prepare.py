@@ -44,6 +44,7 @@
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -172,13 +173,20 @@ def save_moe_fp8_test_images() -> dict:
 FP8_DOWN_REV = os.environ.get("FP8_DOWN_REV", "")
 
 
+@contextlib.contextmanager
+def kernel_source_at(revision: str, name: str):
+    """A temporary copy of et_trt_backend/kernels/<name> as it was at git revision `revision`."""
+    text = subprocess.run(["git", "show", f"{revision}:et_trt_backend/kernels/{name}"], capture_output=True, text=True,
+                          check=True, cwd=OUT.parent).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        source = pathlib.Path(tmp) / name
+        source.write_text(text)
+        yield source
+
+
 def fp8_down_image_at(revision: str):
     """The shipped FP8 MoE down image (sm_90a, bf16) with its cubin built from the .cu at `revision`."""
-    text = subprocess.run(["git", "show", f"{revision}:et_trt_backend/kernels/{sm90.SOURCE.name}"], capture_output=True,
-                          text=True, check=True, cwd=OUT.parent).stdout
-    with tempfile.TemporaryDirectory() as tmp:
-        source = pathlib.Path(tmp) / sm90.SOURCE.name
-        source.write_text(text)
+    with kernel_source_at(revision, sm90.SOURCE.name) as source:
         cubin = sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), "fp8", "down", source=source)
     return dataclasses.replace(sm90.image("bf16", weight_format="fp8", moe="down"), image=NamedData.of(cubin))
 
@@ -344,11 +352,7 @@ def save_int4_sweep_images() -> None:
     for gate_up, down in MMA_SWEEP:
         contenders[int4_mma.sweep_label(gate_up, down)] = int4_mma.images(ARCH, "bf16", gate_up, down)
     if MMA_BASELINE_REV:  # the same builds of moe_int4_mma.cu as it was at that revision, label + "_base"
-        source = subprocess.run(["git", "show", f"{MMA_BASELINE_REV}:et_trt_backend/kernels/{int4_mma.SOURCE.name}"],
-                                capture_output=True, text=True, check=True, cwd=OUT.parent).stdout
-        with tempfile.TemporaryDirectory() as tmp:
-            base = pathlib.Path(tmp) / int4_mma.SOURCE.name
-            base.write_text(source)
+        with kernel_source_at(MMA_BASELINE_REV, int4_mma.SOURCE.name) as base:
             for gate_up, down in MMA_SWEEP:
                 label = int4_mma.sweep_label(gate_up, down) + "_base"
                 contenders[label] = int4_mma.images(ARCH, "bf16", gate_up, down, source=base)
