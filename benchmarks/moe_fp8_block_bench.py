@@ -108,7 +108,8 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
            "err": {}, "launches": {}, "kernels": {}, "kernel_us": {}}
     fns = {}
     for label, block in contenders.items():
-        fn = lambda block=block, w=operands.get(label, fp8_blocked): block(hidden, ids, weights, *w)  # noqa: E731
+        w = operands["fused_bf16"] if label.startswith("fused_bf16") else operands.get(label, fp8_blocked)
+        fn = lambda block=block, w=w: block(hidden, ids, weights, *w)  # noqa: E731
         try:
             out = fn()
             torch.cuda.synchronize()
@@ -135,13 +136,20 @@ def bench_block(name, tokens, experts, size, ffn, top_k, replay_s, rounds, conte
     row["us"] = {label: statistics.median(t) * 1e6 for label, t in times.items()}
     row["x"] = {other: statistics.median(o / f for o, f in zip(times[other], times["fused_fp8"]))
                 for other in times if other != "fused_fp8"} if "fused_fp8" in times else {}
-    # Each other FP8 image set's paired speedups over the shipped one and over bf16 eager.
-    row["x_candidate"] = {label: {other: statistics.median(o / c for o, c in zip(times[other], times[label]))
-                                  for other in ("fused_fp8", "eager") if other in times}
-                          for label in times if label.startswith("fused_fp8_")}
+    # Each FP8 (bf16) image set's paired speedups over the shipped fused_fp8 (fused_bf16) and over bf16 eager.
+    row["x_candidate"] = {label: {key: statistics.median(o / c for o, c in zip(times[other], times[label]))
+                                  for key, other in (("shipped", shipped_of(label)), ("eager", "eager"))
+                                  if other in times}
+                          for label in times if label.startswith("fused_")}
     del graphs
     torch.cuda.empty_cache()
     return row
+
+
+def shipped_of(label: str) -> str:
+    """The shipped image set a contender is another form of (fused_fp8_<name>: fused_fp8; fused_bf16_<name>:
+    fused_bf16); the label itself for the rest (the shipped sets among them)."""
+    return next((shipped for shipped in ("fused_fp8", "fused_bf16") if label.startswith(shipped + "_")), label)
 
 
 def load_contenders(images_path: str, only: set[str] | None = None) -> dict:
@@ -156,8 +164,10 @@ def load_contenders(images_path: str, only: set[str] | None = None) -> dict:
     chosen = {label: [images[i] for i in indices] for label, indices in groups.items()}
     fp8 = {label: fused_fp8_block(MoEExpertsLauncher(images)) for label, images in chosen.items()
            if label.startswith("fused_fp8")}
-    return {"eager": block_bench.glue_block(block_bench.torch_grouped_mm), "torch_fp8": torch_fp8_block,
-            "fused_bf16": block_bench.fused_block(MoEExpertsLauncher(chosen["fused_bf16"]), "blocked8"), **fp8}
+    bf16 = {label: block_bench.fused_block(MoEExpertsLauncher(images), "blocked8") for label, images in chosen.items()
+            if label.startswith("fused_bf16")}  # the shipped bf16 images, and others with another down (prepare.py)
+    return {"eager": block_bench.glue_block(block_bench.torch_grouped_mm), "torch_fp8": torch_fp8_block, **bf16,
+            **fp8}
 
 
 def table(rows: list[dict]) -> str:
@@ -184,23 +194,28 @@ def table(rows: list[dict]) -> str:
 
 
 def candidates_table(rows: list[dict]) -> str:
-    """The other FP8 image sets (prepare.py's sweep groups) at the MoE shapes: block us, paired speedups over the
-    shipped set and bf16 eager, kernel us and the down GEMM's rate; "" without any."""
+    """The other FP8 and bf16 image sets (prepare.py's sweep groups, FP8_DOWN_REV, BF16_DOWN_REV) at the MoE shapes:
+    block us, paired speedups over the shipped set of their precision and bf16 eager, kernel us and the down GEMM's
+    rate; "" without any."""
     lines, nan = [], float("nan")
     for r in rows:
         if not r["shape"].endswith("tok") or not r.get("x_candidate"):
             continue
         flops = 2.0 * r["tokens"] * r["top_k"] * r["hidden"] * r["ffn"]  # the down GEMM's
-        shipped = {"fused_fp8": 1.0, "eager": r["x"].get("eager", nan)}
-        for label in [label for label in ["fused_fp8", *sorted(r["x_candidate"])] if label in r["us"]]:
-            x = r["x_candidate"].get(label, shipped)
-            down = r.get("kernel_us", {}).get(label, {}).get("down", nan)
-            lines.append(f"| {r['shape']} | {label} | {r['us'][label]:.1f} | {x.get('fused_fp8', nan):.3f}x | "
-                         f"{x.get('eager', nan):.2f}x | {kernel_us(r, label)} | {flops / down / 1e6:.0f} |")
+        for shipped in ("fused_fp8", "fused_bf16"):
+            candidates = sorted(label for label in r["x_candidate"] if shipped_of(label) == shipped != label)
+            if not candidates:
+                continue
+            for label in [label for label in [shipped, *candidates] if label in r["us"]]:
+                x = r["x_candidate"].get(label, {})
+                down = r.get("kernel_us", {}).get(label, {}).get("down", nan)
+                lines.append(f"| {r['shape']} | {label} | {r['us'][label]:.1f} | {x.get('shipped', nan):.3f}x | "
+                             f"{x.get('eager', nan):.2f}x | {kernel_us(r, label)} | {flops / down / 1e6:.0f} |")
     if not lines:
         return ""
-    return ("FP8 image sets at the MoE shapes (x: paired medians, the set's speedup; kernels: route / gate+up / down "
-            "/ combine):\n| shape | contender | us | x shipped fused_fp8 | x bf16 eager | kernel us | down TFLOP/s |\n"
+    return ("Image sets at the MoE shapes (x: paired medians, the set's speedup over the shipped set of its "
+            "precision, fused_fp8 or fused_bf16; kernels: route / gate+up / down / combine):\n"
+            "| shape | contender | us | x shipped | x bf16 eager | kernel us | down TFLOP/s |\n"
             "|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n")
 
 

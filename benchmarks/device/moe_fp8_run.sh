@@ -18,7 +18,7 @@ main() {
     step fp8_memcheck 90 moe_fp8_images.json "${MEMCHECK[@]}" "${PYTEST[@]}" tests/test_moe_experts_fp8_gpu.py \
       -k "invalid or odd or single"
   fi
-  step fp8_bench 200 moe_fp8_bench_images.json python3 benchmarks/moe_fp8_block_bench.py \
+  step fp8_bench 300 moe_fp8_bench_images.json python3 benchmarks/moe_fp8_block_bench.py \
     --images .device/moe_fp8_bench_images.json --out "$OUT" ${MOE_BENCH_ARGS:-}
 
   echo

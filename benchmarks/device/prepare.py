@@ -167,10 +167,13 @@ def save_moe_fp8_test_images() -> dict:
     return fp8
 
 
-# A git revision: the wgmma kernel's FP8 MoE down also built from grouped_mm_sm90.cu as it was there, timed in the
-# FP8 block bench as "fused_fp8_down_<revision>" (the shipped FP8 images with that down instead; environment variable
-# FP8_DOWN_REV, none by default): a change of that kernel against its previous form in the same rounds.
+# Git revisions, comma-separated, each "<revision>" or "<revision>:<stages>": the wgmma kernel's FP8 MoE down also
+# built from grouped_mm_sm90.cu as it was there (with that many stages; the shipped count by default), timed in the
+# FP8 block bench as "fused_fp8_down_<revision>[_s<stages>]" (the shipped FP8 images with that down instead;
+# environment variable FP8_DOWN_REV, none by default): changes of that kernel against its earlier forms in the same
+# rounds. BF16_DOWN_REV the same for the bf16 block's wgmma down ("fused_bf16_down_<revision>[_s<stages>]").
 FP8_DOWN_REV = os.environ.get("FP8_DOWN_REV", "")
+BF16_DOWN_REV = os.environ.get("BF16_DOWN_REV", "")
 
 
 @contextlib.contextmanager
@@ -184,11 +187,26 @@ def kernel_source_at(revision: str, name: str):
         yield source
 
 
-def fp8_down_image_at(revision: str):
-    """The shipped FP8 MoE down image (sm_90a, bf16) with its cubin built from the .cu at `revision`."""
+def down_image_at(revision: str, stages: int, weight_format: str):
+    """The shipped wgmma MoE down image (sm_90a, bf16, weight_format "fp8" or "dense") with its cubin built from the
+    .cu at `revision`, `stages` stages. It may ask for all of Hopper's shared memory: the kernel checks that what it
+    uses fits."""
     with kernel_source_at(revision, sm90.SOURCE.name) as source:
-        cubin = sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), "fp8", "down", source=source)
-    return dataclasses.replace(sm90.image("bf16", weight_format="fp8", moe="down"), image=NamedData.of(cubin))
+        cubin = sm90.compile_cubin("bf16", stages, sm90.CLUSTER, sm90.nvcc_path(), weight_format, "down",
+                                   source=source)
+    return dataclasses.replace(sm90.image("bf16", weight_format=weight_format, moe="down"), image=NamedData.of(cubin),
+                               shared_bytes=227 * 1024)
+
+
+def down_revisions(revisions: str, weight_format: str) -> dict:
+    """FP8_DOWN_REV's or BF16_DOWN_REV's contender names and their downs."""
+    downs = {}
+    for entry in filter(None, revisions.split(",")):
+        revision, _, stages = entry.partition(":")
+        precision = "fp8" if weight_format == "fp8" else "bf16"
+        name = f"fused_{precision}_down_{revision}" + (f"_s{stages}" if stages else "")
+        downs[name] = down_image_at(revision, int(stages) if stages else sm90.STAGES, weight_format)
+    return downs
 
 
 def save_moe_fp8_images() -> None:
@@ -202,9 +220,11 @@ def save_moe_fp8_images() -> None:
         "fused_fp8_triton_down": [i for i in fp8["bf16"] if i.variant != "wgmma"],
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],
     }
-    if FP8_DOWN_REV:
-        contenders[f"fused_fp8_down_{FP8_DOWN_REV}"] = contenders["fused_fp8_triton_down"] + [
-            fp8_down_image_at(FP8_DOWN_REV)]
+    for name, down in down_revisions(FP8_DOWN_REV, "fp8").items():
+        contenders[name] = contenders["fused_fp8_triton_down"] + [down]
+    bf16_others = [i for i in contenders["fused_bf16"] if (i.kernel, i.variant) != ("moe_down", "wgmma")]
+    for name, down in down_revisions(BF16_DOWN_REV, "dense").items():
+        contenders[name] = bf16_others + [down]
     save_contenders("moe_fp8_bench_images", contenders)
     sweep = {"fused_fp8": fp8["bf16"], "fused_bf16": contenders["fused_bf16"], "fused_fp8_repeat": fp8["bf16"]}
     large = next(config for config in moe_aot.FP8_GEMM_CONFIGS if config.variant == "large")
