@@ -32,6 +32,7 @@ def test_generated_wgmma_statements_cover_every_width(dtype, weight_format, inst
 
 def test_shared_memory_fits_hopper():
     assert sm90.shared_bytes(sm90.STAGES) <= 227 * 1024
+    assert sm90.shared_bytes(sm90.FP8_DOWN_STAGES, sm90.max_width("fp8", "down")) <= 227 * 1024
 
 
 def _sass(cubin: bytes, tmp_path) -> str:
@@ -112,6 +113,7 @@ def test_fp8_moe_down_cubin_takes_tiles_of_at_most_128_rows(tmp_path):
     image = sm90.image("bf16", weight_format="fp8", moe="down")
     assert (image.kernel, image.variant, image.weight_format, image.block_k) == ("moe_down", "wgmma", "fp8", 128)
     assert image.waits_for_prior_grid
+    assert image.shared_bytes == sm90.shared_bytes(sm90.FP8_DOWN_STAGES, 128)  # stages of 128 + 128 rows
     sass = _sass(image.image.bytes(), tmp_path)
     widths = {int(n) for n in re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3\s", sass)}
     assert widths == set(range(8, 129, 8)), sorted(widths)

@@ -205,7 +205,8 @@ def down_revisions(revisions: str, weight_format: str) -> dict:
         revision, _, stages = entry.partition(":")
         precision = "fp8" if weight_format == "fp8" else "bf16"
         name = f"fused_{precision}_down_{revision}" + (f"_s{stages}" if stages else "")
-        downs[name] = down_image_at(revision, int(stages) if stages else sm90.STAGES, weight_format)
+        shipped = sm90.FP8_DOWN_STAGES if weight_format == "fp8" else sm90.STAGES
+        downs[name] = down_image_at(revision, int(stages) if stages else shipped, weight_format)
     return downs
 
 
