@@ -194,8 +194,9 @@ def down_image_at(revision: str, stages: int, weight_format: str):
     with kernel_source_at(revision, sm90.SOURCE.name) as source:
         cubin = sm90.compile_cubin("bf16", stages, sm90.CLUSTER, sm90.nvcc_path(), weight_format, "down",
                                    source=source)
+        y_in_dtype = "y_in_dtype" in source.read_text()  # its rows in bf16 (else float32, as before that change)
     return dataclasses.replace(sm90.image("bf16", weight_format=weight_format, moe="down"), image=NamedData.of(cubin),
-                               shared_bytes=227 * 1024)
+                               shared_bytes=227 * 1024, y_in_dtype=y_in_dtype)
 
 
 def down_revisions(revisions: str, weight_format: str) -> dict:

@@ -44,7 +44,9 @@
 // the same features' 8 up rows), so a thread's accumulator rows r and r + 8 are one feature's gate and up; the
 // epilogue adds the bias, rounds both, applies the gated activation (MoEEpilogue::activation), rounds, and writes
 // out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and writes
-// float32 rows at the pair's place: out is float [pairs, N], row sorted[r]. The launcher passes MoEEpilogue after out.
+// the rows, rounded to ET_TRT_ELEM, at the pair's place: out is [pairs, N], row sorted[r] (the image's y_in_dtype:
+// half the bytes of float32 rows, written here and read again by the combine). The launcher passes MoEEpilogue
+// after out.
 // Mode 2 also builds with ET_TRT_FP8 (the FP8 MoE down): a is the FP8 gate+up's e4m3 h with a scale per row and
 // 128-column block (a_scale [rows, ceil(K / 128)], consume_block_scaled), W e4m3 with b_scale per output feature;
 // MoEEpilogue follows b_scale.
@@ -424,10 +426,10 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 }
 
 #elif ET_TRT_MOE == 2
-// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, to the pair's row of y [pairs, N]. The sums go
+// Mode 2's epilogue: (acc + bias) * the pair's weight, rounded to T, to the pair's row of y [pairs, N]. The sums go
 // through the warpgroup's staging, 32 tile rows x 64 features at a time (8 KiB of float32; 16-byte pieces XOR-
 // swizzled by row & 6, so a warp's stores of 4 rows x 8 features and the loads of 8 pieces of a row fall in distinct
-// banks), then 16 threads a row store its 64 features as 16-byte pieces, times the pair's weight. Written straight
+// banks), then 16 threads a row store its 64 features, 4 each, times the pair's weight. Written straight
 // from the accumulator, one float at a time, this epilogue made a width-224 tile's code ~3K instructions (fetched
 // again every tile, as the gate+up's was); staged, ~1K. Each lane first loads the pairs and weights of rows lane,
 // lane + 32, ... (independent loads, in flight together); the stores take them by shuffle from the lane that holds
@@ -435,7 +437,7 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 // products times the rows' block scales; the sums are acc * b_scale (the weight row's) + bias.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                  float* staging, float* y, const Scales& scales,
+                                                  float* staging, T* y, const Scales& scales,
                                                   const MoEEpilogue& moe, int N) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int feature0 = tile.feature + warpgroup * 64;
@@ -483,12 +485,9 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
       const int pair = __shfl_sync(0xffffffffu, pairs[chunk / 32], row);
       const float weight = __shfl_sync(0xffffffffu, weights[chunk / 32], row);
       if (chunk + row < tile.rows && feature0 + 4 * piece < N) {  // N % 8 == 0 (the launcher's wgmma condition)
-        float4 sums = *reinterpret_cast<const float4*>(at(row, 4 * piece));
-        sums.x *= weight;
-        sums.y *= weight;
-        sums.z *= weight;
-        sums.w *= weight;
-        *reinterpret_cast<float4*>(&y[static_cast<int64_t>(pair) * N + feature0 + 4 * piece]) = sums;
+        const float4 sums = *reinterpret_cast<const float4*>(at(row, 4 * piece));
+        *reinterpret_cast<uint2*>(&y[static_cast<int64_t>(pair) * N + feature0 + 4 * piece]) =
+            uint2{pack<T>(sums.x * weight, sums.y * weight), pack<T>(sums.z * weight, sums.w * weight)};
       }
     }
     warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
@@ -528,9 +527,9 @@ __device__ __forceinline__ void next_stage(int& stage, int& phase) {
 // are issued before the first's are added, so this warpgroup's tensor work covers its own additions as well as the
 // other warpgroup's. A pair drains before the next (a product in flight across the loop's edge, or an `if` around
 // the second issue, makes ptxas serialize the wgmma pipeline); an odd last stage goes alone. Lane L holds the
-// scales of tile rows L, L + 32, ... (loaded as the pair starts, in flight during its products); acc[4j + 2h + e] belongs to tile row 8j + 2 (lane % 4)
-// + e (the epilogue's mapping), whose scale comes by shuffle. Three buffers of WIDTH / 2 floats: tiles of at most
-// 112 rows (kTileMaxWidth) keep them in registers.
+// scales of tile rows L, L + 32, ... (loaded as the pair starts, in flight during its products); acc[4j + 2h + e]
+// belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle. Three buffers
+// of WIDTH / 2 floats: tiles of at most 112 rows (kTileMaxWidth) keep them in registers.
 template <int WIDTH>
 __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], const Tile& tile, int k_steps,
                                                      uint8_t* stages, uint64_t* full, uint64_t* empty, int& stage,
@@ -616,8 +615,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
   }
 #if ET_TRT_MOE == 2
-  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(staging_base), reinterpret_cast<float*>(out),
-                              scales, moe, N);
+  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(staging_base), out, scales, moe, N);
 #else
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store

@@ -167,7 +167,8 @@ def image(dtype: str, stages: int | None = None, cluster: int = CLUSTER, weight_
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES,
         block_k=BLOCK_K[weight_format], persistent=True, ptx_version="", weight_format=weight_format))
     # The FP8 build waits for the row quantization before it (griddepcontrol.wait in the .cu): the image says so.
-    return dataclasses.replace(built, waits_for_prior_grid=weight_format == "fp8")
+    # The MoE down writes its rows in `dtype` (for the combine of variant "y_in_dtype").
+    return dataclasses.replace(built, waits_for_prior_grid=weight_format == "fp8", y_in_dtype=moe == "down")
 
 
 def images(dtype: str, weight_format: str = "dense", moe: str | None = None) -> list[KernelImage]:
