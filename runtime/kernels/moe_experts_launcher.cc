@@ -363,13 +363,12 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
                   gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images(..., weight_format=\"int4\"))");
-  if (state->gather.function != nullptr && !state->int4 && !state->fp8) {  // sm_90a: the wgmma GEMMs where their images serve
+  // sm_90a: the wgmma GEMMs where their images serve: both for 16-bit weights (behind the gather), the down alone
+  // for FP8 ones (it reads the FP8 gate+up's h).
+  const bool wgmma_gate_up = state->gather.function != nullptr && !state->int4 && !state->fp8;
+  if (wgmma_gate_up || state->fp8) {
     std::string unavailable;
-    state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
-    state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
-  }
-  if (state->fp8) {  // sm_90a: the wgmma kernel's FP8 down where its image serves (it reads the gate+up's FP8 h)
-    std::string unavailable;
+    if (wgmma_gate_up) state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
     state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
   }
   std::sort(state->routes.begin(), state->routes.end(),
