@@ -425,10 +425,12 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                        "aligned device buffer");
   if (int4 && int4->group_size != 32 && int4->group_size != 64 && int4->group_size != 128)
     return fail(error, "grouped_mm: int4 group_size must be 32, 64 or 128; got " + std::to_string(int4->group_size));
-  if (fp8 && (state_->moe == MoEGemm::kDown) != (fp8->a_block_scale != nullptr))
+  // The FP8 MoE down: a is quantized already, with its block scales.
+  const bool block_scaled = fp8 != nullptr && fp8->a_block_scale != nullptr;
+  if (fp8 && (state_->moe == MoEGemm::kDown) != block_scaled)
     return fail(error, "grouped_mm: the fp8 MoE down takes its activations quantized (Fp8Operands::a_block_scale), "
                        "and only it " + shape);
-  if (fp8 && fp8->a_block_scale != nullptr) {
+  if (block_scaled) {
     if (fp8->b_scale == nullptr || misaligned(fp8->b_scale) || misaligned(fp8->a_block_scale))
       return fail(error, "grouped_mm: the fp8 MoE down needs b_scale [G, N] and a_block_scale [rows, ceil(K / 128)], "
                          "float32 in 16-byte aligned device buffers");
@@ -496,7 +498,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
   CUdeviceptr a_scale_arg = 0, b_scale_arg = 0;
   const LoadedKernel* quantized_by = nullptr;
-  if (fp8 && fp8->a_block_scale != nullptr) {  // the FP8 MoE down: a and its scales as given
+  if (block_scaled) {  // a and its scales as given
     a_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->a_block_scale);
     b_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->b_scale);
   } else if (fp8) {
