@@ -91,7 +91,25 @@ def main():
     # More experts than one chunk's bins need: E 100 of E_PAD 128, route chunks of 32.
     check("100 experts", make_inputs(30, 4, 100, 16, 16, "relu2", dtype=torch.float16, seed=7), "relu2", chunk=32, e_pad=128)
     check_gather()
+    check_combine_in_dtype()
     print("interpreter ok")
+
+
+def check_combine_in_dtype():
+    """moe_combine_kernel on rows y in the activations' dtype (the wgmma down's, variant "y_in_dtype") sums each
+    token's valid pairs' rows in float32; invalid pairs' rows (NaN: never written) are not read."""
+    _, ids, *_ = make_inputs(9, 3, 4, 24, 16, "swiglu", dtype=torch.float16, invalid=0.25, seed=9)
+    tokens, top_k, size, experts = 9, 3, 24, 4
+    y = torch.randn(tokens * top_k, size).half()
+    valid = ((ids >= 0) & (ids < experts)).flatten()
+    y[~valid] = float("nan")
+    out = torch.full((tokens, size), float("nan"), dtype=torch.float16)
+    kernels.moe_combine_kernel[(triton.cdiv(tokens, 4), triton.cdiv(size, 16))](
+        y, ids, out, tokens, size, top_k, experts, BLOCK_T=4, BLOCK_H=16)
+    want = torch.where(valid[:, None], y.double(), 0).view(tokens, top_k, size).sum(1)
+    err = float((out.double() - want).abs().max() / want.abs().max())
+    assert valid.any() and not valid.all() and err < 1e-3, ("combine in dtype", err)
+    print(f"combine in dtype: max error {err:.2e}")
 
 
 def check_gather():

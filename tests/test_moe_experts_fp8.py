@@ -51,10 +51,13 @@ def test_every_fp8_arch_compiles(arch, tmp_path):
     images = moe_aot.moe_experts_images([arch], "bf16", "fp8")
     assert images and all(i.format == "cubin" for i in images)  # no PTX fallback: sm_80 has no FP8 MMA
     configs = len(moe_aot._fp8_configs(arch))
-    # sm_90a also has the wgmma kernel's FP8 down (grouped_mm_sm90.cu; tests/test_kernel_sm90.py checks its SASS).
+    # sm_90a also has the wgmma kernel's FP8 down (grouped_mm_sm90.cu; tests/test_kernel_sm90.py checks its SASS),
+    # which writes its rows in bf16, and the combine that reads them so.
     wgmma = [i for i in images if i.variant == "wgmma"]
     assert [(i.kernel, i.weight_format) for i in wgmma] == ([("moe_down", "fp8")] if arch == "sm_90a" else [])
-    images = [i for i in images if i.variant != "wgmma"]
+    assert {(i.kernel, i.variant) for i in images if i.y_in_dtype} == (
+        {("moe_down", "wgmma"), ("moe_combine", "y_in_dtype")} if arch == "sm_90a" else set())
+    images = [i for i in images if i.variant not in ("wgmma", "y_in_dtype")]
     names = collections.Counter((i.kernel, i.weight_format) for i in images)
     assert names == {("moe_route_quantize", "fp8"): len(moe_aot.MOE_ROUTE_CONFIGS), ("moe_combine", "dense"): 1,
                      ("moe_gate_up", "fp8"): configs, ("moe_gate_up_gated", "fp8"): configs,

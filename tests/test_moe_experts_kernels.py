@@ -49,10 +49,15 @@ def test_every_default_arch_compiles(arch, tmp_path):
     names = collections.Counter(i.kernel for i in cubins)
     configs = len(moe_aot.MOE_GEMM_CONFIGS)
     cap = int(arch.removeprefix("sm_").rstrip("a"))
-    sm90 = cap == 90 and moe_aot.sm90.nvcc_path() is not None  # the wgmma GEMMs and their gather (sm90.py)
+    # sm_90a: the wgmma GEMMs (sm90.py), their gather, and the combine of the wgmma down's rows in bf16
+    sm90 = cap == 90 and moe_aot.sm90.nvcc_path() is not None
     assert names == {"moe_route": len(moe_aot.MOE_ROUTE_CONFIGS), "moe_gate_up": configs,
-                     "moe_gate_up_gated": configs + sm90, "moe_down": configs + sm90, "moe_combine": 1,
+                     "moe_gate_up_gated": configs + sm90, "moe_down": configs + sm90, "moe_combine": 1 + sm90,
                      **({"moe_gather": 1} if sm90 else {})}
+    # y_in_dtype: the wgmma down writes its rows in bf16 and one combine reads them so; every other down and
+    # combine keeps float32 rows.
+    assert {(i.kernel, i.variant) for i in cubins if i.y_in_dtype} == (
+        {("moe_down", "wgmma"), ("moe_combine", "y_in_dtype")} if sm90 else set())
     for image in cubins:
         wgmma = image.variant == "wgmma"
         assert image.image.bytes()[:4] == b"\x7fELF" and image.dtype == "bf16" and image.persistent == wgmma
@@ -64,7 +69,7 @@ def test_every_default_arch_compiles(arch, tmp_path):
         if cap == 90 and image.block_m >= 64:
             assert ops["HGMMA"] > 0, f"{image.kernel} {image.variant}: no wgmma in the sm_90a SASS"
     ptx = [i for i in images if i.format == "ptx"]
-    assert {i.arch for i in ptx} == {"sm_80"} and len(ptx) == len(cubins) - 3 * sm90
+    assert {i.arch for i in ptx} == {"sm_80"} and len(ptx) == len(cubins) - 4 * sm90
 
 
 def test_ptx_is_pinned_to_a_version_current_drivers_accept():

@@ -194,8 +194,9 @@ def down_image_at(revision: str, stages: int, weight_format: str):
     with kernel_source_at(revision, sm90.SOURCE.name) as source:
         cubin = sm90.compile_cubin("bf16", stages, sm90.CLUSTER, sm90.nvcc_path(), weight_format, "down",
                                    source=source)
+        y_in_dtype = "y_in_dtype" in source.read_text()  # its rows in bf16 (else float32, as before that change)
     return dataclasses.replace(sm90.image("bf16", weight_format=weight_format, moe="down"), image=NamedData.of(cubin),
-                               shared_bytes=227 * 1024)
+                               shared_bytes=227 * 1024, y_in_dtype=y_in_dtype)
 
 
 def down_revisions(revisions: str, weight_format: str) -> dict:
@@ -205,7 +206,8 @@ def down_revisions(revisions: str, weight_format: str) -> dict:
         revision, _, stages = entry.partition(":")
         precision = "fp8" if weight_format == "fp8" else "bf16"
         name = f"fused_{precision}_down_{revision}" + (f"_s{stages}" if stages else "")
-        downs[name] = down_image_at(revision, int(stages) if stages else sm90.STAGES, weight_format)
+        shipped = sm90.FP8_DOWN_STAGES if weight_format == "fp8" else sm90.STAGES
+        downs[name] = down_image_at(revision, int(stages) if stages else shipped, weight_format)
     return downs
 
 

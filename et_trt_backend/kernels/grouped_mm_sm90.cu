@@ -44,7 +44,9 @@
 // the same features' 8 up rows), so a thread's accumulator rows r and r + 8 are one feature's gate and up; the
 // epilogue adds the bias, rounds both, applies the gated activation (MoEEpilogue::activation), rounds, and writes
 // out [rows, N / 2]. Mode 2 (down): the epilogue adds the bias, multiplies by the pair's routing weight and writes
-// float32 rows at the pair's place: out is float [pairs, N], row sorted[r]. The launcher passes MoEEpilogue after out.
+// the rows, rounded to ET_TRT_ELEM, at the pair's place: out is [pairs, N], row sorted[r] (the image's y_in_dtype:
+// half the bytes of float32 rows, written here and read again by the combine). The launcher passes MoEEpilogue
+// after out.
 // Mode 2 also builds with ET_TRT_FP8 (the FP8 MoE down): a is the FP8 gate+up's e4m3 h with a scale per row and
 // 128-column block (a_scale [rows, ceil(K / 128)], consume_block_scaled), W e4m3 with b_scale per output feature;
 // MoEEpilogue follows b_scale.
@@ -82,14 +84,14 @@ constexpr bool kFp8 = ET_TRT_FP8;
 constexpr int kMoE = ET_TRT_MOE;
 // The FP8 MoE down: a's scales are per row and 128-column block (a_scale [rows, ceil(K / 128)]: the FP8 gate+up
 // kernel's h_scale), so each stage's product (one block of K) is scaled by its rows' scales before it is added:
-// a second accumulator, which rows of at most 128 leave room for.
+// two more accumulators (consume_block_scaled), which rows of at most 112 leave room for.
 constexpr bool kBlockScaled = kFp8 && kMoE == 2;
-constexpr int kTileMaxWidth = kBlockScaled ? 128 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
+constexpr int kTileMaxWidth = kBlockScaled ? 112 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
 constexpr int kSwizzleBytes = 128;  // one swizzled row of a stage: K-bytes per stage
 constexpr int kBlockK = kSwizzleBytes / (kFp8 ? 1 : 2);  // elements of K per stage
 constexpr int kInstrBytes = 32;                         // K-bytes per wgmma: k16 (16-bit) or k32 (fp8)
 constexpr int kWeightBytes = kTileFeatures * kSwizzleBytes;
-constexpr int kRowBytes = kMaxWidth * kSwizzleBytes;
+constexpr int kRowBytes = kTileMaxWidth * kSwizzleBytes;  // sm90.py's shared_bytes: (128 + max_width) x 128 a stage
 constexpr int kStageBytes = kWeightBytes + kRowBytes;
 constexpr int kStagingRows = 64;  // epilogue rows staged per consumer warpgroup at a time
 constexpr int kThreads = 384;      // one producer and two consumer warpgroups
@@ -424,10 +426,10 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 }
 
 #elif ET_TRT_MOE == 2
-// Mode 2's epilogue: (acc + bias) * the pair's weight, float32, to the pair's row of y [pairs, N]. The sums go
+// Mode 2's epilogue: (acc + bias) * the pair's weight, rounded to T, to the pair's row of y [pairs, N]. The sums go
 // through the warpgroup's staging, 32 tile rows x 64 features at a time (8 KiB of float32; 16-byte pieces XOR-
 // swizzled by row & 6, so a warp's stores of 4 rows x 8 features and the loads of 8 pieces of a row fall in distinct
-// banks), then 16 threads a row store its 64 features as 16-byte pieces, times the pair's weight. Written straight
+// banks), then 16 threads a row store its 64 features, 4 each, times the pair's weight. Written straight
 // from the accumulator, one float at a time, this epilogue made a width-224 tile's code ~3K instructions (fetched
 // again every tile, as the gate+up's was); staged, ~1K. Each lane first loads the pairs and weights of rows lane,
 // lane + 32, ... (independent loads, in flight together); the stores take them by shuffle from the lane that holds
@@ -435,7 +437,7 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
 // products times the rows' block scales; the sums are acc * b_scale (the weight row's) + bias.
 template <int WIDTH, typename T>
 __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2], const Tile& tile, int warpgroup,
-                                                  float* staging, float* y, const Scales& scales,
+                                                  float* staging, T* y, const Scales& scales,
                                                   const MoEEpilogue& moe, int N) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int feature0 = tile.feature + warpgroup * 64;
@@ -483,12 +485,9 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
       const int pair = __shfl_sync(0xffffffffu, pairs[chunk / 32], row);
       const float weight = __shfl_sync(0xffffffffu, weights[chunk / 32], row);
       if (chunk + row < tile.rows && feature0 + 4 * piece < N) {  // N % 8 == 0 (the launcher's wgmma condition)
-        float4 sums = *reinterpret_cast<const float4*>(at(row, 4 * piece));
-        sums.x *= weight;
-        sums.y *= weight;
-        sums.z *= weight;
-        sums.w *= weight;
-        *reinterpret_cast<float4*>(&y[static_cast<int64_t>(pair) * N + feature0 + 4 * piece]) = sums;
+        const float4 sums = *reinterpret_cast<const float4*>(at(row, 4 * piece));
+        *reinterpret_cast<uint2*>(&y[static_cast<int64_t>(pair) * N + feature0 + 4 * piece]) =
+            uint2{pack<T>(sums.x * weight, sums.y * weight), pack<T>(sums.z * weight, sums.w * weight)};
       }
     }
     warpgroup_sync(warpgroup);  // before the next chunk overwrites the staging rows
@@ -523,10 +522,14 @@ __device__ __forceinline__ void next_stage(int& stage, int& phase) {
 }
 
 // The FP8 MoE down's K loop (kBlockScaled): a stage is one 128-column block of K, whose rows have their own scales
-// (a_scale [rows, k_steps], float32). Its product goes to `part` (from zero), waited for, the stage released, then
-// added to acc times its rows' scales. Lane L holds the scales of tile rows L, L + 32, ... (loaded a stage ahead);
-// acc[4j + 2h + e] belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle.
-// The other consumer warpgroup's products keep the tensor cores busy while this one adds.
+// (a_scale [rows, k_steps], float32). Its product goes to a buffer of its own (from zero), waited for, the stage
+// released, then added to acc times its rows' scales. Stages go in pairs with two buffers: the second's products
+// are issued before the first's are added, so this warpgroup's tensor work covers its own additions as well as the
+// other warpgroup's. A pair drains before the next (a product in flight across the loop's edge, or an `if` around
+// the second issue, makes ptxas serialize the wgmma pipeline); an odd last stage goes alone. Lane L holds the
+// scales of tile rows L, L + 32, ... (loaded as the pair starts, in flight during its products); acc[4j + 2h + e]
+// belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle. Three buffers
+// of WIDTH / 2 floats: tiles of at most 112 rows (kTileMaxWidth) keep them in registers.
 template <int WIDTH>
 __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], const Tile& tile, int k_steps,
                                                      uint8_t* stages, uint64_t* full, uint64_t* empty, int& stage,
@@ -541,28 +544,47 @@ __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], co
       s[j] = row < tile.rows ? scales.a[static_cast<int64_t>(tile.first_row + row) * k_steps + k] : 0.f;
     }
   };
-  float scale[kScaleRegs], next[kScaleRegs];
-  load_scales(0, scale);
-  float part[WIDTH / 2];
-  for (int k = 0; k < k_steps; ++k) {
-    if (k + 1 < k_steps) load_scales(k + 1, next);
-#pragma unroll
-    for (int i = 0; i < WIDTH / 2; ++i) part[i] = 0.f;
-    issue_stage<WIDTH>(part, stages, full, stage, phase, warpgroup);
-    wgmma_wait<0>();
+  // A product the caller has waited for: its stage released, the product added times its rows' scales s.
+  auto add_scaled = [&](float (&part)[WIDTH / 2], int part_stage, const float (&s)[kScaleRegs]) {
     wgmma_fence(part);
-    if (leader) barrier_arrive_cluster(&empty[stage]);
-    next_stage(stage, phase);
+    if (leader) barrier_arrive_cluster(&empty[part_stage]);
 #pragma unroll
     for (int j = 0; j < WIDTH / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float s = __shfl_sync(0xffffffffu, scale[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
-        acc[4 * j + e] += part[4 * j + e] * s;
-        acc[4 * j + 2 + e] += part[4 * j + 2 + e] * s;
+        const float scale = __shfl_sync(0xffffffffu, s[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
+        acc[4 * j + e] += part[4 * j + e] * scale;
+        acc[4 * j + 2 + e] += part[4 * j + 2 + e] * scale;
       }
+  };
+  float scale[2][kScaleRegs];
+  float first[WIDTH / 2], second[WIDTH / 2];
+  int k = 0;
+  for (; k + 1 < k_steps; k += 2) {
+    load_scales(k, scale[0]);
+    load_scales(k + 1, scale[1]);
 #pragma unroll
-    for (int j = 0; j < kScaleRegs; ++j) scale[j] = next[j];
+    for (int i = 0; i < WIDTH / 2; ++i) first[i] = second[i] = 0.f;
+    const int first_stage = stage;
+    issue_stage<WIDTH>(first, stages, full, stage, phase, warpgroup);
+    next_stage(stage, phase);
+    const int second_stage = stage;
+    issue_stage<WIDTH>(second, stages, full, stage, phase, warpgroup);
+    next_stage(stage, phase);
+    wgmma_wait<1>();
+    add_scaled(first, first_stage, scale[0]);
+    wgmma_wait<0>();
+    add_scaled(second, second_stage, scale[1]);
+  }
+  if (k < k_steps) {  // an odd last stage
+    load_scales(k, scale[0]);
+#pragma unroll
+    for (int i = 0; i < WIDTH / 2; ++i) first[i] = 0.f;
+    const int first_stage = stage;
+    issue_stage<WIDTH>(first, stages, full, stage, phase, warpgroup);
+    next_stage(stage, phase);
+    wgmma_wait<0>();
+    add_scaled(first, first_stage, scale[0]);
   }
 }
 
@@ -593,8 +615,7 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
     if (previous >= 0 && leader) barrier_arrive_cluster(&empty[previous]);
   }
 #if ET_TRT_MOE == 2
-  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(staging_base), reinterpret_cast<float*>(out),
-                              scales, moe, N);
+  moe_down_epilogue<WIDTH, T>(acc, tile, warpgroup, reinterpret_cast<float*>(staging_base), out, scales, moe, N);
 #else
   // Epilogue through shared memory, 64 tile rows at a time: the accumulator holds
   // columns of out (weight rows), so written straight out each warp would store

@@ -204,15 +204,22 @@ def _route_and_combine(arch: str, dtype: str, fmt: str) -> list[KernelImage]:
     return images + [_combine_image(arch, dtype, fmt)]
 
 
-def _combine_image(arch: str, dtype: str, fmt: str) -> KernelImage:
+def _combine_image(arch: str, dtype: str, fmt: str, y_in_dtype: bool = False) -> KernelImage:
+    """The combine of float32 rows y, or (y_in_dtype: variant "y_in_dtype") of rows in `dtype`."""
     from et_trt_backend.kernels import moe_experts as source
 
-    signature = {**_pointers("y_ptr:f32 ids_ptr:i32 out_ptr:x", dtype), "T": "i32", "H": "i32", "top_k": "i32",
-                 "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
-    return _compile("moe_combine", "any", source.moe_combine_kernel, signature,
-                    {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
-                    {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
-                    (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0))
+    signature = {**_pointers(f"y_ptr:{'x' if y_in_dtype else 'f32'} ids_ptr:i32 out_ptr:x", dtype), "T": "i32",
+                 "H": "i32", "top_k": "i32", "E": "i32", "BLOCK_T": "constexpr", "BLOCK_H": "constexpr"}
+    image = _compile("moe_combine", "y_in_dtype" if y_in_dtype else "any", source.moe_combine_kernel, signature,
+                     {"BLOCK_T": COMBINE_BLOCK[0], "BLOCK_H": COMBINE_BLOCK[1]},
+                     {n: 16 for n in signature if n.endswith("_ptr")}, arch, dtype, fmt, _NUM_WARPS, 1,
+                     (COMBINE_BLOCK[0], COMBINE_BLOCK[1], 0))
+    return dataclasses.replace(image, y_in_dtype=y_in_dtype)
+
+
+def combine_y_in_dtype_images(arch: str, dtype: str) -> list[KernelImage]:
+    """The combine after the wgmma kernel's MoE down, which writes its rows in `dtype` (sm90.image's y_in_dtype)."""
+    return [_combine_image(arch, dtype, "cubin", y_in_dtype=True)]
 
 
 def gemm_images(arch: str, dtype: str, fmt: str, weight_format: str = "dense",
@@ -423,7 +430,8 @@ def _sm90_sets(arch: str, dtype: str) -> list[parallel_compile.Set]:
     if sm90.nvcc_path() is None:
         logger.warning("nvcc not found: the sm_90a MoE images lack the wgmma kernel (the Triton tilings serve)")
         return []
-    return [("sm90", (dtype, "dense", "gate_up")), ("sm90", (dtype, "dense", "down")), ("moe_gather", (arch, dtype))]
+    return [("sm90", (dtype, "dense", "gate_up")), ("sm90", (dtype, "dense", "down")), ("moe_gather", (arch, dtype)),
+            ("moe_combine_y_in_dtype", (arch, dtype))]
 
 
 def gather_images(arch: str, dtype: str) -> list[KernelImage]:
@@ -462,7 +470,7 @@ def moe_experts_images(archs: Sequence[str], dtype: str, weight_format: str = "d
         if cap == 90 and weight_format == "dense":
             sets += _sm90_sets(arch, dtype)
         if cap == 90 and weight_format == "fp8" and sm90.nvcc_path() is not None:  # the wgmma kernel's FP8 down
-            sets.append(("sm90", (dtype, "fp8", "down")))
+            sets += [("sm90", (dtype, "fp8", "down")), ("moe_combine_y_in_dtype", (arch, dtype))]
     if weight_format != "fp8":  # no portable FP8 fallback: the PTX architecture has no FP8 MMA
         sets.append(("moe_experts", (aot.PTX_FALLBACK_ARCH, dtype, "ptx", weight_format)))
     return parallel_compile.images(sets)

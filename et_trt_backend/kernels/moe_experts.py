@@ -335,7 +335,8 @@ def moe_combine_kernel(y_ptr, ids_ptr, out_ptr, T, H, top_k, E, BLOCK_T: tl.cons
         pair = rt.to(tl.int64) * top_k + j
         expert = tl.load(ids_ptr + pair, mask=t_ok, other=-1)
         used = t_ok & (expert >= 0) & (expert < E)  # dropped pairs' rows were never written
-        acc += tl.load(y_ptr + pair[:, None] * H + rh[None, :], mask=used[:, None] & h_ok[None, :], other=0.0)
+        acc += tl.load(y_ptr + pair[:, None] * H + rh[None, :], mask=used[:, None] & h_ok[None, :],
+                       other=0.0).to(tl.float32)
     tl.store(out_ptr + rt.to(tl.int64)[:, None] * H + rh[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=t_ok[:, None] & h_ok[None, :])
 

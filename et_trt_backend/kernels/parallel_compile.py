@@ -35,6 +35,7 @@ SETS = {
     "grouped_mm": "et_trt_backend.kernels.aot:arch_images",
     "moe_experts": "et_trt_backend.kernels.moe_aot:arch_images",
     "moe_gather": "et_trt_backend.kernels.moe_aot:gather_images",
+    "moe_combine_y_in_dtype": "et_trt_backend.kernels.moe_aot:combine_y_in_dtype_images",
     "sm90": "et_trt_backend.kernels.sm90:images",
 }
 Set = tuple[str, tuple]  # (kind, arguments)

@@ -37,16 +37,22 @@ BLOCK_K = {"dense": 64, "fp8": 128}  # elements of K per stage: 128 bytes either
 WIDTHS = range(8, MAX_WIDTH + 1, 8)  # wgmma's N, for 16-bit and fp8 inputs alike
 MAX_GROUPS = 1024
 STAGES = 4  # 4 x 48 KiB: measured on the H200, 3 stages lose 20% (benchmarks/results/NOTES.md)
+FP8_DOWN_STAGES = 6  # the FP8 MoE down's stages hold at most 112 rows: 6 x 30 KiB
 CLUSTER = 2  # CTAs sharing one tile's rows by TMA multicast (benchmarks/results/NOTES.md)
 _ELEM = {"bf16": ("__nv_bfloat16", "bf16"), "fp16": ("__half", "f16")}
 # The MoE modes: the .cu's ET_TRT_MOE value and the image's kernel name (moe_experts_launcher.cc takes them).
 MOE_MODES = {"gate_up": (1, "moe_gate_up_gated"), "down": (2, "moe_down")}
 
 
-def shared_bytes(stages: int) -> int:
-    """Dynamic shared memory the kernel asks for: the stage ring, barriers, epilogue staging, group table,
-    schedule, alignment."""
-    stage = (TILE_FEATURES + MAX_WIDTH) * 128  # 128-byte swizzled rows, whatever the element size
+def max_width(weight_format: str = "dense", moe: str | None = None) -> int:
+    """Rows per tile at most (the .cu's kTileMaxWidth): the FP8 MoE down's two more accumulators leave room for 112."""
+    return 112 if weight_format == "fp8" and moe == "down" else MAX_WIDTH
+
+
+def shared_bytes(stages: int, width: int = MAX_WIDTH) -> int:
+    """Dynamic shared memory the kernel asks for: the stage ring (tiles of at most `width` rows, max_width),
+    barriers, epilogue staging, group table, schedule, alignment."""
+    stage = (TILE_FEATURES + width) * 128  # 128-byte swizzled rows, whatever the element size
     staging = 2 * 64 * 64 * 2
     return 1023 + stages * stage + 2 * stages * 8 + staging + 4 * (MAX_GROUPS + 1) * 4 + 3 * 4
 
@@ -140,11 +146,14 @@ def nvcc_version(nvcc: str) -> str:
     return result.stdout.strip().splitlines()[-1] if result.returncode == 0 and result.stdout.strip() else "unknown"
 
 
-def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER, weight_format: str = "dense",
+def image(dtype: str, stages: int | None = None, cluster: int = CLUSTER, weight_format: str = "dense",
           moe: str | None = None) -> KernelImage:
     """The sm_90a cubin with what the launcher needs (variant "wgmma", weights [G, N, K]), from the disk cache if
     there. weight_format "fp8": e4m3 operands with scales, output `dtype`. `moe`: a MoE mode's build (MOE_MODES)."""
     _check(dtype, weight_format)
+    width = max_width(weight_format, moe)
+    if stages is None:
+        stages = FP8_DOWN_STAGES if width < MAX_WIDTH else STAGES
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
@@ -154,11 +163,12 @@ def image(dtype: str, stages: int = STAGES, cluster: int = CLUSTER, weight_forma
         kernel=MOE_MODES[moe][1] if moe else kernel_name("wgmma", True, weight_format), variant="wgmma", trans_b=True,
         arch="sm_90a", format="cubin",
         image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc, weight_format, moe)),
-        entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages), global_scratch_bytes=0,
+        entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages, width), global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES,
         block_k=BLOCK_K[weight_format], persistent=True, ptx_version="", weight_format=weight_format))
     # The FP8 build waits for the row quantization before it (griddepcontrol.wait in the .cu): the image says so.
-    return dataclasses.replace(built, waits_for_prior_grid=weight_format == "fp8")
+    # The MoE down writes its rows in `dtype` (for the combine of variant "y_in_dtype").
+    return dataclasses.replace(built, waits_for_prior_grid=weight_format == "fp8", y_in_dtype=moe == "down")
 
 
 def images(dtype: str, weight_format: str = "dense", moe: str | None = None) -> list[KernelImage]:

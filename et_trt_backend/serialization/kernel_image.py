@@ -12,10 +12,10 @@ from et_trt_backend.serialization.schema_fields import schema_fields
 # The fields of table KernelImage in schema.fbs (their one definition), in its order, in snake_case.
 SCHEMA_NAMES: dict[str, str] = schema_fields(fb.KernelImageT)
 
-# weight_format and waits_for_prior_grid were appended to the schema with defaults (Dense, false) so that older
-# blobs read; records made without them take the same defaults.
+# weight_format, waits_for_prior_grid and y_in_dtype were appended to the schema with defaults (Dense, false, false)
+# so that older blobs read; records made without them take the same defaults.
 WEIGHT_FORMATS = ("dense", "fp8", "int4")
-_DEFAULTS = {"weight_format": (str, "dense"), "waits_for_prior_grid": (bool, False)}
+_DEFAULTS = {"weight_format": (str, "dense"), "waits_for_prior_grid": (bool, False), "y_in_dtype": (bool, False)}
 KernelImage = dataclasses.make_dataclass(
     "KernelImage",
     [(name, _DEFAULTS[name][0], dataclasses.field(default=_DEFAULTS[name][1])) if name in _DEFAULTS else name
@@ -30,6 +30,7 @@ output's); `image` is a NamedData holding the cubin or PTX bytes where they are 
 kernel_name(variant, trans_b); `variant` is the launcher's choice among a blob's images
 (runtime/kernels/grouped_mm_launcher.h). `waits_for_prior_grid`: the kernel touches nothing but its weights before it
 waits for the grid before it in the stream, so the launcher may start it early (programmatic dependent launch).
+`y_in_dtype`: a MoE down writes its rows y in `dtype`, a MoE combine reads them so (else float32).
 """
 
 

@@ -899,7 +899,14 @@ class KernelImage(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
-def KernelImageStart(builder): builder.StartObject(20)
+    # KernelImage
+    def YInDtype(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def KernelImageStart(builder): builder.StartObject(21)
 def KernelImageAddKernel(builder, kernel): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
 def KernelImageAddVariant(builder, variant): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(variant), 0)
 def KernelImageAddTransB(builder, transB): builder.PrependBoolSlot(2, transB, 0)
@@ -920,6 +927,7 @@ def KernelImageAddPersistent(builder, persistent): builder.PrependBoolSlot(16, p
 def KernelImageAddPtxVersion(builder, ptxVersion): builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(ptxVersion), 0)
 def KernelImageAddWeightFormat(builder, weightFormat): builder.PrependInt8Slot(18, weightFormat, 0)
 def KernelImageAddWaitsForPriorGrid(builder, waitsForPriorGrid): builder.PrependBoolSlot(19, waitsForPriorGrid, 0)
+def KernelImageAddYInDtype(builder, yInDtype): builder.PrependBoolSlot(20, yInDtype, 0)
 def KernelImageEnd(builder): return builder.EndObject()
 
 try:
@@ -951,6 +959,7 @@ class KernelImageT(object):
         self.ptxVersion = None  # type: str
         self.weightFormat = 0  # type: int
         self.waitsForPriorGrid = False  # type: bool
+        self.yInDtype = False  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -989,6 +998,7 @@ class KernelImageT(object):
         self.ptxVersion = kernelImage.PtxVersion()
         self.weightFormat = kernelImage.WeightFormat()
         self.waitsForPriorGrid = kernelImage.WaitsForPriorGrid()
+        self.yInDtype = kernelImage.YInDtype()
 
     # KernelImageT
     def Pack(self, builder):
@@ -1031,6 +1041,7 @@ class KernelImageT(object):
             KernelImageAddPtxVersion(builder, ptxVersion)
         KernelImageAddWeightFormat(builder, self.weightFormat)
         KernelImageAddWaitsForPriorGrid(builder, self.waitsForPriorGrid)
+        KernelImageAddYInDtype(builder, self.yInDtype)
         kernelImage = KernelImageEnd(builder)
         return kernelImage
 

@@ -106,9 +106,10 @@ enum class MoEGemm { kNone, kGateUp, kDown };
 
 // What those epilogues read, passed to the kernel as is (grouped_mm_sm90.cu's MoEEpilogue, field for field).
 // kGateUp: out is [rows, N / 2] (the activations of W's blocked8 gate and up rows), bias [G, N] or null,
-// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit. kDown: out is float32 [pairs, N],
-// row r written at row sorted[r], times the routing weight weights[sorted[r]] (float32, or the images' dtype
-// where weights_16bit), plus bias [G, N] or null. Rows past offs[G - 1] are neither read into out nor written.
+// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit. kDown: out is [pairs, N], in the
+// images' dtype where the image's y_in_dtype says so (else float32: older exports), row r written at row sorted[r],
+// times the routing weight weights[sorted[r]] (float32, or the images' dtype where weights_16bit), plus bias [G, N]
+// or null. Rows past offs[G - 1] are neither read into out nor written.
 struct MoEEpilogue {
   const void* bias = nullptr;
   const int32_t* sorted = nullptr;

@@ -194,7 +194,9 @@ struct MoEExpertsLauncher::State {
   bool fp8 = false;               // ... is Float8RowScaled
   std::vector<Gemvs> gemvs;       // int4: "gemv" first, then "gemv_any"
   std::vector<Gemvs> mmas;        // int4: the mma.sync kernels' builds, by pairs per pass (gate_up.block_m)
-  Kernel combine;                 // block_m tokens x block_n columns per program
+  Kernel combine;                 // block_m tokens x block_n columns per program; float32 rows y
+  Kernel combine_y_in_dtype;      // the same of rows y in dtype (variant "y_in_dtype"), after a down that writes so
+  bool wgmma_y_in_dtype = false;  // the wgmma down's image writes y in dtype (older exports': float32)
   // sm_90a: the wgmma kernel's MoE builds and the gather that copies their rows (block_m rows x block_n columns
   // per program); null where no image serves this GPU.
   std::unique_ptr<GroupedMMLauncher> wgmma_gate_up, wgmma_down;
@@ -286,7 +288,10 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
       images, device.cc, [](const blob::KernelImageT& image) { return image.kernel + "/" + image.variant; }, &offered);
   for (const KernelImageRef* ref : chosen) {
     const blob::KernelImageT& image = *ref->fields;
-    if (image.variant == "wgmma") continue;  // GroupedMMLauncher's, below
+    if (image.variant == "wgmma") {  // GroupedMMLauncher's, below
+      if (image.kernel == "moe_down") state->wgmma_y_in_dtype = image.y_in_dtype;
+      continue;
+    }
     LoadedImage module;
     if (!load_image(cu, *ref, device, &module, &message)) return failed(message);
     state->modules.push_back(module.module);
@@ -295,7 +300,7 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     if (image.kernel == (state->fp8 ? "moe_route_quantize" : "moe_route")) {
       state->routes.push_back(kernel);
     } else if (image.kernel == "moe_combine") {
-      state->combine = kernel;
+      (image.y_in_dtype ? state->combine_y_in_dtype : state->combine) = kernel;
     } else if (image.kernel == "moe_gather") {
       state->gather = kernel;
     } else if (is_gemv_kernel(image.kernel)) {
@@ -371,6 +376,10 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     if (wgmma_gate_up) state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
     state->wgmma_down = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kDown);
   }
+  if (state->wgmma_down && state->wgmma_y_in_dtype && state->combine_y_in_dtype.function == nullptr)
+    return failed("the wgmma moe_down image writes its rows in " + std::string(kernel_dtype_name(state->dtype)) +
+                  " but no moe_combine image of variant y_in_dtype serves " + gpu +
+                  "; export the images together (moe_aot.moe_experts_images)");
   std::sort(state->routes.begin(), state->routes.end(),
             [](const Kernel& a, const Kernel& b) { return a.block_n < b.block_n; });
   std::sort(state->gemms.begin(), state->gemms.end(),
@@ -594,7 +603,7 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   void** gate_up_launch_args = state_->fp8 ? fp8_gate_up_args : state_->int4 ? int4_gate_up_args : gate_up_args;
   void** down_launch_args = state_->fp8 ? fp8_down_args : state_->int4 ? int4_down_args : down_args;
   if (!run(*route, route_grid, 1, state_->fp8 ? fp8_route_args : route_args)) return false;
-  // The wgmma down's epilogue (dense and FP8 alike): the routing weights and bias, float32 rows by pair.
+  // The wgmma down's epilogue (dense and FP8 alike): the routing weights and bias, rows by pair (y_in_dtype).
   MoEEpilogue down_epilogue;
   down_epilogue.bias = a.b_down;
   down_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
@@ -637,9 +646,10 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     if (a.ffn > 0 && !run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
     if (!run(gemms->down, m_tiles, cdiv(a.hidden_size, gemms->down.block_n), down_launch_args)) return false;
   }
-  if (!run(state_->combine, cdiv(a.tokens, state_->combine.block_m), cdiv(a.hidden_size, state_->combine.block_n),
-           combine_args))
-    return false;
+  // The wgmma down's rows are in dtype where its image says so; the other downs' are float32.
+  const Kernel& combine = (wgmma || fp8_wgmma_down) && state_->wgmma_y_in_dtype ? state_->combine_y_in_dtype
+                                                                                 : state_->combine;
+  if (!run(combine, cdiv(a.tokens, combine.block_m), cdiv(a.hidden_size, combine.block_n), combine_args)) return false;
   state_->last_kernels = ran;
   return true;
 }

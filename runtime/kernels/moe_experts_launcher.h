@@ -19,8 +19,9 @@
 // (four launches). On sm_90a, with the wgmma kernel's MoE images ("moe_gate_up_gated" and "moe_down" of
 // variant "wgmma", run through GroupedMMLauncher) and "moe_gather": for gated activations, blocked8 rows,
 // hidden and FFN sizes multiples of 8 and at most 1024 experts, where rule_path() says kWgmma, the two GEMMs are
-// those, behind moe_gather, which copies the rows in pair order for their TMA loads (five). Elsewhere the Triton
-// tilings serve every size.
+// those, behind moe_gather, which copies the rows in pair order for their TMA loads (five); that down writes its
+// rows in the images' dtype where its image says so (y_in_dtype: half the bytes to write and to combine), and the
+// combine of variant "y_in_dtype" reads them. Elsewhere the Triton tilings serve every size.
 //
 // INT4 expert weights (images of weight_format Int4GroupScaled, et_trt_backend/int4_weights.py): w_gate_up and
 // w_down are packed INT4 (uint8 [E, N1, round_up(H, 32) / 2] and [E, H, round_up(F, 32) / 2]) with bfloat16 group
@@ -39,7 +40,8 @@
 // launch (moe_route_quantize), the activation in blocks of 1 x 128 along K by the gate+up GEMM's epilogue, which
 // writes it with its block scales for the down GEMM. Four launches: moe_route_quantize, the GEMMs' FP8 builds,
 // moe_combine. On sm_90a, where rule_path takes the wgmma GEMMs and H % 8 == 0, F % 16 == 0, the down is the wgmma
-// kernel's FP8 build (image "moe_down", variant "wgmma", fp8), run through GroupedMMLauncher.
+// kernel's FP8 build (image "moe_down", variant "wgmma", fp8), run through GroupedMMLauncher, its rows combined as
+// the bf16 wgmma down's.
 #pragma once
 
 #include <cuda.h>

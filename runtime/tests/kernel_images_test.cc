@@ -23,13 +23,13 @@ flatbuffers::Offset<blob::KernelImage> kernel(flatbuffers::FlatBufferBuilder& fb
                                               blob::DType dtype, int32_t shared, int32_t scratch, int32_t align,
                                               bool persistent, const char* ptx_version,
                                               blob::WeightFormat weight_format = blob::WeightFormat::Dense,
-                                              bool waits_for_prior_grid = false) {
+                                              bool waits_for_prior_grid = false, bool y_in_dtype = false) {
   const std::vector<uint8_t> sha256(32, 0);  // the registry reads the bytes it is given, not the record's digest
   auto image = blob::CreateNamedDataDirect(fbb, "et_trt/00", 4, &sha256);
   const std::string name = std::string("grouped_mm_") + variant + (trans_b ? "_nk" : "_kn");
   return blob::CreateKernelImageDirect(fbb, name.c_str(), variant, trans_b, arch, format, image, entry, dtype, 8,
                                        shared, scratch, align, 0, 128, 256, 64, persistent, ptx_version,
-                                       weight_format, waits_for_prior_grid);
+                                       weight_format, waits_for_prior_grid, y_in_dtype);
 }
 
 Kernels blob_with_kernels() {
@@ -43,7 +43,7 @@ Kernels blob_with_kernels() {
       kernel(fbb, "tma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp16", blob::DType::Float16, 0, 0, 1, false,
              "8.6"),
       kernel(fbb, "wgmma", true, "sm_90a", blob::ImageFormat::Cubin, "k_fp8", blob::DType::BFloat16, 0, 0, 1, true,
-             "", blob::WeightFormat::Float8RowScaled, true),
+             "", blob::WeightFormat::Float8RowScaled, true, true),
       kernel(fbb, "quantize_rows", true, "sm_90a", blob::ImageFormat::Cubin, "k_quantize", blob::DType::BFloat16, 0,
              0, 1, false, "8.6", blob::WeightFormat::Float8RowScaled)};
   fbb.Finish(blob::CreateBlobDirect(fbb, "velocity", 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &kernels),
@@ -85,6 +85,10 @@ TEST(KernelImages, SelectsByDtypeLayoutAndWeightFormat) {
   // waits_for_prior_grid (appended after weight_format, default false) reaches the launchers.
   EXPECT_TRUE(fp8[0].fields->waits_for_prior_grid);
   EXPECT_FALSE(fp8[1].fields->waits_for_prior_grid);
+  // So does y_in_dtype (appended after it, default false).
+  EXPECT_TRUE(fp8[0].fields->y_in_dtype);
+  EXPECT_FALSE(fp8[1].fields->y_in_dtype);
+  EXPECT_FALSE(tma.y_in_dtype);
   EXPECT_TRUE(pack.images(blob::DType::Float16, true, blob::WeightFormat::Float8RowScaled).empty());
 }
 
