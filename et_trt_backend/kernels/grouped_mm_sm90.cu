@@ -84,9 +84,9 @@ constexpr bool kFp8 = ET_TRT_FP8;
 constexpr int kMoE = ET_TRT_MOE;
 // The FP8 MoE down: a's scales are per row and 128-column block (a_scale [rows, ceil(K / 128)]: the FP8 gate+up
 // kernel's h_scale), so each stage's product (one block of K) is scaled by its rows' scales before it is added:
-// a buffer of half a tile beside the accumulator (consume_block_scaled), which rows of at most 224 leave room for.
+// two more accumulators (consume_block_scaled), which rows of at most 112 leave room for.
 constexpr bool kBlockScaled = kFp8 && kMoE == 2;
-constexpr int kTileMaxWidth = kBlockScaled ? 224 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
+constexpr int kTileMaxWidth = kBlockScaled ? 112 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
 constexpr int kSwizzleBytes = 128;  // one swizzled row of a stage: K-bytes per stage
 constexpr int kBlockK = kSwizzleBytes / (kFp8 ? 1 : 2);  // elements of K per stage
 constexpr int kInstrBytes = 32;                         // K-bytes per wgmma: k16 (16-bit) or k32 (fp8)
@@ -497,27 +497,21 @@ __device__ __forceinline__ void moe_down_epilogue(const float (&acc)[WIDTH / 2],
 #endif  // ET_TRT_MOE == 1 / 2
 #endif  // ET_TRT_MOE
 
-// Issues the products of the stage at `base` with its rows [first_row, first_row + WIDTH) into acc (a stage's 128
-// bytes of K, 32 an instruction) and commits them; the caller waits for them.
+// Waits for stage `stage` to land, then issues its products into acc (a stage's 128 bytes of K, 32 an instruction)
+// and commits them; the caller waits for them.
 template <int WIDTH>
-__device__ __forceinline__ void issue_products(float (&acc)[WIDTH / 2], const uint8_t* base, int warpgroup,
-                                               int first_row) {
+__device__ __forceinline__ void issue_stage(float (&acc)[WIDTH / 2], uint8_t* stages, uint64_t* full, int stage,
+                                            int phase, int warpgroup) {
+  barrier_wait(&full[stage], phase);
+  uint8_t* base = stages + stage * kStageBytes;
   const uint64_t a_desc = smem_desc(base + warpgroup * 64 * 128);
-  const uint64_t b_desc = smem_desc(base + kWeightBytes + first_row * kSwizzleBytes);
+  const uint64_t b_desc = smem_desc(base + kWeightBytes);
   wgmma_fence(acc);
 #pragma unroll
   // Descriptors count 16-byte units: each instruction advances 32 bytes.
   for (int kk = 0; kk < kSwizzleBytes / kInstrBytes; ++kk)
     wgmma_m64<WIDTH>(acc, a_desc + kInstrBytes / 16 * kk, b_desc + kInstrBytes / 16 * kk);
   wgmma_commit();
-}
-
-// Waits for stage `stage` to land, then issues all its products into acc.
-template <int WIDTH>
-__device__ __forceinline__ void issue_stage(float (&acc)[WIDTH / 2], uint8_t* stages, uint64_t* full, int stage,
-                                            int phase, int warpgroup) {
-  barrier_wait(&full[stage], phase);
-  issue_products<WIDTH>(acc, stages + stage * kStageBytes, warpgroup, 0);
 }
 
 __device__ __forceinline__ void next_stage(int& stage, int& phase) {
@@ -527,78 +521,70 @@ __device__ __forceinline__ void next_stage(int& stage, int& phase) {
   }
 }
 
-// The FP8 MoE down's promotion: acc's tile rows [ROW0, ROW0 + ROWS) += part (their product for one stage) times
-// the rows' scales s. acc[4j + 2h + e] belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping); lane
-// 4a + b holds in s[2i + e] the scale of tile row 64i + 8a + 2b + e, so row 8j + 2 (lane % 4) + e's comes from lane
-// 4 (j % 8) + lane % 4: a shuffle whose segment mask keeps the lane's low two bits and takes the rest from an
-// immediate (no lane index in a register).
-template <int ROW0, int ROWS, int WIDTH, int SCALE_REGS>
-__device__ __forceinline__ void add_scaled_rows(float (&acc)[WIDTH / 2], const float (&part)[ROWS / 2],
-                                                const float (&s)[SCALE_REGS], int lane) {
-#pragma unroll
-  for (int j = 0; j < ROWS / 8; ++j) {
-    constexpr int kFirstEighth = ROW0 / 8;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int eighth = kFirstEighth + j;  // tile rows 8 eighth + [0, 8)
-      float scale;  // c = 0x31f: segment mask 3 (bits 12-8), clamp 31
-      asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x31f, 0xffffffff;"
-                   : "=f"(scale)
-                   : "f"(s[2 * (eighth / 8) + e]), "r"(4 * (eighth % 8)));
-      acc[4 * eighth + e] += part[4 * j + e] * scale;
-      acc[4 * eighth + 2 + e] += part[4 * j + 2 + e] * scale;
-    }
-  }
-}
-
 // The FP8 MoE down's K loop (kBlockScaled): a stage is one 128-column block of K, whose rows have their own scales
-// (a_scale [rows, k_steps], float32, loaded as the stage starts: loaded a stage ahead they spilled). Its product is
-// made in two halves of the tile's rows, each into a buffer of its own (from zero), waited for and added to acc
-// times its rows' scales; the stage is released once the second half's products are done. A half-tile buffer
-// beside acc lets tiles take up to 224 rows (kTileMaxWidth): most experts' weights are read once a call at 3500
-// tokens (about 219 rows each), where whole-tile buffers (tiles of 128 rows at most) read them twice. The other
-// consumer warpgroup's products keep the tensor cores busy while this one adds.
+// (a_scale [rows, k_steps], float32). Its product goes to a buffer of its own (from zero), waited for, the stage
+// released, then added to acc times its rows' scales. Stages go in pairs with two buffers: the second's products
+// are issued before the first's are added, so this warpgroup's tensor work covers its own additions as well as the
+// other warpgroup's. A pair drains before the next (a product in flight across the loop's edge, or an `if` around
+// the second issue, makes ptxas serialize the wgmma pipeline); an odd last stage goes alone. Lane L holds the
+// scales of tile rows L, L + 32, ... (loaded as the pair starts, in flight during its products); acc[4j + 2h + e]
+// belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle. Three buffers
+// of WIDTH / 2 floats: tiles of at most 112 rows (kTileMaxWidth) keep them in registers.
 template <int WIDTH>
 __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], const Tile& tile, int k_steps,
                                                      uint8_t* stages, uint64_t* full, uint64_t* empty, int& stage,
                                                      int& phase, int warpgroup, const Scales& scales) {
-  constexpr int kLow = (WIDTH / 2 + kWidthStep - 1) / kWidthStep * kWidthStep;  // rows of the first half
-  constexpr int kHigh = WIDTH - kLow;                                             // of the second (0 at WIDTH 8)
-  constexpr int kScaleRegs = 2 * ((WIDTH / 8 + 7) / 8);
+  constexpr int kScaleRegs = (WIDTH + 31) / 32;
   const int lane = threadIdx.x % 32;
   const bool leader = threadIdx.x % 128 == 0;
   auto load_scales = [&](int k, float (&s)[kScaleRegs]) {
 #pragma unroll
     for (int j = 0; j < kScaleRegs; ++j) {
-      const int row = 64 * (j / 2) + 8 * (lane / 4) + 2 * (lane % 4) + j % 2;
+      const int row = lane + 32 * j;
       s[j] = row < tile.rows ? scales.a[static_cast<int64_t>(tile.first_row + row) * k_steps + k] : 0.f;
     }
   };
-  float scale[kScaleRegs];
-  float low[kLow / 2], high[kHigh > 0 ? kHigh / 2 : 1];
-  for (int k = 0; k < k_steps; ++k) {
-    load_scales(k, scale);
-    barrier_wait(&full[stage], phase);
-    const uint8_t* base = stages + stage * kStageBytes;
+  // A product the caller has waited for: its stage released, the product added times its rows' scales s.
+  auto add_scaled = [&](float (&part)[WIDTH / 2], int part_stage, const float (&s)[kScaleRegs]) {
+    wgmma_fence(part);
+    if (leader) barrier_arrive_cluster(&empty[part_stage]);
 #pragma unroll
-    for (int i = 0; i < kLow / 2; ++i) low[i] = 0.f;
-    issue_products<kLow>(low, base, warpgroup, 0);
-    wgmma_wait<0>();
-    wgmma_fence(low);
-    if constexpr (kHigh == 0) {
-      if (leader) barrier_arrive_cluster(&empty[stage]);
-    }
-    add_scaled_rows<0, kLow, WIDTH>(acc, low, scale, lane);
-    if constexpr (kHigh > 0) {
+    for (int j = 0; j < WIDTH / 8; ++j)
 #pragma unroll
-      for (int i = 0; i < kHigh / 2; ++i) high[i] = 0.f;
-      issue_products<kHigh>(high, base, warpgroup, kLow);
-      wgmma_wait<0>();
-      wgmma_fence(high);
-      if (leader) barrier_arrive_cluster(&empty[stage]);
-      add_scaled_rows<kLow, kHigh, WIDTH>(acc, high, scale, lane);
-    }
+      for (int e = 0; e < 2; ++e) {
+        const float scale = __shfl_sync(0xffffffffu, s[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
+        acc[4 * j + e] += part[4 * j + e] * scale;
+        acc[4 * j + 2 + e] += part[4 * j + 2 + e] * scale;
+      }
+  };
+  float scale[2][kScaleRegs];
+  float first[WIDTH / 2], second[WIDTH / 2];
+  int k = 0;
+  for (; k + 1 < k_steps; k += 2) {
+    load_scales(k, scale[0]);
+    load_scales(k + 1, scale[1]);
+#pragma unroll
+    for (int i = 0; i < WIDTH / 2; ++i) first[i] = second[i] = 0.f;
+    const int first_stage = stage;
+    issue_stage<WIDTH>(first, stages, full, stage, phase, warpgroup);
     next_stage(stage, phase);
+    const int second_stage = stage;
+    issue_stage<WIDTH>(second, stages, full, stage, phase, warpgroup);
+    next_stage(stage, phase);
+    wgmma_wait<1>();
+    add_scaled(first, first_stage, scale[0]);
+    wgmma_wait<0>();
+    add_scaled(second, second_stage, scale[1]);
+  }
+  if (k < k_steps) {  // an odd last stage
+    load_scales(k, scale[0]);
+#pragma unroll
+    for (int i = 0; i < WIDTH / 2; ++i) first[i] = 0.f;
+    const int first_stage = stage;
+    issue_stage<WIDTH>(first, stages, full, stage, phase, warpgroup);
+    next_stage(stage, phase);
+    wgmma_wait<0>();
+    add_scaled(first, first_stage, scale[0]);
   }
 }
 
