@@ -106,29 +106,19 @@ def test_moe_cubins_use_wgmma_at_every_width(moe, kernel, staged, tmp_path):
 
 
 @needs_nvcc
-def test_fp8_moe_down_cubin_takes_tiles_of_at_most_112_rows(tmp_path):
-    """The FP8 MoE down (ET_TRT_FP8 with ET_TRT_MOE=2): e4m3 wgmma at tile widths 8-112 only (two more
-    accumulators for the blocks of K's products), no spills in any K loop; it waits for the grid before it, as
-    every FP8 build. At width 112 the three accumulators take 168 of the 168 registers ptxas allots a thread of 384:
-    it spills a value of the tile (a store before the K loop, a load after it), which costs one load a tile; a spill
-    between two of one width's wgmma instructions would cost one every stage."""
+def test_fp8_moe_down_cubin_takes_tiles_of_at_most_128_rows(tmp_path):
+    """The FP8 MoE down (ET_TRT_FP8 with ET_TRT_MOE=2): e4m3 wgmma at tile widths 8-128 only (a second accumulator
+    for each block of K's product), no spills; it waits for the grid before it, as every FP8 build."""
     pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
     image = sm90.image("bf16", weight_format="fp8", moe="down")
     assert (image.kernel, image.variant, image.weight_format, image.block_k) == ("moe_down", "wgmma", "fp8", 128)
     assert image.waits_for_prior_grid
-    assert image.shared_bytes == sm90.shared_bytes(sm90.FP8_DOWN_STAGES, 112)  # stages of 128 + 112 rows
+    assert image.shared_bytes == sm90.shared_bytes(sm90.FP8_DOWN_STAGES, 128)  # stages of 128 + 128 rows
     sass = _sass(image.image.bytes(), tmp_path)
     widths = {int(n) for n in re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3\s", sass)}
-    assert widths == set(range(8, 113, 8)), sorted(widths)
+    assert widths == set(range(8, 129, 8)), sorted(widths)
     assert "HGMMA" not in sass and "UTMALDG.2D.MULTICAST" in sass
-    width, spilled = None, False  # the width of the last wgmma instruction before each line; a spill since
-    for line in sass.splitlines():
-        if match := re.search(r"QGMMA\.64x(\d+)x32", line):
-            if width == int(match.group(1)) and spilled:
-                raise AssertionError(f"a register spill inside the K loop of width {width}")
-            width, spilled = int(match.group(1)), False
-        elif re.search(r"\b(LDL|STL)\b", line):
-            spilled = True
+    assert not re.search(r"\b(LDL|STL)\b", sass), "registers spill to local memory"
 
 
 @needs_nvcc

@@ -123,9 +123,9 @@ def test_fp8_scales_are_required():
                     reason="the wgmma kernel's FP8 down is sm_90a's")
 @pytest.mark.parametrize("tokens", [1, 37, 300])
 def test_wgmma_down_every_tile_width(tokens):
-    """The wgmma kernel's FP8 down (block-scaled h, stages in pairs with two product buffers, tiles of at most 112
-    rows) forced: 1 token (8-row tiles), 37 and 300 tokens x top-4 over 8 experts (about 18 and 150 rows a group: one
-    tile, two of about 80), biases; F 384 is three stages: one pair and an odd last stage."""
+    """The wgmma kernel's FP8 down (block-scaled h, a second accumulator, tiles of at most 128 rows) forced: 1 token
+    (8-row tiles), 37 and 300 tokens x top-4 over 8 experts (about 18 and 150 rows a group: one tile, two of about 80),
+    biases."""
     from et_trt_backend.kernels import moe_op
 
     launcher = moe_op.launcher_for(torch.device("cuda", torch.cuda.current_device()), torch.bfloat16, "fp8")

@@ -23,7 +23,7 @@ import int4_experts_bench as int4_bench  # noqa: E402  (benchmarks/)
 import moe_block_bench  # noqa: E402
 import moe_fp8_block_bench  # noqa: E402
 
-from et_trt_backend.kernels import moe_experts_fp8  # noqa: E402
+from et_trt_backend import moe_experts_fp8  # noqa: E402
 
 BF16_SHAPE = (3500, 128, 3072, 3072, 8)  # tokens, experts, hidden, FFN, top-k
 INT4_SHAPES = [(16, 8, 1024, 1024), (16, 16, 2048, 4096), (4, 64, 2048, 1024)]  # tokens, experts, hidden, FFN; top-2
