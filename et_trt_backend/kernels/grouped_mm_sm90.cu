@@ -84,9 +84,9 @@ constexpr bool kFp8 = ET_TRT_FP8;
 constexpr int kMoE = ET_TRT_MOE;
 // The FP8 MoE down: a's scales are per row and 128-column block (a_scale [rows, ceil(K / 128)]: the FP8 gate+up
 // kernel's h_scale), so each stage's product (one block of K) is scaled by its rows' scales before it is added:
-// two more accumulators (consume_block_scaled), which rows of at most 112 leave room for.
+// a second accumulator, which rows of at most 128 leave room for.
 constexpr bool kBlockScaled = kFp8 && kMoE == 2;
-constexpr int kTileMaxWidth = kBlockScaled ? 112 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
+constexpr int kTileMaxWidth = kBlockScaled ? 128 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
 constexpr int kSwizzleBytes = 128;  // one swizzled row of a stage: K-bytes per stage
 constexpr int kBlockK = kSwizzleBytes / (kFp8 ? 1 : 2);  // elements of K per stage
 constexpr int kInstrBytes = 32;                         // K-bytes per wgmma: k16 (16-bit) or k32 (fp8)
@@ -522,14 +522,10 @@ __device__ __forceinline__ void next_stage(int& stage, int& phase) {
 }
 
 // The FP8 MoE down's K loop (kBlockScaled): a stage is one 128-column block of K, whose rows have their own scales
-// (a_scale [rows, k_steps], float32). Its product goes to a buffer of its own (from zero), waited for, the stage
-// released, then added to acc times its rows' scales. Stages go in pairs with two buffers: the second's products
-// are issued before the first's are added, so this warpgroup's tensor work covers its own additions as well as the
-// other warpgroup's. A pair drains before the next (a product in flight across the loop's edge, or an `if` around
-// the second issue, makes ptxas serialize the wgmma pipeline); an odd last stage goes alone. Lane L holds the
-// scales of tile rows L, L + 32, ... (loaded as the pair starts, in flight during its products); acc[4j + 2h + e]
-// belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle. Three buffers
-// of WIDTH / 2 floats: tiles of at most 112 rows (kTileMaxWidth) keep them in registers.
+// (a_scale [rows, k_steps], float32). Its product goes to `part` (from zero), waited for, the stage released, then
+// added to acc times its rows' scales. Lane L holds the scales of tile rows L, L + 32, ... (loaded a stage ahead);
+// acc[4j + 2h + e] belongs to tile row 8j + 2 (lane % 4) + e (the epilogue's mapping), whose scale comes by shuffle.
+// The other consumer warpgroup's products keep the tensor cores busy while this one adds.
 template <int WIDTH>
 __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], const Tile& tile, int k_steps,
                                                      uint8_t* stages, uint64_t* full, uint64_t* empty, int& stage,
@@ -544,47 +540,28 @@ __device__ __forceinline__ void consume_block_scaled(float (&acc)[WIDTH / 2], co
       s[j] = row < tile.rows ? scales.a[static_cast<int64_t>(tile.first_row + row) * k_steps + k] : 0.f;
     }
   };
-  // A product the caller has waited for: its stage released, the product added times its rows' scales s.
-  auto add_scaled = [&](float (&part)[WIDTH / 2], int part_stage, const float (&s)[kScaleRegs]) {
+  float scale[kScaleRegs], next[kScaleRegs];
+  load_scales(0, scale);
+  float part[WIDTH / 2];
+  for (int k = 0; k < k_steps; ++k) {
+    if (k + 1 < k_steps) load_scales(k + 1, next);
+#pragma unroll
+    for (int i = 0; i < WIDTH / 2; ++i) part[i] = 0.f;
+    issue_stage<WIDTH>(part, stages, full, stage, phase, warpgroup);
+    wgmma_wait<0>();
     wgmma_fence(part);
-    if (leader) barrier_arrive_cluster(&empty[part_stage]);
+    if (leader) barrier_arrive_cluster(&empty[stage]);
+    next_stage(stage, phase);
 #pragma unroll
     for (int j = 0; j < WIDTH / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float scale = __shfl_sync(0xffffffffu, s[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
-        acc[4 * j + e] += part[4 * j + e] * scale;
-        acc[4 * j + 2 + e] += part[4 * j + 2 + e] * scale;
+        const float s = __shfl_sync(0xffffffffu, scale[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
+        acc[4 * j + e] += part[4 * j + e] * s;
+        acc[4 * j + 2 + e] += part[4 * j + 2 + e] * s;
       }
-  };
-  float scale[2][kScaleRegs];
-  float first[WIDTH / 2], second[WIDTH / 2];
-  int k = 0;
-  for (; k + 1 < k_steps; k += 2) {
-    load_scales(k, scale[0]);
-    load_scales(k + 1, scale[1]);
 #pragma unroll
-    for (int i = 0; i < WIDTH / 2; ++i) first[i] = second[i] = 0.f;
-    const int first_stage = stage;
-    issue_stage<WIDTH>(first, stages, full, stage, phase, warpgroup);
-    next_stage(stage, phase);
-    const int second_stage = stage;
-    issue_stage<WIDTH>(second, stages, full, stage, phase, warpgroup);
-    next_stage(stage, phase);
-    wgmma_wait<1>();
-    add_scaled(first, first_stage, scale[0]);
-    wgmma_wait<0>();
-    add_scaled(second, second_stage, scale[1]);
-  }
-  if (k < k_steps) {  // an odd last stage
-    load_scales(k, scale[0]);
-#pragma unroll
-    for (int i = 0; i < WIDTH / 2; ++i) first[i] = 0.f;
-    const int first_stage = stage;
-    issue_stage<WIDTH>(first, stages, full, stage, phase, warpgroup);
-    next_stage(stage, phase);
-    wgmma_wait<0>();
-    add_scaled(first, first_stage, scale[0]);
+    for (int j = 0; j < kScaleRegs; ++j) scale[j] = next[j];
   }
 }
 

@@ -37,7 +37,7 @@ BLOCK_K = {"dense": 64, "fp8": 128}  # elements of K per stage: 128 bytes either
 WIDTHS = range(8, MAX_WIDTH + 1, 8)  # wgmma's N, for 16-bit and fp8 inputs alike
 MAX_GROUPS = 1024
 STAGES = 4  # 4 x 48 KiB: measured on the H200, 3 stages lose 20% (benchmarks/results/NOTES.md)
-FP8_DOWN_STAGES = 6  # the FP8 MoE down's stages hold at most 112 rows: 6 x 30 KiB
+FP8_DOWN_STAGES = 4  # the FP8 MoE down's stages hold at most 128 rows: 4 x 32 KiB (6 were no faster on an H100)
 CLUSTER = 2  # CTAs sharing one tile's rows by TMA multicast (benchmarks/results/NOTES.md)
 _ELEM = {"bf16": ("__nv_bfloat16", "bf16"), "fp16": ("__half", "f16")}
 # The MoE modes: the .cu's ET_TRT_MOE value and the image's kernel name (moe_experts_launcher.cc takes them).
@@ -45,8 +45,8 @@ MOE_MODES = {"gate_up": (1, "moe_gate_up_gated"), "down": (2, "moe_down")}
 
 
 def max_width(weight_format: str = "dense", moe: str | None = None) -> int:
-    """Rows per tile at most (the .cu's kTileMaxWidth): the FP8 MoE down's two more accumulators leave room for 112."""
-    return 112 if weight_format == "fp8" and moe == "down" else MAX_WIDTH
+    """Rows per tile at most (the .cu's kTileMaxWidth): the FP8 MoE down's second accumulator leaves room for 128."""
+    return 128 if weight_format == "fp8" and moe == "down" else MAX_WIDTH
 
 
 def shared_bytes(stages: int, width: int = MAX_WIDTH) -> int:
