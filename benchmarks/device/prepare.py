@@ -201,12 +201,12 @@ def down_image_at(revision: str, stages: int, weight_format: str):
 
 def down_revisions(revisions: str, weight_format: str) -> dict:
     """FP8_DOWN_REV's or BF16_DOWN_REV's contender names and their downs."""
+    precision = "fp8" if weight_format == "fp8" else "bf16"
+    shipped = sm90.FP8_DOWN_STAGES if weight_format == "fp8" else sm90.STAGES
     downs = {}
     for entry in filter(None, revisions.split(",")):
         revision, _, stages = entry.partition(":")
-        precision = "fp8" if weight_format == "fp8" else "bf16"
         name = f"fused_{precision}_down_{revision}" + (f"_s{stages}" if stages else "")
-        shipped = sm90.FP8_DOWN_STAGES if weight_format == "fp8" else sm90.STAGES
         downs[name] = down_image_at(revision, int(stages) if stages else shipped, weight_format)
     return downs
 
