@@ -11,7 +11,7 @@ method and helpers (bf16 contenders there):
   fused_fp8   our FP8 MoEExperts kernels (kernels/moe_fp8.py) through the C++ launcher: route + hidden's per-token
               quantization, gate+up writing the down GEMM's e4m3 input and block scales, down, combine;
               fused_fp8_<label>: other FP8 image sets (prepare.py's groups: another tiling, a down GEMM
-              candidate of moe_fp8_down.py), timed beside it; a table after the main one gives each set's block us,
+              candidate of moe_fp8_down.py, the wgmma gate+up candidate behind a gather), timed beside it; a table after the main one gives each set's block us,
               paired speedups over fused_fp8 and bf16 eager, kernel us and the down GEMM's TFLOP/s
 
 No Triton in the process: our kernels are AOT images (benchmarks/device/prepare.py --moe-fp8). Each contender's
@@ -233,11 +233,14 @@ def goals(rows: list[dict]) -> str:
         err = r["err"].get("fused_fp8", float("nan"))
         if not err <= MAX_ERROR:
             misses.append(f"error {err:.2e} > {MAX_ERROR}")
-        if r["launches"].get("fused_fp8", 99) > block_bench.MAX_ROBOT_LAUNCHES:
+        robot = not r["shape"].endswith("tok")
+        # Issue 32 bounds the launches at robot sizes (at the MoE shapes the bf16 block's wgmma path has five).
+        if robot and r["launches"].get("fused_fp8", 99) > block_bench.MAX_ROBOT_LAUNCHES:
             misses.append(f"{r['launches'].get('fused_fp8', 'no')} launches > {block_bench.MAX_ROBOT_LAUNCHES}")
-        scope = "" if r["shape"].endswith("tok") else " (robot size: the ratio goals are the MoE shapes')"
+        scope = " (robot size: the ratio goals are the MoE shapes')" if robot else ""
         lines.append(f"{r['shape']}: {'NOT MET: ' + ', '.join(misses) if misses else 'met'}{scope}")
-    return "Goals (fused_fp8: >= 1.8x eager, >= 1.3x torch_fp8, error <= 4e-2, <= 4 launches):\n" + "\n".join(lines)
+    return ("Goals (fused_fp8: >= 1.8x eager, >= 1.3x torch_fp8, error <= 4e-2; <= 4 launches at robot sizes):\n"
+            + "\n".join(lines))
 
 
 def main() -> None:

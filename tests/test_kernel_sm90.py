@@ -44,6 +44,19 @@ def _sass(cubin: bytes, tmp_path) -> str:
     return subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
 
 
+def _k_loops(sass: str) -> list[list[str]]:
+    """The SASS of each loop that issues wgmma (a backward branch over at most 400 instructions): the K loops."""
+    lines = [line for line in sass.splitlines() if re.match(r"^\s+/\*[0-9a-f]{4,}\*/\s", line)]
+    at = {int(re.match(r"^\s+/\*([0-9a-f]+)\*/", line).group(1), 16): i for i, line in enumerate(lines)}
+    loops = []
+    for i, line in enumerate(lines):
+        branch = re.search(r"\bBRA (0x[0-9a-f]+)", line)
+        start = at.get(int(branch.group(1), 16)) if branch else None
+        if start is not None and i - 400 < start < i and any("GMMA" in x for x in lines[start:i]):
+            loops.append(lines[start:i + 1])
+    return loops
+
+
 @needs_nvcc
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_cubin_uses_wgmma_tma_and_stmatrix(dtype, tmp_path):
@@ -100,9 +113,31 @@ def test_moe_cubins_use_wgmma_at_every_width(moe, kernel, staged, tmp_path):
     # (benchmarks/results/h100_gate_up_epilogue/); rolled, 63,264. The down build's: 59,416 unstaged, 21,672 staged.
     instructions = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s", sass, re.M))
     assert instructions < 80_000, f"{instructions} SASS instructions: an epilogue unrolled per element?"
-    if moe == "gate_up":  # the FP8 gate+up is Triton's (moe_fp8.py); the down has an FP8 build (below)
-        with pytest.raises(ValueError, match="MoE mode"):
-            sm90.compile_cubin("bf16", sm90.STAGES, sm90.CLUSTER, sm90.nvcc_path(), weight_format="fp8", moe=moe)
+
+
+@needs_nvcc
+def test_fp8_moe_gate_up_cubin_quantizes_across_its_cluster(tmp_path):
+    """The FP8 MoE gate+up (ET_TRT_FP8 with ET_TRT_MOE=1): e4m3 wgmma at tile widths 8-224, its epilogue writing
+    e4m3 h with the amaxes exchanged by st.async between the cluster's two CTAs; it needs clusters of two."""
+    pytest.importorskip("triton", reason="cuobjdump comes with Triton here")
+    image = sm90.image("bf16", weight_format="fp8", moe="gate_up")
+    assert (image.kernel, image.variant, image.weight_format, image.block_k) == ("moe_gate_up_gated", "wgmma", "fp8", 128)
+    assert image.waits_for_prior_grid and not image.y_in_dtype
+    assert image.shared_bytes == sm90.shared_bytes(sm90.STAGES, 224, amax_exchange=True) <= 227 * 1024
+    sass = _sass(image.image.bytes(), tmp_path)
+    widths = {int(n) for n in re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3\s", sass)}
+    assert widths == set(range(8, 225, 8)), sorted(widths)
+    assert "HGMMA" not in sass and "UTMALDG.2D.MULTICAST" in sass
+    assert "STAS" in sass and "F2FP.SATFINITE.E4M3" in sass  # the amaxes sent by st.async; h rounded to e4m3
+    assert "MEMBAR.ALL.GPU" not in sass.split("UCGABAR_WAIT", 1)[1], "a fence in the tile loop"
+    # ptxas spills a few of the tile walk's values (28 bytes with nvcc 13: reloaded once a tile), but none in a
+    # K loop, one for each tile width.
+    loops = _k_loops(sass)
+    assert len(loops) == 28 and not any(re.search(r"\b(LDL|STL)\b", "\n".join(loop)) for loop in loops)
+    instructions = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s", sass, re.M))
+    assert instructions < 80_000, f"{instructions} SASS instructions: an epilogue unrolled per element?"
+    with pytest.raises(ValueError, match="cluster=2"):
+        sm90.compile_cubin("bf16", sm90.STAGES, 1, sm90.nvcc_path(), weight_format="fp8", moe="gate_up")
 
 
 @needs_nvcc

@@ -9,6 +9,9 @@ order than torch: a gate+up output one bf16 ulp off may move its block's scale, 
 e4m3's rounding), within 5e-2 of float32 on random normal inputs (the activations' e4m3 roundings: ~4%).
 """
 
+import os
+import pathlib
+
 import pytest
 import torch
 from support.moe_inputs import e4m3_tie_rows, make_inputs
@@ -119,19 +122,83 @@ def test_fp8_scales_are_required():
         torch.ops.et_trt.moe_experts(hidden.cuda(), ids.cuda(), weights.cuda(), gq.cuda(), dq.cuda())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                    reason="the wgmma kernel's FP8 down is sm_90a's")
+needs_sm90a = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                                 reason="the wgmma kernel's FP8 GEMMs are sm_90a's")
+
+
+def _check_wgmma(inputs, activation="swiglu", **bounds):
+    """_check on the wgmma path, forced (the launcher is shared with the other tests: the rule again after)."""
+    from et_trt_backend.kernels import moe_op
+
+    launcher = moe_op.launcher_for(torch.device("cuda", torch.cuda.current_device()), inputs[0].dtype, "fp8")
+    launcher.set_gemm_path("wgmma")
+    try:
+        kernels = _check(inputs, activation, layout="blocked8", **bounds)
+    finally:
+        launcher.set_gemm_path("rule")
+    assert "moe_down (wgmma)" in kernels, kernels
+    return kernels
+
+
+@needs_sm90a
 @pytest.mark.parametrize("tokens", [1, 37, 300])
 def test_wgmma_down_every_tile_width(tokens):
     """The wgmma kernel's FP8 down (block-scaled h, a second accumulator, tiles of at most 128 rows) forced: 1 token
     (8-row tiles), 37 and 300 tokens x top-4 over 8 experts (about 18 and 150 rows a group: one tile, two of about 80),
     biases."""
-    from et_trt_backend.kernels import moe_op
+    _check_wgmma(make_inputs(tokens, 4, 8, 256, 384, "swiglu", bias=True, seed=tokens))
 
-    launcher = moe_op.launcher_for(torch.device("cuda", torch.cuda.current_device()), torch.bfloat16, "fp8")
-    launcher.set_gemm_path("wgmma")
-    try:
-        kernels = _check(make_inputs(tokens, 4, 8, 256, 384, "swiglu", bias=True, seed=tokens), layout="blocked8")
-    finally:
-        launcher.set_gemm_path("rule")  # the launcher is shared with the other tests
-    assert "moe_down (wgmma)" in kernels, kernels
+
+@pytest.fixture
+def wgmma_gate_up():
+    """The eager op's FP8 launchers, for one test, of the shipped images plus the wgmma kernel's FP8 gate+up and the
+    gather before it (a candidate, not shipped until a GPU has run it: benchmarks/device/prepare.py --moe-fp8 writes
+    moe_fp8_candidate_images.json beside the shipped images)."""
+    from et_trt_backend.kernels import moe_op
+    from et_trt_backend.kernels.images import load_images
+    from et_trt_backend.kernels.launcher import MoEExpertsLauncher
+
+    path = pathlib.Path(os.environ.get(moe_op.IMAGES_ENV, ".device/moe_fp8_images.json"))
+    path = path.with_name("moe_fp8_candidate_images.json")
+    if not path.exists():
+        pytest.skip(f"no {path} (benchmarks/device/prepare.py --moe-fp8 writes it)")
+    torch.empty(1, device="cuda")  # a launcher loads into the current CUDA context
+    pool, device = load_images(path), torch.cuda.current_device()
+    shipped = dict(moe_op._launchers)
+    for dtype in ("bf16", "fp16"):
+        moe_op._launchers[(device, dtype, "fp8")] = MoEExpertsLauncher([i for i in pool if i.dtype == dtype])
+    yield
+    moe_op._launchers.clear()
+    moe_op._launchers.update(shipped)
+
+
+def _check_wgmma_gate_up(inputs, activation="swiglu"):
+    kernels = _check_wgmma(inputs, activation)
+    assert "moe_gather" in kernels and "moe_gate_up_gated (wgmma)" in kernels, kernels
+
+
+@needs_sm90a
+@pytest.mark.parametrize("tokens", [1, 37, 300])
+def test_wgmma_gate_up_every_tile_width(wgmma_gate_up, tokens):
+    """The wgmma kernel's FP8 gate+up writing e4m3 h and its block scales (each row's amax exchanged across the
+    cluster's two CTAs) before the wgmma down: 1 token (8-row tiles), 37 and 300 tokens x top-4 over 8 experts (about
+    18 and 150 rows a group), biases."""
+    _check_wgmma_gate_up(make_inputs(tokens, 4, 8, 256, 384, "swiglu", bias=True, seed=tokens))
+
+
+@needs_sm90a
+@pytest.mark.parametrize("activation", list(MOE_GATED_ACTIVATIONS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wgmma_gate_up_every_gated_activation_odd_sizes(wgmma_gate_up, activation, dtype):
+    """Every gated activation in both 16-bit types, H = 272 and F = 144: h's last scale block has 16 features, and
+    the second CTA of its cluster holds none of h's (its weight rows are past 2F: TMA's zeros); invalid ids."""
+    _check_wgmma_gate_up(make_inputs(29, 3, 6, 272, 144, activation, dtype=dtype, bias=True, invalid=0.1, seed=8),
+                         activation)
+
+
+@needs_sm90a
+def test_wgmma_gate_up_empty_experts_skewed_routing_invalid_ids(wgmma_gate_up):
+    hidden, ids, weights, w_gate_up, w_down, _, _ = make_inputs(300, 2, 16, 256, 256, "swiglu", seed=5)
+    ids = torch.stack([torch.zeros(300), torch.ones(300)], 1).int()  # experts 2-15 empty: 300 rows each
+    ids[3, 0], ids[9, 1], ids[11, 0] = 16, -1, -(2**31)
+    _check_wgmma_gate_up((hidden, ids, weights, w_gate_up, w_down, None, None))

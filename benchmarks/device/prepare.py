@@ -160,10 +160,19 @@ FP8_DOWN_CANDIDATES = {"pf_s4": (4, False), "split_s4": (4, True)}
 FP8_DOWN_WGMMA_CANDIDATES = {"wgmma_t2_s4": (4, 2), "wgmma_t4_s4": (4, 4), "wgmma_t4_s5": (5, 4)}
 
 
+def fp8_wgmma_gate_up_candidate(dtype: str) -> list:
+    """The wgmma kernel's FP8 gate+up (sm90.py; not shipped until a GPU has run it) and the gather that copies the
+    quantized rows before it: with them the launcher runs it in place of the Triton gate+up."""
+    return [sm90.image(dtype, weight_format="fp8", moe="gate_up"), *moe_aot.gather_images(ARCH, dtype)]
+
+
 def save_moe_fp8_test_images() -> dict:
-    """.device/moe_fp8_images.json: tests/test_moe_experts_fp8_gpu.py's images. Returns them by dtype."""
+    """.device/moe_fp8_images.json: tests/test_moe_experts_fp8_gpu.py's images, and moe_fp8_candidate_images.json
+    those plus fp8_wgmma_gate_up_candidate (its candidate tests). Returns the shipped ones by dtype."""
     fp8 = {dtype: moe_aot.moe_experts_images([ARCH], dtype, "fp8") for dtype in aot.DTYPES}
     save_images(OUT / "moe_fp8_images.json", [i for images in fp8.values() for i in images])
+    save_images(OUT / "moe_fp8_candidate_images.json",
+                [i for dtype, images in fp8.items() for i in images + fp8_wgmma_gate_up_candidate(dtype)])
     return fp8
 
 
@@ -218,6 +227,8 @@ def save_moe_fp8_images() -> None:
     contenders = {
         "fused_fp8": fp8["bf16"],
         "fused_fp8_no_small": [i for i in fp8["bf16"] if i.variant != "small"],
+        # sm_90a: the wgmma kernel's FP8 gate+up (the candidate) before its down
+        "fused_fp8_wgmma_gate_up": fp8["bf16"] + fp8_wgmma_gate_up_candidate("bf16"),
         # sm_90a: without the wgmma kernel's FP8 down (the Triton/Gluon down at every size, as before it)
         "fused_fp8_triton_down": [i for i in fp8["bf16"] if i.variant != "wgmma"],
         "fused_bf16": [i for i in moe_aot.moe_experts_images([ARCH], "bf16") if i.format == "cubin"],

@@ -50,6 +50,12 @@
 // Mode 2 also builds with ET_TRT_FP8 (the FP8 MoE down): a is the FP8 gate+up's e4m3 h with a scale per row and
 // 128-column block (a_scale [rows, ceil(K / 128)], consume_block_scaled), W e4m3 with b_scale per output feature;
 // MoEEpilogue follows b_scale.
+// So does mode 1 (the FP8 MoE gate+up): a is the tokens' e4m3 rows in pair order, a_scale one per token (row r's is
+// a_scale[sorted[r] / top_k]), W e4m3 with b_scale per weight row. The epilogue scales, adds the bias, rounds,
+// applies the activation and rounds as the 16-bit mode does, then writes the down's input: out is e4m3 h
+// [rows, N / 2] with a scale per row and 128 features in MoEEpilogue::out_scale [rows, ceil(N / 256)]. A block of
+// 128 features is one cluster's tile (2 CTAs x 2 warpgroups x 32 features), so each row's amax is exchanged
+// between the four warpgroups through distributed shared memory (store_quantized) before any value is quantized.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -71,8 +77,8 @@
 #if !defined(ET_TRT_FP8) || (ET_TRT_FP8 != 0 && ET_TRT_FP8 != 1)
 #error "compile with -DET_TRT_FP8=0 (a and W in ET_TRT_ELEM) or 1 (float8 e4m3 with scales)"
 #endif
-#if !defined(ET_TRT_MOE) || ET_TRT_MOE < 0 || ET_TRT_MOE > 2 || (ET_TRT_MOE == 1 && ET_TRT_FP8 != 0)
-#error "compile with -DET_TRT_MOE=0 (grouped GEMM), 1 (MoE gate+up, 16-bit) or 2 (MoE down, 16-bit or fp8)"
+#if !defined(ET_TRT_MOE) || ET_TRT_MOE < 0 || ET_TRT_MOE > 2 || (ET_TRT_MOE == 1 && ET_TRT_FP8 && CLUSTER != 2)
+#error "compile with -DET_TRT_MOE=0 (grouped GEMM), 1 (MoE gate+up) or 2 (MoE down); the FP8 gate+up needs CLUSTER=2"
 #endif
 
 namespace {
@@ -86,7 +92,13 @@ constexpr int kMoE = ET_TRT_MOE;
 // kernel's h_scale), so each stage's product (one block of K) is scaled by its rows' scales before it is added:
 // a second accumulator, which rows of at most 128 leave room for.
 constexpr bool kBlockScaled = kFp8 && kMoE == 2;
-constexpr int kTileMaxWidth = kBlockScaled ? 128 : kMaxWidth;  // rows per tile at most (kMaxWidth: the stage's room)
+// The FP8 MoE gate+up: its output is the down's block-scaled e4m3 input (store_quantized).
+constexpr bool kQuantizedOut = kFp8 && kMoE == 1;
+constexpr float kE4m3Max = 448.f;  // the largest finite e4m3 value: a block's amax maps to it
+// Rows per tile at most (kMaxWidth: the stage's room). With the FP8 gate+up's quantizing epilogue, tiles of 256
+// rows made ptxas spill hundreds of bytes (224: 28, none in a K loop); 224 serves the MoE shapes' groups as 256
+// does (219 rows at 3500 tokens: one tile; 546 at 8740: three).
+constexpr int kTileMaxWidth = kBlockScaled ? 128 : kQuantizedOut ? 224 : kMaxWidth;
 constexpr int kSwizzleBytes = 128;  // one swizzled row of a stage: K-bytes per stage
 constexpr int kBlockK = kSwizzleBytes / (kFp8 ? 1 : 2);  // elements of K per stage
 constexpr int kInstrBytes = 32;                         // K-bytes per wgmma: k16 (16-bit) or k32 (fp8)
@@ -133,6 +145,13 @@ __device__ __forceinline__ void barrier_arrive_cluster(uint64_t* bar) {
       asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
     }
   }
+}
+
+// The shared-memory address `address` of this CTA in CTA `cta` of the cluster.
+__device__ __forceinline__ uint32_t cluster_address(uint32_t address, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(cta));
+  return remote;
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -273,6 +292,9 @@ struct Schedule {
   int whole;   // tiles dealt round-robin: a multiple of the cluster count
   int rest;    // tiles of the last wave
   int pieces;  // parts of each
+  // The walk's bounds for the consumers, read here each tile rather than held in registers through the walk (the
+  // FP8 gate+up's epilogue needs them all): steps of the walk, clusters, K steps of a tile.
+  int steps, clusters, k_steps;
 };
 
 constexpr int kMaxPieces = 4;  // each part re-reads the tile's weights (from L2)
@@ -329,6 +351,22 @@ struct Scales {
   const float* b;
 };
 
+// The FP8 gate+up's exchange of row amaxes between the cluster's four consumer warpgroups (kQuantizedOut). Exchange
+// e uses slots[e % 2] and bars[e % 2] of each CTA: every warpgroup sends its 32 features' amax of each staged row
+// to slot [rank][warpgroup][row] of both CTAs by st.async, which completes bytes on the receiving CTA's barrier (no
+// fence: what TMA loads do), and each warpgroup's first thread expects half of the bytes its own CTA receives
+// (2 arrivals a phase). A warpgroup sends exchange e + 2 only after e + 1 has completed in its CTA, which takes
+// every warpgroup's e + 1 bytes, sent after each had read exchange e's slots and seen its barrier's phase complete:
+// so two slots and two barriers serve the whole walk without a byte landing in the wrong phase. They lie after the
+// schedule at a fixed offset from the epilogue staging (kExchangeOffset), whose address the consumers hold anyway:
+// held apart through the tile loop, the exchange's addresses made ptxas spill. A warpgroup counts its exchanges: the
+// same sequence in every consumer warpgroup of the cluster (they walk the same tiles).
+constexpr int kExchangeSlots = 2 * CLUSTER * 2 * kStagingRows;  // [2][CLUSTER][2][kStagingRows] amaxes, 16 bits
+// The amax exchange's two barriers (then its slots), from the epilogue staging (8-byte aligned: it follows the
+// barriers): the kernel's layout of the staging, group table and schedule, rounded up to 8 bytes.
+constexpr uint32_t kExchangeOffset =
+    (2 * kStagingRows * 64 * sizeof(ET_TRT_ELEM) + 4 * (MAX_GROUPS + 1) * 4 + sizeof(Schedule) + 7) / 8 * 8;
+
 // Stores one warpgroup's staged rows [0, staged_rows), PIECES 16-byte pieces each (piece p of staged row r at
 // staging[r * PIECES * 8 + slot(r, p) * 8]: swizzled), to out's rows tile.first_row + chunk + r, columns
 // column0 + 8p: those of the tile's rows and below `columns` (out's row length).
@@ -345,8 +383,10 @@ __device__ __forceinline__ void store_staged(const T* staging, int staged_rows, 
 }
 
 // What the MoE modes' epilogues read (the launcher's MoEEpilogue, runtime/kernels/grouped_mm_launcher.h, field
-// for field). bias: [G, N] in ET_TRT_ELEM or null; sorted: each row's pair (mode 2); weights: the routing weights,
-// float32 or (weights_16bit) ET_TRT_ELEM, by pair (mode 2); activation: plugin_names.MOE_ACTIVATIONS (gated, mode 1).
+// for field). bias: [G, N] in ET_TRT_ELEM or null; sorted: each row's pair (mode 2, and mode 1 with FP8);
+// weights: the routing weights, float32 or (weights_16bit) ET_TRT_ELEM, by pair (mode 2); activation:
+// plugin_names.MOE_ACTIVATIONS (gated, mode 1); out_scale: the FP8 gate+up's h_scale [rows, ceil(N / 256)], float32;
+// top_k: the pairs per token (the FP8 gate+up's row r is token sorted[r] / top_k's).
 struct MoEEpilogue {
   const void* bias;
   const int32_t* sorted;
@@ -354,6 +394,8 @@ struct MoEEpilogue {
   int32_t weights_16bit;
   int32_t activation;
   float alpha, limit;
+  float* out_scale;
+  int32_t top_k;
 };
 
 #if ET_TRT_MOE
@@ -422,6 +464,109 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
     case 1: store_activated<1>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
     case 2: store_activated<2>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
     default: store_activated<3>(staging, staged_rows, chunk, tile, out, feature0, features, moe); break;
+  }
+}
+
+// e4m3 of lo and hi, rounded to nearest even and saturated to +-448 (lo in the low byte: memory order).
+__device__ __forceinline__ uint16_t e4m3x2(float lo, float hi) {
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
+  return pair;
+}
+
+// Mode 1's store with FP8 (kQuantizedOut): store_activated's activations, then e4m3 h with a scale per row and
+// 128 features (moe_fp8.py's quantization: scale = amax / 448, 1 where amax is 0; q = e4m3(x / scale), both
+// divisions IEEE). First pass: each thread's 4 activations of one row, rounded to T, back into the gate values'
+// places in the staging, and the row's amax over the warpgroup's 32 features (the 8 threads of a row, lanes 8m to
+// 8m + 7) into the slots; then the exchange; second pass: the same threads quantize the same values with the
+// amax of all four warpgroups. Rolled loops, as store_activated's.
+template <typename T>
+__device__ __forceinline__ void store_quantized(T* staging, int staged_rows, int chunk, const Tile& tile, uint8_t* out,
+                                                int feature0, int features, const MoEEpilogue& moe, int warpgroup,
+                                                int& exchanges) {
+  const uint32_t rank = cluster_rank();
+  const uint32_t exchange = smem_addr(staging - warpgroup * kStagingRows * 64) + kExchangeOffset;
+  const uint32_t bar = exchange + (exchanges % 2) * 8;
+  const uint32_t slots = exchange + 2 * 8 + (exchanges % 2) * (kExchangeSlots / 2 * 2);
+  auto gate_at = [&](int staged, int part) {  // this thread's 4 gate values, then their activations
+    return reinterpret_cast<uint2*>(&staging[staged * 64 + (part % 2) * 4 + ((part / 2 * 2) ^ (staged % 8)) * 8]);
+  };
+#pragma unroll 1
+  for (int i = threadIdx.x % 128; i < staged_rows * 8; i += 128) {  // staged_rows % 8 == 0: whole warps
+    const int staged = i / 8, part = i % 8;
+    uint2* gate = gate_at(staged, part);
+    const uint2 up = *reinterpret_cast<const uint2*>(&staging[staged * 64 + (part % 2) * 4 +
+                                                              ((part / 2 * 2 + 1) ^ (staged % 8)) * 8]);
+    // The activation by a switch per piece, not a build per activation as store_activated: this store is inlined
+    // at every chunk of every width, and four copies of it made the kernel 2.4 MB of SASS.
+    auto activated = [&](uint32_t g, uint32_t u) {
+      const float2 gf = unpack<T>(g), uf = unpack<T>(u);
+      switch (moe.activation) {
+        case 0: return pack<T>(gated_activation<0>(gf.x, uf.x, moe), gated_activation<0>(gf.y, uf.y, moe));
+        case 1: return pack<T>(gated_activation<1>(gf.x, uf.x, moe), gated_activation<1>(gf.y, uf.y, moe));
+        case 2: return pack<T>(gated_activation<2>(gf.x, uf.x, moe), gated_activation<2>(gf.y, uf.y, moe));
+        default: return pack<T>(gated_activation<3>(gf.x, uf.x, moe), gated_activation<3>(gf.y, uf.y, moe));
+      }
+    };
+    const uint2 h = {activated(gate->x, up.x), activated(gate->y, up.y)};
+    *gate = h;
+    float amax = 0.f;
+    if (feature0 + part * 4 < features) {  // features % 8 == 0: a piece is whole; those past F are not h's
+      const float2 lo = unpack<T>(h.x), hi = unpack<T>(h.y);
+      amax = fmaxf(fmaxf(fabsf(lo.x), fabsf(lo.y)), fmaxf(fabsf(hi.x), fabsf(hi.y)));
+    }
+#pragma unroll
+    for (int distance = 1; distance < 8; distance *= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, distance));
+    // Rows 2q and 2q + 1 (lanes 8m and 8m + 8 of one warp) go as one 32-bit store: st.async has no 16-bit form.
+    const uint32_t rounded = pack<T>(amax, 0.f) & 0xffffu;  // exact: amax is a value of T
+    const uint32_t next_row = __shfl_down_sync(0xffffffffu, rounded, 8);
+    if (part == 0 && staged % 2 == 0) {
+      const uint32_t slot = slots + ((rank * 2 + warpgroup) * kStagingRows + staged) * 2;
+#pragma unroll
+      for (uint32_t cta = 0; cta < CLUSTER; ++cta)
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                         cluster_address(slot, cta)),
+                     "r"(rounded | next_row << 16), "r"(cluster_address(bar, cta))
+                     : "memory");
+    }
+  }
+  // Each CTA receives staged_rows 16-bit amaxes from each of the cluster's 2 x CLUSTER warpgroups.
+  if (threadIdx.x % 128 == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(CLUSTER * staged_rows * 2)
+                 : "memory");
+  {
+    uint32_t done;
+    do {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"((exchanges / 2) % 2)
+          : "memory");
+    } while (!done);
+  }
+  ++exchanges;
+  const int blocks = (features + 127) / 128;  // h_scale's columns
+#pragma unroll 1
+  for (int i = threadIdx.x % 128; i < staged_rows * 8; i += 128) {
+    const int staged = i / 8, part = i % 8;
+    const int feature = feature0 + part * 4;
+    if (chunk + staged >= tile.rows || feature >= features) continue;
+    float amax = 0.f;
+#pragma unroll
+    for (int s = 0; s < CLUSTER * 2; ++s) {
+      uint16_t slot;
+      asm volatile("ld.shared.u16 %0, [%1];" : "=h"(slot) : "r"(slots + (s * kStagingRows + staged) * 2));
+      amax = fmaxf(amax, unpack<T>(slot).x);
+    }
+    const float scale = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
+    const uint2 h = *gate_at(staged, part);
+    const float2 lo = unpack<T>(h.x), hi = unpack<T>(h.y);
+    const int64_t row = tile.first_row + chunk + staged;
+    *reinterpret_cast<uint32_t*>(&out[row * features + feature]) =
+        e4m3x2(__fdiv_rn(lo.x, scale), __fdiv_rn(lo.y, scale)) |
+        static_cast<uint32_t>(e4m3x2(__fdiv_rn(hi.x, scale), __fdiv_rn(hi.y, scale))) << 16;
+    if (rank == 0 && warpgroup == 0 && part == 0) moe.out_scale[row * blocks + feature / 128] = scale;
   }
 }
 
@@ -576,7 +721,7 @@ template <int WIDTH, typename T>
 __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int k_steps, uint8_t* stages,
                                              uint64_t* full, uint64_t* empty, int& stage, int& phase, int warpgroup,
                                              T* staging_base, T* out, const Scales& scales, const MoEEpilogue& moe,
-                                             int N) {
+                                             int N, int& exchanges) {
   float acc[WIDTH / 2];
 #pragma unroll
   for (int i = 0; i < WIDTH / 2; ++i) acc[i] = 0.f;
@@ -626,8 +771,12 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
 #pragma unroll
     for (int h = 0; h < 2; ++h) b_scale[h] = feature + 8 * h < N ? group_scales[feature + 8 * h] : 0.f;
 #pragma unroll
-    for (int i = 0; i < (WIDTH + 31) / 32; ++i)
-      row_scale[i] = lane + 32 * i < tile.rows ? scales.a[tile.first_row + lane + 32 * i] : 0.f;
+    for (int i = 0; i < (WIDTH + 31) / 32; ++i) {
+      const int row = tile.first_row + lane + 32 * i;
+      // The FP8 gate+up's rows are its pairs' tokens' (a scale per token).
+      if constexpr (kQuantizedOut) row_scale[i] = lane + 32 * i < tile.rows ? scales.a[moe.sorted[row] / moe.top_k] : 0.f;
+      else row_scale[i] = lane + 32 * i < tile.rows ? scales.a[row] : 0.f;
+    }
   }
   float bias[2] = {0.f, 0.f};  // mode 1: the bias of this thread's weight rows (a gate row and, 8 below, its up row)
 #if ET_TRT_MOE == 1
@@ -639,10 +788,13 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
   }
 #endif
   auto scaled = [&](int i) {  // acc[i], scaled in FP8 mode, bias added in mode 1; i is a constant after unrolling
-    if constexpr (kMoE == 1) return acc[i] + bias[(i / 2) % 2];
-    if constexpr (!kFp8) return acc[i];
-    const float a_scale = __shfl_sync(0xffffffffu, row_scale[i / 16], 8 * ((i / 4) % 4) + 2 * (lane % 4) + i % 2);
-    return acc[i] * (a_scale * b_scale[(i / 2) % 2]);
+    float sum = acc[i];
+    if constexpr (kFp8) {
+      const float a_scale = __shfl_sync(0xffffffffu, row_scale[i / 16], 8 * ((i / 4) % 4) + 2 * (lane % 4) + i % 2);
+      sum *= a_scale * b_scale[(i / 2) % 2];
+    }
+    if constexpr (kMoE == 1) sum += bias[(i / 2) % 2];
+    return sum;
   };
   // stmatrix x4 stores matrices (h, j), (h + 1, j), (h, j + 1), (h + 1, j + 1); lane L
   // gives the address of row L % 8 of matrix L / 8.
@@ -662,7 +814,11 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
       const int staged_rows = min(8 * (j + 2), WIDTH) - chunk;
       warpgroup_sync(warpgroup);
 #if ET_TRT_MOE == 1
-      store_activated(staging, staged_rows, chunk, tile, out, feature0 / 2, N / 2, moe);
+      if constexpr (kQuantizedOut)
+        store_quantized(staging, staged_rows, chunk, tile, reinterpret_cast<uint8_t*>(out), feature0 / 2, N / 2, moe,
+                        warpgroup, exchanges);
+      else
+        store_activated(staging, staged_rows, chunk, tile, out, feature0 / 2, N / 2, moe);
 #else
       store_staged<8>(staging, staged_rows, chunk, tile, out, feature0, N,
                       [](int row, int piece) { return piece ^ (row % 8); });
@@ -676,13 +832,13 @@ __device__ __forceinline__ void consume_tile(const Tile& tile, bool compute, int
 template <typename T>
 __device__ __forceinline__ void consume_width(const Tile& tile, bool compute, int k_steps, uint8_t* stages, uint64_t* full,
                               uint64_t* empty, int& stage, int& phase, int warpgroup, T* staging, T* out,
-                              const Scales& scales, const MoEEpilogue& moe, int N) {
+                              const Scales& scales, const MoEEpilogue& moe, int N, int& exchanges) {
   switch (tile.width / kWidthStep) {
 #define ET_TRT_WIDTH_CASE(n)                                                                                  \
   case n:                                                                                                     \
     if constexpr (n * kWidthStep <= kTileMaxWidth)                                                            \
       consume_tile<n * kWidthStep, T>(tile, compute, k_steps, stages, full, empty, stage, phase, warpgroup,   \
-                                      staging, out, scales, moe, N);                                          \
+                                      staging, out, scales, moe, N, exchanges);                               \
     break;
     ET_TRT_WIDTH_CASE(1) ET_TRT_WIDTH_CASE(2) ET_TRT_WIDTH_CASE(3) ET_TRT_WIDTH_CASE(4)
     ET_TRT_WIDTH_CASE(5) ET_TRT_WIDTH_CASE(6) ET_TRT_WIDTH_CASE(7) ET_TRT_WIDTH_CASE(8)
@@ -737,12 +893,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
   int* const ends = table.ends;
   // In shared memory rather than registers: the consumers' accumulators need them all.
   Schedule& schedule = *reinterpret_cast<Schedule*>(ends + MAX_GROUPS + 1);
+  // The FP8 gate+up's amax exchange (none otherwise): its two barriers, then its slots.
+  uint64_t* const amax_bars = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(staging) + kExchangeOffset);
+  const uint8_t* const end = kQuantizedOut ? reinterpret_cast<const uint8_t*>(amax_bars + 2) + kExchangeSlots * 2
+                                           : reinterpret_cast<const uint8_t*>(&schedule + 1);
+  if (kQuantizedOut && reinterpret_cast<uintptr_t>(amax_bars) < reinterpret_cast<uintptr_t>(&schedule + 1))
+    __trap();  // kExchangeOffset no longer follows this layout
 
   // The launcher keeps G <= MAX_GROUPS and passes sm90.shared_bytes(STAGES); anything
   // else would overflow the group table or the shared memory: stop rather than corrupt.
   uint32_t dynamic_shared;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_shared));
-  const uintptr_t used = reinterpret_cast<uintptr_t>(&schedule + 1) - reinterpret_cast<uintptr_t>(shared_raw);
+  const uintptr_t used = reinterpret_cast<uintptr_t>(end) - reinterpret_cast<uintptr_t>(shared_raw);
   if (G > MAX_GROUPS || used > dynamic_shared) __trap();
   // end_g = clamp(offs[g], start_g, rows) with start_{g+1} = end_g is
   // min(rows, max(0, offs[0..g])): a running maximum. The tail group ends at `rows`.
@@ -795,6 +957,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
       barrier_init(&full[s], 1);
       barrier_init(&empty[s], 2 * CLUSTER);  // one arrival per consumer warpgroup of the cluster
     }
+    if constexpr (kQuantizedOut)  // each phase: the CTA's two consumer warpgroups expect bytes (store_quantized)
+      for (int b = 0; b < 2; ++b) barrier_init(&amax_bars[b], 2);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   cluster_sync();  // no CTA loads into, or arrives on, another's barriers before they exist
@@ -803,14 +967,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
   const int warpgroup = threadIdx.x / 128;
   const uint32_t rank = cluster_rank();
   const int cluster = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;
-  if (threadIdx.x == 0) schedule = make_schedule(table.tiles_through[G], clusters);
+  if (threadIdx.x == 0) {
+    schedule = make_schedule(table.tiles_through[G], clusters);
+    schedule.steps = schedule.whole + schedule.rest * schedule.pieces;
+    schedule.clusters = clusters;
+    schedule.k_steps = k_steps;
+  }
   __syncthreads();
 #if ET_TRT_FP8
   // The launcher starts this grid while the row quantization runs (programmatic stream serialization), so the
   // setup above overlaps it; a and a_scale are read only once that grid has finished.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  const int steps = schedule.whole + schedule.rest * schedule.pieces;
+  const int steps = schedule.steps;
   int stage = 0, phase = 0;
   if (warpgroup == 0) {  // producer: one thread issues every load
     // Registers move to the consumers: 128 x 40 + 256 x 232 <= 64K.
@@ -850,10 +1019,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(CLUST
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  for (int i = cluster; i < steps; i += clusters) {
+  int exchanges = 0;  // the FP8 gate+up's (store_quantized)
+  for (int i = cluster; i < schedule.steps; i += schedule.clusters) {
     Tile tile = tile_at(i, schedule, table, G, rank);
     if (tile.rows <= 0) continue;
-    consume_width(tile, tile.group < G, k_steps, stages, full, empty, stage, phase, warpgroup - 1, staging, out, scales,
-                  moe, N);
+    consume_width(tile, tile.group < G, schedule.k_steps, stages, full, empty, stage, phase, warpgroup - 1, staging,
+                  out, scales, moe, N, exchanges);
   }
 }

@@ -8,8 +8,10 @@ The launcher (runtime/kernels/grouped_mm_launcher.cc) knows the kernel's paramet
 TMA descriptors it encodes per call, one for `a` per height of a CTA's share of a tile's rows.
 Weight format "fp8" builds the same source with float8 e4m3 operands and per-row/per-feature
 scales (-DET_TRT_FP8=1; its instructions are m64nWk32.e4m3, see the .cu). The MoE modes (-DET_TRT_MOE=1, 2)
-build the fused MoE experts op's two GEMMs: images "moe_gate_up_gated" and "moe_down", variant "wgmma"; the down
-also with fp8 weights (the FP8 MoE down: its input the FP8 gate+up's block-scaled e4m3 h).
+build the fused MoE experts op's two GEMMs: images "moe_gate_up_gated" and "moe_down", variant "wgmma"; both also
+with fp8 weights (the FP8 gate+up writes the down's input, e4m3 h with a scale per row and 128 features, exchanging
+each row's amax across its cluster of two; the FP8 down reads it). The FP8 gate+up is a candidate no export ships
+until a GPU has run it (benchmarks/device/prepare.py --moe-fp8 builds it for the device tests and benchmark).
 """
 
 from __future__ import annotations
@@ -45,16 +47,21 @@ MOE_MODES = {"gate_up": (1, "moe_gate_up_gated"), "down": (2, "moe_down")}
 
 
 def max_width(weight_format: str = "dense", moe: str | None = None) -> int:
-    """Rows per tile at most (the .cu's kTileMaxWidth): the FP8 MoE down's second accumulator leaves room for 128."""
-    return 128 if weight_format == "fp8" and moe == "down" else MAX_WIDTH
+    """Rows per tile at most (the .cu's kTileMaxWidth): the FP8 MoE down's second accumulator leaves room for 128,
+    the FP8 MoE gate+up's quantizing epilogue for 224."""
+    if weight_format == "fp8" and moe == "down":
+        return 128
+    return 224 if weight_format == "fp8" and moe == "gate_up" else MAX_WIDTH
 
 
-def shared_bytes(stages: int, width: int = MAX_WIDTH) -> int:
+def shared_bytes(stages: int, width: int = MAX_WIDTH, amax_exchange: bool = False) -> int:
     """Dynamic shared memory the kernel asks for: the stage ring (tiles of at most `width` rows, max_width),
-    barriers, epilogue staging, group table, schedule, alignment."""
+    barriers, epilogue staging, group table, schedule, alignment; with `amax_exchange` (the FP8 gate+up) its
+    two barriers (8-byte aligned) and slots (2 x CLUSTER x 2 warpgroups x 64 rows of 16 bits)."""
     stage = (TILE_FEATURES + width) * 128  # 128-byte swizzled rows, whatever the element size
     staging = 2 * 64 * 64 * 2
-    return 1023 + stages * stage + 2 * stages * 8 + staging + 4 * (MAX_GROUPS + 1) * 4 + 3 * 4
+    exchange = 7 + 2 * 8 + 2 * CLUSTER * 2 * 64 * 2 if amax_exchange else 0
+    return 1023 + stages * stage + 2 * stages * 8 + staging + 4 * (MAX_GROUPS + 1) * 4 + 6 * 4 + exchange
 
 
 def wgmma_header(dtype: str, weight_format: str = "dense") -> str:
@@ -115,9 +122,11 @@ def compile_cubin(dtype: str, stages: int, cluster: int, nvcc: str, weight_forma
     (and, for weight_format "dense", the operands'); `moe` a MoE mode (MOE_MODES) or None; `source` another form
     of the .cu (a benchmark's comparison)."""
     _check(dtype, weight_format)
-    if moe is not None and (moe not in MOE_MODES or weight_format not in ("dense", "fp8")
-                            or (weight_format == "fp8" and moe != "down")):
-        raise ValueError(f"MoE mode {moe!r}: use one of {tuple(MOE_MODES)} with dense weights, or \"down\" with fp8")
+    if moe is not None and (moe not in MOE_MODES or weight_format not in ("dense", "fp8")):
+        raise ValueError(f"MoE mode {moe!r}: use one of {tuple(MOE_MODES)} with dense or fp8 weights")
+    if weight_format == "fp8" and moe == "gate_up" and cluster != 2:
+        raise ValueError("the FP8 MoE gate+up exchanges its rows' amax across a cluster of 2 CTAs: build it with "
+                         "cluster=2")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = pathlib.Path(tmp)
         (tmp_path / "wgmma_sm90.cuh").write_text(wgmma_header(dtype, weight_format))
@@ -153,7 +162,7 @@ def image(dtype: str, stages: int | None = None, cluster: int = CLUSTER, weight_
     _check(dtype, weight_format)
     width = max_width(weight_format, moe)
     if stages is None:
-        stages = FP8_DOWN_STAGES if width < MAX_WIDTH else STAGES
+        stages = FP8_DOWN_STAGES if weight_format == "fp8" and moe == "down" else STAGES
     nvcc = nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found: the sm_90a wgmma kernel needs the CUDA toolkit's nvcc on PATH")
@@ -163,7 +172,9 @@ def image(dtype: str, stages: int | None = None, cluster: int = CLUSTER, weight_
         kernel=MOE_MODES[moe][1] if moe else kernel_name("wgmma", True, weight_format), variant="wgmma", trans_b=True,
         arch="sm_90a", format="cubin",
         image=NamedData.of(compile_cubin(dtype, stages, cluster, nvcc, weight_format, moe)),
-        entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS, shared_bytes=shared_bytes(stages, width), global_scratch_bytes=0,
+        entry=ENTRY, dtype=dtype, num_warps=NUM_WARPS,
+        shared_bytes=shared_bytes(stages, width, amax_exchange=weight_format == "fp8" and moe == "gate_up"),
+        global_scratch_bytes=0,
         global_scratch_align=1, profile_scratch_bytes=0, block_m=MAX_WIDTH, block_n=TILE_FEATURES,
         block_k=BLOCK_K[weight_format], persistent=True, ptx_version="", weight_format=weight_format))
     # The FP8 build waits for the row quantization before it (griddepcontrol.wait in the .cu): the image says so.

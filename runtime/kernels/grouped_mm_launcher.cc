@@ -342,8 +342,9 @@ std::unique_ptr<GroupedMMLauncher> GroupedMMLauncher::create(const std::vector<K
       state->kernels.erase(quantize);
     }
   }
-  // The FP8 MoE down reads its activations quantized already (Fp8Operands::a_block_scale): no row quantization.
-  if (state->fp8 && moe != MoEGemm::kDown &&
+  // The FP8 MoE GEMMs read their activations quantized already (Fp8Operands::a_block_scale, a_token_scale): no
+  // row quantization.
+  if (state->fp8 && moe == MoEGemm::kNone &&
       (state->quantize.empty() || state->quantize.back().variant != "quantize_rows_any"))
     return failed("the fp8 images have no \"quantize_rows_any\" image serving " + gpu +
                   " (the activations' row quantization for any K); images offered: " + offered +
@@ -425,15 +426,28 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                        "aligned device buffer");
   if (int4 && int4->group_size != 32 && int4->group_size != 64 && int4->group_size != 128)
     return fail(error, "grouped_mm: int4 group_size must be 32, 64 or 128; got " + std::to_string(int4->group_size));
-  // The FP8 MoE down: a is quantized already, with its block scales.
+  // The FP8 MoE down: a is quantized already, with its block scales; the FP8 MoE gate+up: with its tokens' scales.
   const bool block_scaled = fp8 != nullptr && fp8->a_block_scale != nullptr;
+  const bool token_scaled = fp8 != nullptr && fp8->a_token_scale != nullptr;
   if (fp8 && (state_->moe == MoEGemm::kDown) != block_scaled)
     return fail(error, "grouped_mm: the fp8 MoE down takes its activations quantized (Fp8Operands::a_block_scale), "
                        "and only it " + shape);
+  if (fp8 && (state_->moe == MoEGemm::kGateUp) != token_scaled)
+    return fail(error, "grouped_mm: the fp8 MoE gate+up takes its activations quantized (Fp8Operands::"
+                       "a_token_scale), and only it " + shape);
   if (block_scaled) {
     if (fp8->b_scale == nullptr || misaligned(fp8->b_scale) || misaligned(fp8->a_block_scale))
       return fail(error, "grouped_mm: the fp8 MoE down needs b_scale [G, N] and a_block_scale [rows, ceil(K / 128)], "
                          "float32 in 16-byte aligned device buffers");
+  } else if (token_scaled) {
+    if (fp8->b_scale == nullptr || misaligned(fp8->b_scale) || misaligned(fp8->a_token_scale))
+      return fail(error, "grouped_mm: the fp8 MoE gate+up needs b_scale [G, N] and a_token_scale [tokens], float32 "
+                         "in 16-byte aligned device buffers");
+    if (moe->sorted == nullptr || moe->top_k <= 0 || moe->out_scale == nullptr || misaligned(moe->out_scale) ||
+        n % 16 != 0)
+      return fail(error, "grouped_mm: the fp8 MoE gate+up needs the pairs (MoEEpilogue::sorted), top_k > 0, "
+                         "out_scale float32 [rows, ceil(N / 256)] in a 16-byte aligned device buffer and N % 16 == 0 " +
+                         shape);
   } else if (fp8) {
     if (fp8->swiglu && (state_->swiglu_quantize.empty() ||
                         state_->swiglu_quantize.back().variant != "quantize_rows_swiglu_any"))
@@ -498,8 +512,8 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
   CUdeviceptr profile_arg = kernel->profile_stride ? base + round_up(kernel->scratch_stride * kernel->max_grid, 256) : 0;
   CUdeviceptr a_scale_arg = 0, b_scale_arg = 0;
   const LoadedKernel* quantized_by = nullptr;
-  if (block_scaled) {  // a and its scales as given
-    a_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->a_block_scale);
+  if (block_scaled || token_scaled) {  // a and its scales as given
+    a_scale_arg = reinterpret_cast<CUdeviceptr>(block_scaled ? fp8->a_block_scale : fp8->a_token_scale);
     b_scale_arg = reinterpret_cast<CUdeviceptr>(fp8->b_scale);
   } else if (fp8) {
     // The activations' row quantization into the workspace first, on the same stream: (a, a_q, a_scale,
@@ -561,7 +575,7 @@ bool GroupedMMLauncher::launch(const void* a, const void* b, const int32_t* offs
                       &rows_arg, &k_arg, &n_arg, &groups_arg};
   void* map_fp8_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &a_scale_arg, &b_scale_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};
-  static_assert(sizeof(MoEEpilogue) == 40, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
+  static_assert(sizeof(MoEEpilogue) == 56, "grouped_mm_sm90.cu's MoEEpilogue, passed by value");
   MoEEpilogue moe_arg = moe ? *moe : MoEEpilogue{};
   void* map_moe_args[] = {maps ? &maps->a_maps : nullptr, maps ? &maps->b_map : nullptr, &offs_arg, &out_arg,
                           &moe_arg, &rows_arg, &k_arg, &n_arg, &groups_arg};

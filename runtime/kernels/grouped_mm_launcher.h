@@ -86,6 +86,10 @@ struct Fp8Operands {
   // workspace is needed: out[r, n] = sum over blocks j of (sum_k in j a[r, k] * b[g, n, k]) * a_block_scale[r, j],
   // times b_scale[g, n].
   const float* a_block_scale = nullptr;
+  // The FP8 MoE gate+up (MoEGemm::kGateUp with fp8 images) only: a is already float8 e4m3 [rows, K], the pairs'
+  // tokens' rows in pair order, with one scale per token, float32 [tokens]: row r's is a_token_scale[sorted[r] /
+  // top_k] (MoEEpilogue's sorted and top_k); nothing is quantized and no workspace is needed.
+  const float* a_token_scale = nullptr;
 };
 
 // What a launch with INT4 weights needs beside launch()'s arguments.
@@ -106,7 +110,9 @@ enum class MoEGemm { kNone, kGateUp, kDown };
 
 // What those epilogues read, passed to the kernel as is (grouped_mm_sm90.cu's MoEEpilogue, field for field).
 // kGateUp: out is [rows, N / 2] (the activations of W's blocked8 gate and up rows), bias [G, N] or null,
-// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit. kDown: out is [pairs, N], in the
+// activation a gated plugin_names.MOE_ACTIVATIONS value with alpha and limit; with fp8 images out is float8 e4m3 with
+// a float32 scale per row and 128 columns in out_scale [rows, ceil(N / 256)] (the FP8 down's a and a_block_scale),
+// and sorted (each row's pair) and top_k give each row's token. kDown: out is [pairs, N], in the
 // images' dtype where the image's y_in_dtype says so (else float32: older exports), row r written at row sorted[r],
 // times the routing weight weights[sorted[r]] (float32, or the images' dtype where weights_16bit), plus bias [G, N]
 // or null. Rows past offs[G - 1] are neither read into out nor written.
@@ -117,6 +123,8 @@ struct MoEEpilogue {
   int32_t weights_16bit = 0;
   int32_t activation = 0;
   float alpha = 0.f, limit = 0.f;
+  float* out_scale = nullptr;
+  int32_t top_k = 0;
 };
 
 class GroupedMMLauncher {

@@ -368,9 +368,9 @@ std::unique_ptr<MoEExpertsLauncher> MoEExpertsLauncher::create(const std::vector
     return failed("no \"gemv_any\" variant of moe_gemv_gate_up, moe_gemv_gate_up_gated and moe_gemv_down serves " +
                   gpu + " (the INT4 vector-matrix kernels for any hidden and FFN size); export the images together "
                   "(moe_aot.moe_experts_images(..., weight_format=\"int4\"))");
-  // sm_90a: the wgmma GEMMs where their images serve: both for 16-bit weights (behind the gather), the down alone
-  // for FP8 ones (it reads the FP8 gate+up's h).
-  const bool wgmma_gate_up = state->gather.function != nullptr && !state->int4 && !state->fp8;
+  // sm_90a: the wgmma GEMMs where their images serve: both behind the gather (16-bit weights, and FP8 ones where the
+  // images have the FP8 gate+up: older exports' FP8 images have the down alone, after the Triton gate+up).
+  const bool wgmma_gate_up = state->gather.function != nullptr && !state->int4;
   if (wgmma_gate_up || state->fp8) {
     std::string unavailable;
     if (wgmma_gate_up) state->wgmma_gate_up = GroupedMMLauncher::create(images, &unavailable, MoEGemm::kGateUp);
@@ -471,16 +471,19 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       cdiv(a.hidden_size, state_->combine.block_n) > kGridYLimit)
     return refuse("hidden or FFN size needs more column blocks than a grid holds (65535)");
 
-  const bool wgmma_serves = state_->wgmma_gate_up && state_->wgmma_down && gated &&
+  const bool wgmma_serves = !state_->fp8 && state_->wgmma_gate_up && state_->wgmma_down && gated &&
                             a.layout == GateUpLayout::kBlocked8 && a.hidden_size % 8 == 0 && a.ffn % 8 == 0 &&
                             a.ffn > 0 && a.experts <= kWgmmaMaxExperts;
   const MoEGemmPath path = state_->path == MoEGemmPath::kRule
                                ? rule_path(a.tokens, a.top_k, a.experts, a.hidden_size, a.ffn)
                                : state_->path;
   const bool wgmma = wgmma_serves && path == MoEGemmPath::kWgmma;
-  // FP8: the wgmma kernel's down (block-scaled h, TMA rows of F bytes) after the Triton gate+up, by the same rule.
+  // FP8: the wgmma kernel's down (block-scaled h, TMA rows of F bytes) by the same rule, after its gate+up (the
+  // tokens' e4m3 rows gathered by pair; blocked8 gate and up rows) where the images have it, else the Triton one.
   const bool fp8_wgmma_down = state_->fp8 && state_->wgmma_down && a.hidden_size % 8 == 0 && a.ffn % 16 == 0 &&
                               a.ffn > 0 && a.experts <= kWgmmaMaxExperts && path == MoEGemmPath::kWgmma;
+  const bool fp8_wgmma_gate_up = fp8_wgmma_down && state_->wgmma_gate_up && gated &&
+                                 a.layout == GateUpLayout::kBlocked8 && a.hidden_size % 16 == 0;
   // INT4 at about one pair per expert: the vector-matrix kernels, one program per pair (no route, no tiles); at
   // tens: the mma.sync kernels, the same launches.
   const Gemvs* gemvs = nullptr;
@@ -632,7 +635,35 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
       return refuse(message);
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
   } else if (fp8_wgmma_down) {
-    if (!run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) return false;
+    if (fp8_wgmma_gate_up) {
+      // xq's rows in pair order, in y's region (y is written after they are read): the gather copies 16-bit
+      // elements, so a row of H e4m3 values is H / 2 of them (H % 16 == 0).
+      CUdeviceptr gathered = y;
+      int32_t half_size = size / 2;
+      void* gather_args[] = {&xq, &sorted, &offs, &gathered, &half_size, &experts, &top_k, &no_scratch, &no_scratch};
+      if (!run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(half_size, state_->gather.block_n),
+               gather_args))
+        return false;
+      Fp8Operands tokens_quantized;
+      tokens_quantized.b_scale = static_cast<const float*>(a.w_gate_up_scale);
+      tokens_quantized.a_token_scale = reinterpret_cast<const float*>(xs);
+      MoEEpilogue gate_up_epilogue;
+      gate_up_epilogue.bias = a.b_gate_up;
+      gate_up_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
+      gate_up_epilogue.activation = activation;
+      gate_up_epilogue.alpha = a.alpha;
+      gate_up_epilogue.limit = a.limit;
+      gate_up_epilogue.out_scale = reinterpret_cast<float*>(h_scale);
+      gate_up_epilogue.top_k = top_k;
+      std::string message;
+      if (!state_->wgmma_gate_up->launch(reinterpret_cast<const void*>(gathered), a.w_gate_up, offsets,
+                                         reinterpret_cast<void*>(h), pairs, a.hidden_size, rows, a.experts, true,
+                                         stream, &message, &tokens_quantized, &gate_up_epilogue))
+        return refuse(message);
+      ran += " + moe_gate_up_gated (wgmma)";
+    } else if (!run(gate_up, m_tiles, cdiv(a.ffn, gate_up.block_n), gate_up_launch_args)) {
+      return false;
+    }
     Fp8Operands quantized;
     quantized.b_scale = static_cast<const float*>(a.w_down_scale);
     quantized.a_block_scale = reinterpret_cast<const float*>(h_scale);
