@@ -122,15 +122,25 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
 }
 
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, int phase) {
+// The barriers by shared-memory address (the FP8 gate+up's exchange holds addresses, not pointers) or pointer.
+__device__ __forceinline__ void barrier_wait(uint32_t bar, int phase) {
   uint32_t done;
   do {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(phase)
+        : "r"(bar), "r"(phase)
         : "memory");
   } while (!done);
+}
+
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, int phase) { barrier_wait(smem_addr(bar), phase); }
+
+// The shared-memory address `address` of this CTA in CTA `cta` of the cluster.
+__device__ __forceinline__ uint32_t cluster_address(uint32_t address, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(cta));
+  return remote;
 }
 
 // Arrives on `bar` in every CTA of the cluster (their loads fill this CTA's stages).
@@ -139,19 +149,10 @@ __device__ __forceinline__ void barrier_arrive_cluster(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
   } else {
 #pragma unroll
-    for (uint32_t cta = 0; cta < CLUSTER; ++cta) {
-      uint32_t remote;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
-      asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-    }
+    for (uint32_t cta = 0; cta < CLUSTER; ++cta)
+      asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(smem_addr(bar), cta))
+                   : "memory");
   }
-}
-
-// The shared-memory address `address` of this CTA in CTA `cta` of the cluster.
-__device__ __forceinline__ uint32_t cluster_address(uint32_t address, uint32_t cta) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(cta));
-  return remote;
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -165,8 +166,12 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+__device__ __forceinline__ void barrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+  barrier_expect_bytes(smem_addr(bar), bytes);
 }
 
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
@@ -436,6 +441,18 @@ __device__ __forceinline__ float gated_activation(float g, float u, const MoEEpi
 // time (with 8 at a time the larger widths spilled registers) and stores them at out [rows, features], columns feature0 + 4p.
 // A rolled loop, on purpose: unrolled per accumulator element (as this epilogue was) the activations made the
 // gate+up kernel 2.3 MB of SASS, ~8K instructions a tile at width 224, fetched again for every tile.
+// Where staged row `staged`'s 4 gate values (up = 0) or up values (up = 1) of part `part` lie in the staging.
+__device__ __forceinline__ int staged_piece(int staged, int part, int up) {
+  return staged * 64 + (part % 2) * 4 + ((part / 2 * 2 + up) ^ (staged % 8)) * 8;
+}
+
+// Two features' outputs, rounded to T, from their gate and up pairs (pack<T>'s form).
+template <int kActivation, typename T>
+__device__ __forceinline__ uint32_t activated_pair(uint32_t gate, uint32_t up, const MoEEpilogue& moe) {
+  const float2 g = unpack<T>(gate), u = unpack<T>(up);
+  return pack<T>(gated_activation<kActivation>(g.x, u.x, moe), gated_activation<kActivation>(g.y, u.y, moe));
+}
+
 template <int kActivation, typename T>
 __device__ __forceinline__ void store_activated(const T* staging, int staged_rows, int chunk, const Tile& tile, T* out,
                                              int feature0, int features, const MoEEpilogue& moe) {
@@ -444,15 +461,10 @@ __device__ __forceinline__ void store_activated(const T* staging, int staged_row
     const int staged = i / 8, part = i % 8;  // features feature0 + 4 part: half of piece part / 2
     const int feature = feature0 + part * 4;
     if (chunk + staged >= tile.rows || feature >= features) continue;  // features % 8 == 0: a piece is whole
-    const T* row = &staging[staged * 64 + (part % 2) * 4];
-    const uint2 gate = *reinterpret_cast<const uint2*>(&row[((part / 2 * 2) ^ (staged % 8)) * 8]);
-    const uint2 up = *reinterpret_cast<const uint2*>(&row[((part / 2 * 2 + 1) ^ (staged % 8)) * 8]);
-    auto activated = [&](uint32_t g, uint32_t u) {  // two features' outputs from their gate and up pairs
-      const float2 gf = unpack<T>(g), uf = unpack<T>(u);
-      return pack<T>(gated_activation<kActivation>(gf.x, uf.x, moe), gated_activation<kActivation>(gf.y, uf.y, moe));
-    };
+    const uint2 gate = *reinterpret_cast<const uint2*>(&staging[staged_piece(staged, part, 0)]);
+    const uint2 up = *reinterpret_cast<const uint2*>(&staging[staged_piece(staged, part, 1)]);
     *reinterpret_cast<uint2*>(&out[static_cast<int64_t>(tile.first_row + chunk + staged) * features + feature]) =
-        uint2{activated(gate.x, up.x), activated(gate.y, up.y)};
+        uint2{activated_pair<kActivation, T>(gate.x, up.x, moe), activated_pair<kActivation, T>(gate.y, up.y, moe)};
   }
 }
 
@@ -489,23 +501,21 @@ __device__ __forceinline__ void store_quantized(T* staging, int staged_rows, int
   const uint32_t bar = exchange + (exchanges % 2) * 8;
   const uint32_t slots = exchange + 2 * 8 + (exchanges % 2) * (kExchangeSlots / 2 * 2);
   auto gate_at = [&](int staged, int part) {  // this thread's 4 gate values, then their activations
-    return reinterpret_cast<uint2*>(&staging[staged * 64 + (part % 2) * 4 + ((part / 2 * 2) ^ (staged % 8)) * 8]);
+    return reinterpret_cast<uint2*>(&staging[staged_piece(staged, part, 0)]);
   };
 #pragma unroll 1
   for (int i = threadIdx.x % 128; i < staged_rows * 8; i += 128) {  // staged_rows % 8 == 0: whole warps
     const int staged = i / 8, part = i % 8;
     uint2* gate = gate_at(staged, part);
-    const uint2 up = *reinterpret_cast<const uint2*>(&staging[staged * 64 + (part % 2) * 4 +
-                                                              ((part / 2 * 2 + 1) ^ (staged % 8)) * 8]);
+    const uint2 up = *reinterpret_cast<const uint2*>(&staging[staged_piece(staged, part, 1)]);
     // The activation by a switch per piece, not a build per activation as store_activated: this store is inlined
     // at every chunk of every width, and four copies of it made the kernel 2.4 MB of SASS.
     auto activated = [&](uint32_t g, uint32_t u) {
-      const float2 gf = unpack<T>(g), uf = unpack<T>(u);
       switch (moe.activation) {
-        case 0: return pack<T>(gated_activation<0>(gf.x, uf.x, moe), gated_activation<0>(gf.y, uf.y, moe));
-        case 1: return pack<T>(gated_activation<1>(gf.x, uf.x, moe), gated_activation<1>(gf.y, uf.y, moe));
-        case 2: return pack<T>(gated_activation<2>(gf.x, uf.x, moe), gated_activation<2>(gf.y, uf.y, moe));
-        default: return pack<T>(gated_activation<3>(gf.x, uf.x, moe), gated_activation<3>(gf.y, uf.y, moe));
+        case 0: return activated_pair<0, T>(g, u, moe);
+        case 1: return activated_pair<1, T>(g, u, moe);
+        case 2: return activated_pair<2, T>(g, u, moe);
+        default: return activated_pair<3, T>(g, u, moe);
       }
     };
     const uint2 h = {activated(gate->x, up.x), activated(gate->y, up.y)};
@@ -532,19 +542,8 @@ __device__ __forceinline__ void store_quantized(T* staging, int staged_rows, int
     }
   }
   // Each CTA receives staged_rows 16-bit amaxes from each of the cluster's 2 x CLUSTER warpgroups.
-  if (threadIdx.x % 128 == 0)
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(CLUSTER * staged_rows * 2)
-                 : "memory");
-  {
-    uint32_t done;
-    do {
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-          : "=r"(done)
-          : "r"(bar), "r"((exchanges / 2) % 2)
-          : "memory");
-    } while (!done);
-  }
+  if (threadIdx.x % 128 == 0) barrier_expect_bytes(bar, CLUSTER * staged_rows * 2);
+  barrier_wait(bar, (exchanges / 2) % 2);
   ++exchanges;
   const int blocks = (features + 127) / 128;  // h_scale's columns
 #pragma unroll 1

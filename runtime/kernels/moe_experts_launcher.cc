@@ -613,18 +613,22 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
   down_epilogue.weights = a.topk_weights;
   down_epilogue.weights_16bit = weights_16bit;
   const auto* offsets = reinterpret_cast<const int32_t*>(offs);
+  // The wgmma gate+up's rows in pair order for its TMA loads, in y's region (y is written after they are read):
+  // `source`'s rows of `columns` 16-bit elements.
+  CUdeviceptr gathered = y;
+  auto gather = [&](CUdeviceptr& source, int32_t& columns) {
+    void* gather_args[] = {&source, &sorted, &offs, &gathered, &columns, &experts, &top_k, &no_scratch, &no_scratch};
+    return run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(columns, state_->gather.block_n),
+               gather_args);
+  };
+  // The wgmma gate+up's epilogue (dense and FP8 alike).
+  MoEEpilogue gate_up_epilogue;
+  gate_up_epilogue.bias = a.b_gate_up;
+  gate_up_epilogue.activation = activation;
+  gate_up_epilogue.alpha = a.alpha;
+  gate_up_epilogue.limit = a.limit;
   if (wgmma) {
-    // The rows in pair order for the wgmma kernel's TMA loads, in y's region (y is written after they are read).
-    CUdeviceptr gathered = y;
-    void* gather_args[] = {&hidden, &sorted, &offs, &gathered, &size, &experts, &top_k, &no_scratch, &no_scratch};
-    if (!run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(a.hidden_size, state_->gather.block_n),
-             gather_args))
-      return false;
-    MoEEpilogue gate_up_epilogue;
-    gate_up_epilogue.bias = a.b_gate_up;
-    gate_up_epilogue.activation = activation;
-    gate_up_epilogue.alpha = a.alpha;
-    gate_up_epilogue.limit = a.limit;
+    if (!gather(hidden, size)) return false;
     std::string message;
     if (!state_->wgmma_gate_up->launch(reinterpret_cast<const void*>(gathered), a.w_gate_up, offsets,
                                        reinterpret_cast<void*>(h), pairs, a.hidden_size, rows, a.experts, true, stream,
@@ -636,23 +640,13 @@ bool MoEExpertsLauncher::launch(const MoEExpertsArgs& a, CUstream stream, std::s
     ran += " + moe_gate_up_gated (wgmma) + moe_down (wgmma)";
   } else if (fp8_wgmma_down) {
     if (fp8_wgmma_gate_up) {
-      // xq's rows in pair order, in y's region (y is written after they are read): the gather copies 16-bit
-      // elements, so a row of H e4m3 values is H / 2 of them (H % 16 == 0).
-      CUdeviceptr gathered = y;
+      // xq's rows: the gather copies 16-bit elements, so a row of H e4m3 values is H / 2 of them (H % 16 == 0).
       int32_t half_size = size / 2;
-      void* gather_args[] = {&xq, &sorted, &offs, &gathered, &half_size, &experts, &top_k, &no_scratch, &no_scratch};
-      if (!run(state_->gather, cdiv(pairs, state_->gather.block_m), cdiv(half_size, state_->gather.block_n),
-               gather_args))
-        return false;
+      if (!gather(xq, half_size)) return false;
       Fp8Operands tokens_quantized;
       tokens_quantized.b_scale = static_cast<const float*>(a.w_gate_up_scale);
       tokens_quantized.a_token_scale = reinterpret_cast<const float*>(xs);
-      MoEEpilogue gate_up_epilogue;
-      gate_up_epilogue.bias = a.b_gate_up;
       gate_up_epilogue.sorted = reinterpret_cast<const int32_t*>(sorted);
-      gate_up_epilogue.activation = activation;
-      gate_up_epilogue.alpha = a.alpha;
-      gate_up_epilogue.limit = a.limit;
       gate_up_epilogue.out_scale = reinterpret_cast<float*>(h_scale);
       gate_up_epilogue.top_k = top_k;
       std::string message;
